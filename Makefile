@@ -1,0 +1,38 @@
+# clover.c — build and test.
+#   make          ./clover (CPU)
+#   make cuda     ./clover-cuda (CPU + GPU, needs nvcc)
+#   make test     the whole suite (needs llama.cpp: test/setup-llama.sh)
+CC      ?= cc
+CFLAGS  ?= -O2 -march=native -g
+CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE
+LDLIBS  = -lm -lpthread
+NVCC    ?= nvcc
+LLAMA   = test/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+LLAMA_INC = test/llama/src/include
+GGML_INC  = test/llama/src/ggml/include
+LLAMA_LIBS = -L$(LLAMA) -Wl,-rpath,$(abspath $(LLAMA)) -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -l:libggml-base.so
+
+clover: clover.c
+	$(CC) $(CFLAGS) -o $@ clover.c $(LDLIBS)
+
+build:
+	mkdir -p build
+
+build/gen: test/gen.c | build
+	$(CC) $(CFLAGS) -o $@ test/gen.c $(LDLIBS)
+
+build/cmp: test/cmp.c | build
+	$(CC) $(CFLAGS) -o $@ test/cmp.c $(LDLIBS)
+
+build/ref: test/ref.c | build
+	$(CC) $(CFLAGS) -I$(LLAMA_INC) -I$(GGML_INC) -o $@ test/ref.c $(LLAMA_LIBS) $(LDLIBS)
+
+build/unit: test/unit.c clover.c | build
+	$(CC) $(CFLAGS) -I$(GGML_INC) -o $@ test/unit.c $(LLAMA_LIBS) $(LDLIBS)
+
+tools: build/gen build/cmp build/ref build/unit
+
+test: clover tools
+	test/run.sh
+
+.PHONY: test tools
