@@ -1,0 +1,3001 @@
+/*
+ * clover.c — inference for Clover-35B-A3B-Preview (GGUF arch `clover_moe`) and Qwen3.5/3.6-MoE
+ * (`qwen35moe`) in one C file: GGUF reader, dequantisation, the hybrid Gated-DeltaNet / gated
+ * attention / MoE forward pass, tokenizer, sampler, and draft-self decoding (the model drafts a
+ * block with its bidirectional diffusion pass and verifies it with its own causal pass).
+ *
+ * Read it top to bottom; each section is one concept, in the order data flows:
+ *   1. errors and checked arithmetic      7. the model: hyper-parameters and the table of GGUF names
+ *   2. half precision                     8. state: KV cache, GDN conv ring and recurrent state
+ *   3. GGUF reader                        9. the causal forward pass (embedding, GDN, attention, MoE, head)
+ *   4. tensor types and block layouts    10. tokenizer
+ *   5. activation rounding and dots      11. sampler
+ *   6. thread pool and matmul            12. generation, command line
+ * The numerics follow llama.cpp's CPU path (activations rounded to the weight's dot type, integer
+ * dots inside blocks) so that logits match it; see README.md for the tour and the checks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ============================================================================================== */
+/* 1. Errors and checked arithmetic                                                               */
+/* ============================================================================================== */
+/* Every failure is one line on stderr (what, where, what to do) and exit status 1. */
+static void fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("clover: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) fatal("out of memory allocating %zu bytes; use a smaller -c, -b or -ub", n);
+    return p;
+}
+
+static void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) fatal("out of memory allocating %zu x %zu bytes; use a smaller -c, -b or -ub", count, size);
+    return p;
+}
+
+/* a*b for sizes, or fatal: no size computed from file contents may wrap around. */
+static size_t mul_size(size_t a, size_t b, const char *what) {
+    if (b != 0 && a > SIZE_MAX / b) fatal("size overflow computing %s (%zu x %zu)", what, a, b);
+    return a * b;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ============================================================================================== */
+/* 2. Half precision: IEEE binary16 (fp16) and bfloat16, converted bit-exactly                     */
+/* ============================================================================================== */
+static float fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) bits = sign | 0x7f800000 | (man << 13);           /* inf, nan */
+    else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13); /* normal: rebias 15 -> 127 */
+    else if (man == 0) bits = sign;                                     /* zero */
+    else {                                                              /* subnormal: normalise */
+        int e = -1;
+        do { man <<= 1; e++; } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Round to nearest even, as the F16C instruction llama.cpp uses does. */
+static uint16_t fp32_to_fp16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000 ? 0x200 : 0));
+    if (ax >= 0x477ff000) return (uint16_t)(sign | 0x7c00);            /* rounds past 65504: inf */
+    if (ax < 0x38800000) {                                             /* below 2^-14: subnormal */
+        if (ax < 0x33000000) return (uint16_t)sign;                    /* below half the smallest */
+        uint32_t man = (ax & 0x7fffff) | 0x800000, shift = 126 - (ax >> 23); /* units of 2^-24 */
+        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ax - 0x38000000;                                      /* rebias 127 -> 15 */
+    r = (r + 0xfff + ((r >> 13) & 1)) >> 13;
+    return (uint16_t)(sign | r);
+}
+
+static float bf16_to_fp32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t fp32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 64); /* quiet nan */
+    return (uint16_t)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
+}
+
+/* unaligned little-endian loads from the file */
+static uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+/* ============================================================================================== */
+/* 3. GGUF reader                                                                                 */
+/* ============================================================================================== */
+/* A GGUF v3 file: header, key/value metadata, tensor infos, then the aligned data section. The
+ * file is mapped read-only and weights are used in place. Nothing in it is trusted: every length,
+ * count, offset and dimension is checked before it is used. */
+typedef struct { const char *ptr; uint64_t len; } GGUFString;
+
+enum { GGUF_U8, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING,
+       GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64, GGUF_NTYPES };
+static const char *GGUF_TYPE_NAMES[GGUF_NTYPES] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
+                                                   "bool", "string", "array", "u64", "i64", "f64"};
+static const uint64_t GGUF_TYPE_SIZE[GGUF_NTYPES] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+
+typedef struct {
+    GGUFString key;
+    uint32_t type;          /* value type; for arrays the element type is arr_type */
+    const uint8_t *value;   /* the scalar value, or the first array element */
+    uint32_t arr_type;
+    uint64_t arr_n;
+    GGUFString *strings;    /* string values (arr_n of them for a string array, 1 for a string) */
+} GGUFKV;
+
+typedef struct {
+    GGUFString name;
+    uint32_t n_dims, type;
+    int64_t ne[4];          /* ne[0] is the contiguous dimension; unused dims are 1 */
+    uint64_t offset;        /* relative to the data section */
+    const uint8_t *data;
+    size_t nbytes;
+    bool used;              /* claimed by the loader; the rest are reported as unknown */
+} GGUFTensor;
+
+typedef struct {
+    const char *path;
+    const uint8_t *base;
+    size_t size;
+    uint32_t version;
+    uint64_t n_kv, n_tensors;
+    GGUFKV *kv;
+    GGUFTensor *tensors;
+    uint64_t alignment;
+} GGUF;
+
+/* Tensor types: elements per block and bytes per block, for every ggml type id a file may hold,
+ * so that any file can be bounds-checked; `supported` marks those clover computes with. */
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
+       T_Q8_K = 15, T_BF16 = 30, T_NTYPES = 40 };
+typedef struct { const char *name; uint32_t block, bytes; bool supported; } TypeInfo;
+static const TypeInfo TYPES[T_NTYPES] = {
+    [0] = {"F32", 1, 4, true},      [1] = {"F16", 1, 2, true},      [2] = {"Q4_0", 32, 18, true},
+    [3] = {"Q4_1", 32, 20, false},  [6] = {"Q5_0", 32, 22, false},  [7] = {"Q5_1", 32, 24, false},
+    [8] = {"Q8_0", 32, 34, true},   [9] = {"Q8_1", 32, 36, false},  [10] = {"Q2_K", 256, 84, false},
+    [11] = {"Q3_K", 256, 110, false}, [12] = {"Q4_K", 256, 144, true}, [13] = {"Q5_K", 256, 176, true},
+    [14] = {"Q6_K", 256, 210, true}, [15] = {"Q8_K", 256, 292, false}, [16] = {"IQ2_XXS", 256, 66, false},
+    [17] = {"IQ2_XS", 256, 74, false}, [18] = {"IQ3_XXS", 256, 98, false}, [19] = {"IQ1_S", 256, 50, false},
+    [20] = {"IQ4_NL", 32, 18, false}, [21] = {"IQ3_S", 256, 110, false}, [22] = {"IQ2_S", 256, 82, false},
+    [23] = {"IQ4_XS", 256, 136, false}, [24] = {"I8", 1, 1, false},  [25] = {"I16", 1, 2, false},
+    [26] = {"I32", 1, 4, false},    [27] = {"I64", 1, 8, false},    [28] = {"F64", 1, 8, false},
+    [29] = {"IQ1_M", 256, 56, false}, [30] = {"BF16", 1, 2, true},  [34] = {"TQ1_0", 256, 54, false},
+    [35] = {"TQ2_0", 256, 66, false}, [39] = {"MXFP4", 32, 17, false},
+};
+
+/* A read cursor over the mapped file. Reading past the end is a clear error, never a crash. */
+typedef struct { const GGUF *f; const uint8_t *p; } Cursor;
+
+static const uint8_t *take(Cursor *c, uint64_t n, const char *what) {
+    uint64_t left = (uint64_t)(c->f->base + c->f->size - c->p);
+    if (n > left)
+        fatal("%s: truncated or corrupt GGUF: %s needs %llu bytes at offset %zu but only %llu remain",
+              c->f->path, what, (unsigned long long)n, (size_t)(c->p - c->f->base), (unsigned long long)left);
+    const uint8_t *p = c->p;
+    c->p += n;
+    return p;
+}
+
+static GGUFString take_string(Cursor *c, const char *what) {
+    uint64_t len = rd64(take(c, 8, what));
+    GGUFString s = {(const char *)take(c, len, what), len};
+    return s;
+}
+
+/* printable prefix of a string from the file, for error messages */
+static const char *show(GGUFString s) {
+    static char buf[4][96];
+    static int k;
+    char *b = buf[k++ & 3];
+    size_t n = s.len < 80 ? s.len : 80, j = 0;
+    for (size_t i = 0; i < n; i++) b[j++] = (s.ptr[i] >= 32 && s.ptr[i] < 127) ? s.ptr[i] : '?';
+    if (s.len > 80) { b[j++] = '.'; b[j++] = '.'; }
+    b[j] = 0;
+    return b;
+}
+
+static bool str_eq(GGUFString s, const char *z) { return s.len == strlen(z) && memcmp(s.ptr, z, s.len) == 0; }
+
+static void read_kv(Cursor *c, GGUFKV *kv) {
+    kv->key = take_string(c, "metadata key");
+    kv->type = rd32(take(c, 4, "metadata value type"));
+    if (kv->type >= GGUF_NTYPES)
+        fatal("%s: metadata key '%s' has unknown value type %u; the file is corrupt", c->f->path, show(kv->key), kv->type);
+    uint32_t et = kv->type;
+    uint64_t n = 1;
+    if (kv->type == GGUF_ARRAY) {
+        et = rd32(take(c, 4, "array element type"));
+        n = rd64(take(c, 8, "array length"));
+        if (et >= GGUF_NTYPES || et == GGUF_ARRAY)
+            fatal("%s: metadata array '%s' has unsupported element type %u", c->f->path, show(kv->key), et);
+        kv->arr_type = et;
+        kv->arr_n = n;
+    }
+    kv->value = c->p;
+    if (et == GGUF_STRING) {
+        /* each string takes at least its 8-byte length, which bounds n before we allocate */
+        if (n > (uint64_t)(c->f->base + c->f->size - c->p) / 8)
+            fatal("%s: metadata '%s' claims %llu strings, more than the file can hold", c->f->path, show(kv->key), (unsigned long long)n);
+        kv->strings = xmalloc(mul_size(n, sizeof(GGUFString), "string array"));
+        for (uint64_t i = 0; i < n; i++) kv->strings[i] = take_string(c, "metadata string");
+    } else {
+        if (n > UINT64_MAX / GGUF_TYPE_SIZE[et]) fatal("%s: metadata '%s' array length overflows", c->f->path, show(kv->key));
+        take(c, n * GGUF_TYPE_SIZE[et], "metadata value");
+    }
+}
+
+static int cmp_tensor_offset(const void *a, const void *b) {
+    const GGUFTensor *x = *(GGUFTensor *const *)a, *y = *(GGUFTensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static int cmp_tensor_name(const void *a, const void *b) {
+    const GGUFTensor *x = *(GGUFTensor *const *)a, *y = *(GGUFTensor *const *)b;
+    size_t n = x->name.len < y->name.len ? x->name.len : y->name.len;
+    int r = memcmp(x->name.ptr, y->name.ptr, n);
+    return r ? r : (x->name.len > y->name.len) - (x->name.len < y->name.len);
+}
+
+static const GGUFKV *gguf_find(const GGUF *f, const char *key) {
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        if (str_eq(f->kv[i].key, key)) return &f->kv[i];
+    return NULL;
+}
+
+static void read_tensor_info(Cursor *c, GGUFTensor *t) {
+    const char *path = c->f->path;
+    t->name = take_string(c, "tensor name");
+    t->n_dims = rd32(take(c, 4, "tensor dimension count"));
+    if (t->n_dims < 1 || t->n_dims > 4)
+        fatal("%s: tensor '%s' has %u dimensions (1 to 4 allowed); the file is corrupt", path, show(t->name), t->n_dims);
+    uint64_t count = 1;
+    for (int d = 0; d < 4; d++) {
+        t->ne[d] = 1;
+        if ((uint32_t)d >= t->n_dims) continue;
+        uint64_t ne = rd64(take(c, 8, "tensor dimension"));
+        if (ne == 0 || ne > INT32_MAX)
+            fatal("%s: tensor '%s' dimension %d is %llu (must be 1..2^31-1)", path, show(t->name), d, (unsigned long long)ne);
+        if (count > (uint64_t)INT64_MAX / ne)
+            fatal("%s: tensor '%s' element count overflows", path, show(t->name));
+        count *= ne;
+        t->ne[d] = (int64_t)ne;
+    }
+    t->type = rd32(take(c, 4, "tensor type"));
+    t->offset = rd64(take(c, 8, "tensor offset"));
+    if (t->type >= T_NTYPES || !TYPES[t->type].name)
+        fatal("%s: tensor '%s' has unknown type id %u", path, show(t->name), t->type);
+    const TypeInfo *ti = &TYPES[t->type];
+    if (t->ne[0] % ti->block)
+        fatal("%s: tensor '%s' row of %lld elements is not a multiple of the %s block (%u)", path, show(t->name),
+              (long long)t->ne[0], ti->name, ti->block);
+    uint64_t rows = count / (uint64_t)t->ne[0], row_bytes = (uint64_t)t->ne[0] / ti->block * ti->bytes;
+    if (rows && row_bytes > SIZE_MAX / rows) fatal("%s: tensor '%s' byte size overflows", path, show(t->name));
+    t->nbytes = (size_t)(rows * row_bytes);
+}
+
+static void gguf_open(GGUF *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) fatal("cannot open model '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fatal("model '%s' is not a regular file", path);
+    f->size = (size_t)st.st_size;
+    if (f->size < 24) fatal("%s: file of %zu bytes is too small to be a GGUF", path, f->size);
+    void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) fatal("cannot map model '%s': %s", path, strerror(errno));
+    f->base = m;
+
+    Cursor c = {f, f->base};
+    if (memcmp(take(&c, 4, "magic"), "GGUF", 4) != 0) fatal("%s: not a GGUF file (bad magic)", path);
+    f->version = rd32(take(&c, 4, "version"));
+    if (f->version != 3) fatal("%s: GGUF version %u is not supported (only version 3)", path, f->version);
+    f->n_tensors = rd64(take(&c, 8, "tensor count"));
+    f->n_kv = rd64(take(&c, 8, "metadata count"));
+    /* each key/value needs at least 12 bytes and each tensor info at least 24: bound the counts */
+    if (f->n_kv > f->size / 12 || f->n_tensors > f->size / 24)
+        fatal("%s: header claims %llu metadata entries and %llu tensors, more than the file can hold", path,
+              (unsigned long long)f->n_kv, (unsigned long long)f->n_tensors);
+    f->kv = xcalloc(f->n_kv, sizeof(GGUFKV));
+    for (uint64_t i = 0; i < f->n_kv; i++) read_kv(&c, &f->kv[i]);
+
+    f->alignment = 32;
+    const GGUFKV *al = gguf_find(f, "general.alignment");
+    if (al) {
+        if (al->type != GGUF_U32) fatal("%s: general.alignment must be a u32", path);
+        f->alignment = rd32(al->value);
+        if (f->alignment == 0 || (f->alignment & (f->alignment - 1)) || f->alignment > 65536)
+            fatal("%s: general.alignment %llu is not a power of two up to 65536", path, (unsigned long long)f->alignment);
+    }
+    f->tensors = xcalloc(f->n_tensors, sizeof(GGUFTensor));
+    for (uint64_t i = 0; i < f->n_tensors; i++) read_tensor_info(&c, &f->tensors[i]);
+
+    uint64_t data_start = ((uint64_t)(c.p - f->base) + f->alignment - 1) / f->alignment * f->alignment;
+    GGUFTensor **by = xmalloc(mul_size(f->n_tensors, sizeof *by, "tensor index"));
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        GGUFTensor *t = &f->tensors[i];
+        by[i] = t;
+        if (t->offset % f->alignment)
+            fatal("%s: tensor '%s' data offset %llu is not aligned to %llu", path, show(t->name),
+                  (unsigned long long)t->offset, (unsigned long long)f->alignment);
+        if (data_start > f->size || t->offset > f->size - data_start || t->nbytes > f->size - data_start - t->offset)
+            fatal("%s: tensor '%s' data (offset %llu, %zu bytes) lies past the end of the file (%zu bytes); the file is truncated",
+                  path, show(t->name), (unsigned long long)t->offset, t->nbytes, f->size);
+        t->data = f->base + data_start + t->offset;
+    }
+    qsort(by, f->n_tensors, sizeof *by, cmp_tensor_offset);
+    for (uint64_t i = 1; i < f->n_tensors; i++)
+        if (by[i - 1]->offset + by[i - 1]->nbytes > by[i]->offset)
+            fatal("%s: tensors '%s' and '%s' overlap in the data section", path, show(by[i - 1]->name), show(by[i]->name));
+    qsort(by, f->n_tensors, sizeof *by, cmp_tensor_name);
+    for (uint64_t i = 1; i < f->n_tensors; i++)
+        if (cmp_tensor_name(&by[i - 1], &by[i]) == 0) fatal("%s: tensor name '%s' appears twice", path, show(by[i]->name));
+    free(by);
+}
+
+/* Typed metadata getters. A key of the wrong type is an error; integers of any width are accepted
+ * when the value fits. */
+static bool kv_int(const GGUF *f, const GGUFKV *kv, int64_t *out) {
+    const uint8_t *v = kv->value;
+    switch (kv->type) {
+    case GGUF_U8: *out = v[0]; return true;
+    case GGUF_I8: *out = (int8_t)v[0]; return true;
+    case GGUF_U16: *out = rd16(v); return true;
+    case GGUF_I16: *out = (int16_t)rd16(v); return true;
+    case GGUF_U32: *out = rd32(v); return true;
+    case GGUF_I32: *out = (int32_t)rd32(v); return true;
+    case GGUF_U64: if (rd64(v) > INT64_MAX) break; *out = (int64_t)rd64(v); return true;
+    case GGUF_I64: *out = (int64_t)rd64(v); return true;
+    case GGUF_BOOL: *out = v[0] != 0; return true;
+    }
+    fatal("%s: metadata '%s' has type %s, expected an integer", f->path, show(kv->key), GGUF_TYPE_NAMES[kv->type]);
+    return false;
+}
+
+/* An integer key in [lo, hi]; `def` when absent, or fatal when def < lo (required). */
+static int64_t gguf_int(const GGUF *f, const char *key, int64_t def, int64_t lo, int64_t hi) {
+    const GGUFKV *kv = gguf_find(f, key);
+    if (!kv) {
+        if (def < lo) fatal("%s: required metadata '%s' is missing; is this a qwen35moe/clover_moe GGUF?", f->path, key);
+        return def;
+    }
+    int64_t v;
+    kv_int(f, kv, &v);
+    if (v < lo || v > hi) fatal("%s: metadata '%s' = %lld is out of range [%lld, %lld]", f->path, key, (long long)v, (long long)lo, (long long)hi);
+    return v;
+}
+
+static float gguf_float(const GGUF *f, const char *key, float def) {
+    const GGUFKV *kv = gguf_find(f, key);
+    if (!kv) return def;
+    if (kv->type == GGUF_F32) { float v; memcpy(&v, kv->value, 4); return v; }
+    if (kv->type == GGUF_F64) { double v; memcpy(&v, kv->value, 8); return (float)v; }
+    fatal("%s: metadata '%s' has type %s, expected f32", f->path, key, GGUF_TYPE_NAMES[kv->type]);
+    return 0;
+}
+
+static const GGUFKV *gguf_array(const GGUF *f, const char *key, uint32_t elem_type, bool required) {
+    const GGUFKV *kv = gguf_find(f, key);
+    if (!kv) {
+        if (required) fatal("%s: required metadata array '%s' is missing", f->path, key);
+        return NULL;
+    }
+    if (kv->type != GGUF_ARRAY || kv->arr_type != elem_type)
+        fatal("%s: metadata '%s' must be an array of %s", f->path, key, GGUF_TYPE_NAMES[elem_type]);
+    return kv;
+}
+
+/* Element i of an integer array, as int64 (arrays of any integer type). */
+static int64_t gguf_arr_int(const GGUF *f, const GGUFKV *kv, uint64_t i) {
+    GGUFKV e = *kv;
+    e.type = kv->arr_type;
+    e.value = kv->value + i * GGUF_TYPE_SIZE[kv->arr_type];
+    int64_t v;
+    kv_int(f, &e, &v);
+    return v;
+}
+
+/* ============================================================================================== */
+/* 4. Block layouts and dequantisation                                                            */
+/* ============================================================================================== */
+/* Quantised rows are sequences of blocks; each struct mirrors one block in the file. The K-quants
+ * pack 256 weights as 8 or 16 sub-blocks with their own small scales. Each layout is unpacked in
+ * exactly one function, used both to dequantise and by the integer dot products below. */
+typedef struct { uint16_t d; uint8_t qs[16]; } BlockQ4_0;                 /* w = d*(q-8), q in 0..15 */
+typedef struct { uint16_t d; int8_t qs[32]; } BlockQ8_0;                  /* w = d*q */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } BlockQ4_K; /* w = d*sc*q - dmin*m */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } BlockQ5_K;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } BlockQ6_K; /* w = d*sc*(q-32) */
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } BlockQ8_K;  /* activations only */
+_Static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
+               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292,
+               "block structs must match the GGUF layout");
+
+static void unpack_q4_0(const BlockQ4_0 *b, int8_t q[32]) {
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)((b->qs[j] & 15) - 8);
+        q[j + 16] = (int8_t)((b->qs[j] >> 4) - 8);
+    }
+}
+
+/* The 12 scale bytes of Q4_K/Q5_K hold eight 6-bit scales and eight 6-bit mins. */
+static void unpack_scales_k4(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+/* Q4_K: sub-block j (32 weights) of chunk p = j/2 takes the low nibbles (j even) or high nibbles. */
+static void unpack_q4_K(const BlockQ4_K *b, uint8_t q[256], uint8_t sc[8], uint8_t mn[8]) {
+    unpack_scales_k4(b->scales, sc, mn);
+    for (int p = 0; p < 4; p++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * p + l] = b->qs[32 * p + l] & 15;
+            q[64 * p + 32 + l] = b->qs[32 * p + l] >> 4;
+        }
+}
+
+/* Q5_K: Q4_K plus a fifth bit from qh (bit 2p for the low half of chunk p, bit 2p+1 for the high). */
+static void unpack_q5_K(const BlockQ5_K *b, uint8_t q[256], uint8_t sc[8], uint8_t mn[8]) {
+    unpack_scales_k4(b->scales, sc, mn);
+    for (int p = 0; p < 4; p++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * p + l] = (uint8_t)((b->qs[32 * p + l] & 15) | (((b->qh[l] >> (2 * p)) & 1) << 4));
+            q[64 * p + 32 + l] = (uint8_t)((b->qs[32 * p + l] >> 4) | (((b->qh[l] >> (2 * p + 1)) & 1) << 4));
+        }
+}
+
+/* Q6_K: two halves of 128; each weight is 4 low bits (ql) and 2 high bits (qh), minus 32; one
+ * signed 8-bit scale per 16 weights. */
+static void unpack_q6_K(const BlockQ6_K *b, int8_t q[256]) {
+    for (int n = 0; n < 2; n++) {
+        const uint8_t *ql = b->ql + 64 * n, *qh = b->qh + 32 * n;
+        int8_t *y = q + 128 * n;
+        for (int l = 0; l < 32; l++) {
+            y[l] = (int8_t)(((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            y[l + 32] = (int8_t)(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            y[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            y[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
+}
+
+/* Dequantise n values (n a multiple of the block) of a row of type `type` into float. */
+static void dequant_row(uint32_t type, const void *src, float *y, int64_t n) {
+    switch (type) {
+    case T_F32: memcpy(y, src, (size_t)n * 4); break;
+    case T_F16: for (int64_t i = 0; i < n; i++) y[i] = fp16_to_fp32(((const uint16_t *)src)[i]); break;
+    case T_BF16: for (int64_t i = 0; i < n; i++) y[i] = bf16_to_fp32(((const uint16_t *)src)[i]); break;
+    case T_Q8_0:
+        for (int64_t b = 0; b < n / 32; b++) {
+            const BlockQ8_0 *x = (const BlockQ8_0 *)src + b;
+            float d = fp16_to_fp32(x->d);
+            for (int j = 0; j < 32; j++) y[32 * b + j] = x->qs[j] * d;
+        }
+        break;
+    case T_Q4_0:
+        for (int64_t b = 0; b < n / 32; b++) {
+            const BlockQ4_0 *x = (const BlockQ4_0 *)src + b;
+            int8_t q[32];
+            unpack_q4_0(x, q);
+            float d = fp16_to_fp32(x->d);
+            for (int j = 0; j < 32; j++) y[32 * b + j] = q[j] * d;
+        }
+        break;
+    case T_Q4_K:
+    case T_Q5_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            uint8_t q[256], sc[8], mn[8];
+            uint16_t d16, dmin16;
+            if (type == T_Q4_K) {
+                const BlockQ4_K *x = (const BlockQ4_K *)src + b;
+                unpack_q4_K(x, q, sc, mn);
+                d16 = x->d, dmin16 = x->dmin;
+            } else {
+                const BlockQ5_K *x = (const BlockQ5_K *)src + b;
+                unpack_q5_K(x, q, sc, mn);
+                d16 = x->d, dmin16 = x->dmin;
+            }
+            float d = fp16_to_fp32(d16), dmin = fp16_to_fp32(dmin16);
+            for (int j = 0; j < 8; j++) {
+                float s = d * sc[j], m = dmin * mn[j];
+                for (int l = 0; l < 32; l++) y[256 * b + 32 * j + l] = s * q[32 * j + l] - m;
+            }
+        }
+        break;
+    case T_Q6_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            const BlockQ6_K *x = (const BlockQ6_K *)src + b;
+            int8_t q[256];
+            unpack_q6_K(x, q);
+            float d = fp16_to_fp32(x->d);
+            for (int g = 0; g < 16; g++) {
+                float s = d * x->scales[g];
+                for (int l = 0; l < 16; l++) y[256 * b + 16 * g + l] = s * q[16 * g + l];
+            }
+        }
+        break;
+    default: fatal("internal: dequant_row of unsupported type %u", type);
+    }
+}
+
+/* ============================================================================================== */
+/* 5. Activation rounding and dot products                                                        */
+/* ============================================================================================== */
+/* llama.cpp's CPU matmul first rounds the activation row to the weight type's "dot type" and then
+ * takes integer dot products inside blocks. Doing the same makes our logits match it, and it is
+ * also the fast path: int8 x int8 multiply-adds.
+ *   weights F32 -> activation F32      weights F16 -> F16       weights BF16 -> BF16
+ *   weights Q4_0, Q8_0 -> Q8_0 (32 per block, d = amax/127)
+ *   weights Q4_K, Q5_K, Q6_K -> Q8_K (256 per block, d = max/-127 of the signed extreme, bsums) */
+static uint32_t dot_type(uint32_t wtype) {
+    switch (wtype) {
+    case T_Q4_0: case T_Q8_0: return T_Q8_0;
+    case T_Q4_K: case T_Q5_K: case T_Q6_K: return T_Q8_K;
+    default: return wtype;
+    }
+}
+
+static size_t row_bytes(uint32_t type, int64_t n) { return (size_t)(n / TYPES[type].block) * TYPES[type].bytes; }
+
+static void quantize_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *v = x + 32 * b;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+        float d = amax / 127, id = d != 0 ? 1 / d : 0;
+        y[b].d = fp32_to_fp16(d);
+        for (int j = 0; j < 32; j++) y[b].qs[j] = (int8_t)roundf(v[j] * id);
+    }
+}
+
+static void quantize_q8_K(const float *x, BlockQ8_K *y, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *v = x + 256 * b;
+        float amax = 0, max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(v[j]) > amax) { amax = fabsf(v[j]); max = v[j]; }
+        if (amax == 0) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float iscale = -127.f / max;   /* the extreme value maps to -127 exactly */
+        for (int j = 0; j < 256; j++) {
+            int q = (int)lrintf(iscale * v[j]);   /* nearest, ties to even */
+            y[b].qs[j] = (int8_t)(q < 127 ? q : 127);
+        }
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += y[b].qs[16 * g + l];
+            y[b].bsums[g] = (int16_t)s;
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+
+/* Round an activation row to the dot type of weights of type wtype. */
+static void quantize_row(uint32_t wtype, const float *x, void *y, int64_t n) {
+    switch (dot_type(wtype)) {
+    case T_F32: memcpy(y, x, (size_t)n * 4); break;
+    case T_F16: for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = fp32_to_fp16(x[i]); break;
+    case T_BF16: for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = fp32_to_bf16(x[i]); break;
+    case T_Q8_0: quantize_q8_0(x, y, n); break;
+    case T_Q8_K: quantize_q8_K(x, y, n); break;
+    }
+}
+
+/* Dot products of one weight row with one rounded activation row. Float sums use eight
+ * independent lanes so that the compiler can vectorise them and every path sums in one order. */
+static float sum_lanes(const float acc[8]) {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static float dot_f32(const void *w, const void *a, int64_t n) {
+    const float *x = w, *y = a;
+    float acc[8] = {0};
+    for (int64_t i = 0; i < n; i += 8)
+        for (int l = 0; l < 8 && i + l < n; l++) acc[l] += x[i + l] * y[i + l];
+    return sum_lanes(acc);
+}
+
+static float dot_f16(const void *w, const void *a, int64_t n) {
+    const uint16_t *x = w, *y = a;
+    float acc[8] = {0};
+    for (int64_t i = 0; i < n; i += 8)
+        for (int l = 0; l < 8 && i + l < n; l++) acc[l] += fp16_to_fp32(x[i + l]) * fp16_to_fp32(y[i + l]);
+    return sum_lanes(acc);
+}
+
+static float dot_bf16(const void *w, const void *a, int64_t n) {
+    const uint16_t *x = w, *y = a;
+    float acc[8] = {0};
+    for (int64_t i = 0; i < n; i += 8)
+        for (int l = 0; l < 8 && i + l < n; l++) acc[l] += bf16_to_fp32(x[i + l]) * bf16_to_fp32(y[i + l]);
+    return sum_lanes(acc);
+}
+
+static int32_t dot_i8(const int8_t *x, const int8_t *y, int n) {
+    int32_t s = 0;
+    for (int i = 0; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+static float dot_q8_0(const void *w, const void *a, int64_t n) {
+    const BlockQ8_0 *x = w, *y = a;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; b++)
+        sum += (float)dot_i8(x[b].qs, y[b].qs, 32) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+    return sum;
+}
+
+static float dot_q4_0(const void *w, const void *a, int64_t n) {
+    const BlockQ4_0 *x = w;
+    const BlockQ8_0 *y = a;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int8_t q[32];
+        unpack_q4_0(&x[b], q);
+        sum += (float)dot_i8(q, y[b].qs, 32) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+    }
+    return sum;
+}
+
+/* Q4_K/Q5_K . Q8_K = d_w d_a sum_j sc_j (q_j . a_j) - dmin_w d_a sum_j m_j (sum of a over sub-block j);
+ * the activation's bsums give the second sum without touching the weights. */
+static float dot_k4(const uint8_t q[256], const uint8_t sc[8], const uint8_t mn[8], uint16_t d, uint16_t dmin,
+                    const BlockQ8_K *y) {
+    int32_t sumi = 0, summ = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t s = 0;
+        for (int l = 0; l < 32; l++) s += q[32 * j + l] * y->qs[32 * j + l];
+        sumi += sc[j] * s;
+        summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    return fp16_to_fp32(d) * y->d * (float)sumi - fp16_to_fp32(dmin) * y->d * (float)summ;
+}
+
+static float dot_q4_K(const void *w, const void *a, int64_t n) {
+    const BlockQ4_K *x = w;
+    const BlockQ8_K *y = a;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t q[256], sc[8], mn[8];
+        unpack_q4_K(&x[b], q, sc, mn);
+        sum += dot_k4(q, sc, mn, x[b].d, x[b].dmin, &y[b]);
+    }
+    return sum;
+}
+
+static float dot_q5_K(const void *w, const void *a, int64_t n) {
+    const BlockQ5_K *x = w;
+    const BlockQ8_K *y = a;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t q[256], sc[8], mn[8];
+        unpack_q5_K(&x[b], q, sc, mn);
+        sum += dot_k4(q, sc, mn, x[b].d, x[b].dmin, &y[b]);
+    }
+    return sum;
+}
+
+static float dot_q6_K(const void *w, const void *a, int64_t n) {
+    const BlockQ6_K *x = w;
+    const BlockQ8_K *y = a;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 256; b++) {
+        int8_t q[256];
+        unpack_q6_K(&x[b], q);
+        int32_t sumi = 0;
+        for (int g = 0; g < 16; g++) sumi += x[b].scales[g] * dot_i8(q + 16 * g, y[b].qs + 16 * g, 16);
+        sum += fp16_to_fp32(x[b].d) * y[b].d * (float)sumi;
+    }
+    return sum;
+}
+
+typedef float (*DotFn)(const void *w, const void *a, int64_t n);
+static DotFn dot_fn(uint32_t wtype) {
+    switch (wtype) {
+    case T_F32: return dot_f32;
+    case T_F16: return dot_f16;
+    case T_BF16: return dot_bf16;
+    case T_Q8_0: return dot_q8_0;
+    case T_Q4_0: return dot_q4_0;
+    case T_Q4_K: return dot_q4_K;
+    case T_Q5_K: return dot_q5_K;
+    case T_Q6_K: return dot_q6_K;
+    }
+    fatal("internal: no dot product for type %u", wtype);
+    return NULL;
+}
+
+/* ============================================================================================== */
+/* 6. Thread pool and matmul                                                                      */
+/* ============================================================================================== */
+/* A fixed set of worker threads; pool_run(fn) calls fn(arg, ith, nth) on nth threads (the caller is
+ * thread 0) and returns when all are done. -t sets nth for single-token steps, -tb for batches. */
+typedef void (*TaskFn)(void *arg, int ith, int nth);
+typedef struct {
+    int n_threads, active;
+    pthread_t *threads;
+    int *ids;
+    pthread_mutex_t mu;
+    pthread_cond_t start, done;
+    TaskFn fn;
+    void *arg;
+    uint64_t generation;
+    int busy;
+    bool quit;
+} Pool;
+typedef struct { Pool *pool; int ith; } Worker;
+
+static void *pool_worker(void *p) {
+    Worker *w = p;
+    Pool *pool = w->pool;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&pool->mu);
+        while (pool->generation == seen && !pool->quit) pthread_cond_wait(&pool->start, &pool->mu);
+        if (pool->quit) { pthread_mutex_unlock(&pool->mu); return NULL; }
+        seen = pool->generation;
+        TaskFn fn = pool->fn;
+        void *arg = pool->arg;
+        int nth = pool->active;
+        pthread_mutex_unlock(&pool->mu);
+        if (w->ith < nth) fn(arg, w->ith, nth);
+        pthread_mutex_lock(&pool->mu);
+        if (--pool->busy == 0) pthread_cond_signal(&pool->done);
+        pthread_mutex_unlock(&pool->mu);
+    }
+}
+
+static void pool_init(Pool *p, int n_threads) {
+    memset(p, 0, sizeof *p);
+    p->n_threads = p->active = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->start, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->threads = xcalloc((size_t)n_threads, sizeof(pthread_t));
+    Worker *w = xcalloc((size_t)n_threads, sizeof(Worker));
+    for (int i = 1; i < n_threads; i++) {
+        w[i] = (Worker){p, i};
+        if (pthread_create(&p->threads[i], NULL, pool_worker, &w[i]) != 0) fatal("cannot start thread %d of %d; use a smaller -t", i, n_threads);
+    }
+}
+
+static void pool_run(Pool *p, TaskFn fn, void *arg) {
+    if (p->n_threads == 1 || p->active == 1) { fn(arg, 0, 1); return; }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->arg = arg;
+    p->busy = p->n_threads - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->start);
+    pthread_mutex_unlock(&p->mu);
+    fn(arg, 0, p->active);
+    pthread_mutex_lock(&p->mu);
+    while (p->busy > 0) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* A weight matrix in the file: n_out rows of n_in values, row o at data + o*row_bytes. */
+typedef struct {
+    const uint8_t *data;
+    uint32_t type;
+    int64_t n_in, n_out;
+    size_t row_bytes;
+    const GGUFTensor *t;
+} Mat;
+
+/* Expert e of a stacked [n_expert][n_out][n_in] tensor. */
+static Mat mat_expert(const Mat *m, int e) {
+    Mat r = *m;
+    r.data = m->data + (size_t)e * (size_t)m->n_out * m->row_bytes;
+    return r;
+}
+
+typedef struct {
+    const Mat *w;
+    const uint8_t *xq;   /* T rounded activation rows, xq_stride bytes apart */
+    size_t xq_stride;
+    float *y;            /* y[t*n_out + o] */
+    int T;
+} MatmulTask;
+
+/* Each thread takes a contiguous range of output rows and multiplies every row with all T
+ * activations while the row is in cache: a weight row is read once per batch. */
+static void matmul_task(void *p, int ith, int nth) {
+    const MatmulTask *mt = p;
+    const Mat *w = mt->w;
+    DotFn dot = dot_fn(w->type);
+    int64_t o0 = w->n_out * ith / nth, o1 = w->n_out * (ith + 1) / nth;
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = w->data + (size_t)o * w->row_bytes;
+        for (int t = 0; t < mt->T; t++) mt->y[(size_t)t * w->n_out + o] = dot(row, mt->xq + t * mt->xq_stride, w->n_in);
+    }
+}
+
+/* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out). xq is scratch for the rounded
+ * activations. This is the only place weights are multiplied. */
+static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq) {
+    uint32_t at = dot_type(w->type);
+    size_t stride = row_bytes(at, w->n_in);
+    for (int t = 0; t < T; t++) quantize_row(w->type, x + (size_t)t * w->n_in, xq + t * stride, w->n_in);
+    MatmulTask mt = {w, xq, stride, y, T};
+    pool_run(pool, matmul_task, &mt);
+}
+
+/* ============================================================================================== */
+/* 7. The model: hyper-parameters and the one table of GGUF names                                 */
+/* ============================================================================================== */
+typedef struct {
+    char arch[16];             /* "qwen35moe" or "clover_moe": the prefix of every model key */
+    int n_embd, n_layer, n_vocab, n_ctx_train;
+    int n_head, n_head_kv, head_dim, n_rot;            /* gated full attention */
+    float eps, rope_base, kq_scale;
+    int n_expert, n_expert_used, n_ff, n_ff_shexp;     /* MoE */
+    float expert_weights_scale;
+    int d_conv, n_k_heads, n_v_heads, d_state;         /* Gated DeltaNet: head dim d_state for k and v */
+    int key_dim, value_dim, conv_dim;                  /* n_k_heads*d_state, n_v_heads*d_state, 2*key+value */
+    int mask_id;                                       /* -1 when the file has none */
+    int block_size;                                    /* diffusion block; drafts are at most block_size-1 */
+    bool shift_logits;
+    float coreset_top_p;
+} Config;
+
+typedef struct {
+    bool recurrent;                       /* GDN layer (else gated full attention) */
+    float *attn_norm, *post_norm;
+    /* Gated DeltaNet */
+    Mat qkv, gate, beta, alpha, ssm_out;
+    float *conv, *dt, *a, *ssm_norm;      /* conv: [conv_dim][d_conv], tap d_conv-1 is the current row */
+    /* clover_moe preview extras (NULL / n_out 0 when absent) */
+    float *conv_right, *a_rev, *dt_rev, *rev_mix;
+    Mat alpha_rev, beta_rev;
+    /* gated attention */
+    Mat wq, wk, wv, wo;
+    float *q_norm, *k_norm;
+    /* MoE with shared expert */
+    Mat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
+    float *shexp_gate;
+} Layer;
+
+typedef struct {
+    GGUF file;
+    Config c;
+    Mat tok_embd, output;
+    float *output_norm;
+    Layer *layers;
+} Model;
+
+/* Dimensions a tensor's shape is checked against. */
+typedef enum { D_NONE, D_EMBD, D_VOCAB, D_CONV, D_VALUE, D_VHEADS, D_DCONV, D_RIGHT, D_STATE, D_QG, D_KV,
+               D_Q, D_HEAD, D_EXPERT, D_FF, D_FFSH } Dim;
+static int64_t dim_size(const Config *c, Dim d) {
+    switch (d) {
+    case D_NONE: return 1;
+    case D_EMBD: return c->n_embd;
+    case D_VOCAB: return c->n_vocab;
+    case D_CONV: return c->conv_dim;
+    case D_VALUE: return c->value_dim;
+    case D_VHEADS: return c->n_v_heads;
+    case D_DCONV: return c->d_conv;
+    case D_RIGHT: return c->d_conv - 1;
+    case D_STATE: return c->d_state;
+    case D_QG: return 2 * (int64_t)c->n_head * c->head_dim;
+    case D_KV: return (int64_t)c->n_head_kv * c->head_dim;
+    case D_Q: return (int64_t)c->n_head * c->head_dim;
+    case D_HEAD: return c->head_dim;
+    case D_EXPERT: return c->n_expert;
+    case D_FF: return c->n_ff;
+    case D_FFSH: return c->n_ff_shexp;
+    }
+    return 0;
+}
+
+typedef enum { IN_MODEL, IN_ALL, IN_GDN, IN_ATTN } Where;
+typedef enum { REQUIRED, OPTIONAL, PREVIEW } Need;   /* PREVIEW: optional, read only for clover_moe */
+typedef enum { AS_MAT, AS_VEC } Kind;                /* matrix used in place, or small vector read as f32 */
+typedef struct { const char *name; Where where; Need need; Kind kind; size_t field; Dim ne[3]; } TensorName;
+
+/* Every tensor clover reads, with its shape (ggml order: ne[0] is the row length). When the official
+ * clover_moe names are known, this table is the one place to change. */
+static const TensorName TENSOR_NAMES[] = {
+    {"token_embd.weight", IN_MODEL, REQUIRED, AS_MAT, offsetof(Model, tok_embd), {D_EMBD, D_VOCAB}},
+    {"output_norm.weight", IN_MODEL, REQUIRED, AS_VEC, offsetof(Model, output_norm), {D_EMBD}},
+    {"output.weight", IN_MODEL, OPTIONAL, AS_MAT, offsetof(Model, output), {D_EMBD, D_VOCAB}},
+    {"blk.%d.attn_norm.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, attn_norm), {D_EMBD}},
+    {"blk.%d.post_attention_norm.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, post_norm), {D_EMBD}},
+    {"blk.%d.attn_qkv.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, qkv), {D_EMBD, D_CONV}},
+    {"blk.%d.attn_gate.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, gate), {D_EMBD, D_VALUE}},
+    {"blk.%d.ssm_beta.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, beta), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_alpha.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, alpha), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_conv1d.weight", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, conv), {D_DCONV, D_CONV}},
+    {"blk.%d.ssm_dt.bias", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, dt), {D_VHEADS}},
+    {"blk.%d.ssm_a", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, a), {D_VHEADS}},
+    {"blk.%d.ssm_norm.weight", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, ssm_norm), {D_STATE}},
+    {"blk.%d.ssm_out.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, ssm_out), {D_VALUE, D_EMBD}},
+    {"blk.%d.ssm_conv1d_right.weight", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, conv_right), {D_RIGHT, D_CONV}},
+    {"blk.%d.ssm_a_rev", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, a_rev), {D_VHEADS}},
+    {"blk.%d.ssm_dt_rev.bias", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, dt_rev), {D_VHEADS}},
+    {"blk.%d.ssm_alpha_rev.weight", IN_GDN, PREVIEW, AS_MAT, offsetof(Layer, alpha_rev), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_beta_rev.weight", IN_GDN, PREVIEW, AS_MAT, offsetof(Layer, beta_rev), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_rev_mix", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, rev_mix), {D_VHEADS}},
+    {"blk.%d.attn_q.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wq), {D_EMBD, D_QG}},
+    {"blk.%d.attn_k.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wk), {D_EMBD, D_KV}},
+    {"blk.%d.attn_v.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wv), {D_EMBD, D_KV}},
+    {"blk.%d.attn_q_norm.weight", IN_ATTN, REQUIRED, AS_VEC, offsetof(Layer, q_norm), {D_HEAD}},
+    {"blk.%d.attn_k_norm.weight", IN_ATTN, REQUIRED, AS_VEC, offsetof(Layer, k_norm), {D_HEAD}},
+    {"blk.%d.attn_output.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wo), {D_Q, D_EMBD}},
+    {"blk.%d.ffn_gate_inp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, router), {D_EMBD, D_EXPERT}},
+    {"blk.%d.ffn_gate_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, gate_exps), {D_EMBD, D_FF, D_EXPERT}},
+    {"blk.%d.ffn_up_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, up_exps), {D_EMBD, D_FF, D_EXPERT}},
+    {"blk.%d.ffn_down_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, down_exps), {D_FF, D_EMBD, D_EXPERT}},
+    {"blk.%d.ffn_gate_inp_shexp.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, shexp_gate), {D_EMBD}},
+    {"blk.%d.ffn_gate_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, gate_shexp), {D_EMBD, D_FFSH}},
+    {"blk.%d.ffn_up_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, up_shexp), {D_EMBD, D_FFSH}},
+    {"blk.%d.ffn_down_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, down_shexp), {D_FFSH, D_EMBD}},
+};
+/* Metadata keys beyond "<arch>.*": the tokenizer and the diffusion extras. */
+#define KEY_MASK_ID "tokenizer.ggml.mask_token_id"
+
+static const GGUFTensor *find_tensor(const GGUF *f, const char *name) {
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (str_eq(f->tensors[i].name, name)) return &f->tensors[i];
+    return NULL;
+}
+
+/* Claim tensor `name`, check its shape and type, and store it as a matrix or an f32 vector. */
+static bool load_tensor(Model *m, const TensorName *tn, int il, void *base) {
+    char name[96];
+    snprintf(name, sizeof name, tn->name, il);
+    GGUFTensor *t = (GGUFTensor *)find_tensor(&m->file, name);
+    if (!t) {
+        if (tn->need == REQUIRED) fatal("%s: tensor '%s' is missing; the file is incomplete or not a %s model", m->file.path, name, m->c.arch);
+        return false;
+    }
+    int64_t want[4] = {dim_size(&m->c, tn->ne[0]), dim_size(&m->c, tn->ne[1]), dim_size(&m->c, tn->ne[2]), 1};
+    if (memcmp(want, t->ne, sizeof want) != 0)
+        fatal("%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld] from the metadata",
+              m->file.path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+              (long long)want[0], (long long)want[1], (long long)want[2]);
+    if (!TYPES[t->type].supported)
+        fatal("%s: tensor '%s' has type %s, which clover does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); requantize the file",
+              m->file.path, name, TYPES[t->type].name);
+    if ((uintptr_t)t->data % 4)
+        fatal("%s: tensor '%s' data is misaligned", m->file.path, name);
+    t->used = true;
+    if (tn->kind == AS_MAT) {
+        Mat *mat = (Mat *)((char *)base + tn->field);
+        *mat = (Mat){t->data, t->type, t->ne[0], t->ne[1], row_bytes(t->type, t->ne[0]), t};
+    } else {
+        size_t n = (size_t)(t->ne[0] * t->ne[1]);
+        float *v = xmalloc(mul_size(n, sizeof(float), name));
+        dequant_row(t->type, t->data, v, (int64_t)n);
+        *(float **)((char *)base + tn->field) = v;
+    }
+    return true;
+}
+
+static int model_int(const GGUF *f, const char *arch, const char *key, int64_t def, int64_t lo, int64_t hi) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    return (int)gguf_int(f, k, def, lo, hi);
+}
+
+static float model_float(const GGUF *f, const char *arch, const char *key, float def) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    return gguf_float(f, k, def);
+}
+
+static void read_config(Model *m) {
+    const GGUF *f = &m->file;
+    Config *c = &m->c;
+    const GGUFKV *a = gguf_find(f, "general.architecture");
+    if (!a || a->type != GGUF_STRING) fatal("%s: general.architecture is missing; not a model GGUF", f->path);
+    if (!str_eq(a->strings[0], "qwen35moe") && !str_eq(a->strings[0], "clover_moe"))
+        fatal("%s: architecture '%s' is not supported (qwen35moe or clover_moe)", f->path, show(a->strings[0]));
+    snprintf(c->arch, sizeof c->arch, "%s", str_eq(a->strings[0], "qwen35moe") ? "qwen35moe" : "clover_moe");
+    const char *A = c->arch;
+    const int64_t BIG = 1 << 20;
+    int blocks = model_int(f, A, "block_count", -1, 1, 4096);
+    int nextn = model_int(f, A, "nextn_predict_layers", 0, 0, blocks - 1);
+    c->n_layer = blocks - nextn;
+    c->n_embd = model_int(f, A, "embedding_length", -1, 1, BIG);
+    c->n_ctx_train = model_int(f, A, "context_length", -1, 1, INT32_MAX);
+    c->n_head = model_int(f, A, "attention.head_count", -1, 1, 4096);
+    c->n_head_kv = model_int(f, A, "attention.head_count_kv", -1, 1, c->n_head);
+    c->head_dim = model_int(f, A, "attention.key_length", -1, 1, 4096);
+    if (model_int(f, A, "attention.value_length", c->head_dim, 1, 4096) != c->head_dim)
+        fatal("%s: attention key_length and value_length differ; not supported", f->path);
+    if (c->n_head % c->n_head_kv) fatal("%s: head_count %d is not a multiple of head_count_kv %d", f->path, c->n_head, c->n_head_kv);
+    c->n_rot = model_int(f, A, "rope.dimension_count", c->head_dim, 2, c->head_dim);
+    if (c->n_rot % 2) fatal("%s: rope.dimension_count %d must be even", f->path, c->n_rot);
+    c->eps = model_float(f, A, "attention.layer_norm_rms_epsilon", 1e-6f);
+    c->rope_base = model_float(f, A, "rope.freq_base", 1e7f);
+    c->kq_scale = model_float(f, A, "attention.scale", 1.0f / sqrtf((float)c->head_dim));
+    if (!(c->eps > 0 && c->eps < 1) || !(c->rope_base > 1) || !(c->kq_scale > 0))
+        fatal("%s: rms epsilon, rope.freq_base or attention.scale out of range", f->path);
+    c->n_expert = model_int(f, A, "expert_count", -1, 1, 65536);
+    c->n_expert_used = model_int(f, A, "expert_used_count", -1, 1, c->n_expert);
+    int n_ff = model_int(f, A, "feed_forward_length", 0, 0, BIG);
+    c->n_ff = model_int(f, A, "expert_feed_forward_length", n_ff ? n_ff / c->n_expert_used : -1, 1, BIG);
+    c->n_ff_shexp = model_int(f, A, "expert_shared_feed_forward_length", n_ff ? n_ff : c->n_ff, 1, BIG);
+    c->expert_weights_scale = model_float(f, A, "expert_weights_scale", 0);
+    c->d_conv = model_int(f, A, "ssm.conv_kernel", -1, 2, 64);
+    c->d_state = model_int(f, A, "ssm.state_size", -1, 1, 4096);
+    c->n_k_heads = model_int(f, A, "ssm.group_count", -1, 1, 4096);
+    c->n_v_heads = model_int(f, A, "ssm.time_step_rank", -1, 1, 4096);
+    int inner = model_int(f, A, "ssm.inner_size", -1, 1, BIG);
+    if (inner != c->n_v_heads * c->d_state)
+        fatal("%s: ssm.inner_size %d != time_step_rank %d x state_size %d (value and key head dims must match)", f->path, inner, c->n_v_heads, c->d_state);
+    if (c->n_v_heads % c->n_k_heads) fatal("%s: ssm.time_step_rank %d is not a multiple of ssm.group_count %d", f->path, c->n_v_heads, c->n_k_heads);
+    c->key_dim = c->n_k_heads * c->d_state;
+    c->value_dim = inner;
+    c->conv_dim = 2 * c->key_dim + c->value_dim;
+
+    m->layers = xcalloc((size_t)c->n_layer, sizeof(Layer));
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", A);
+    const GGUFKV *rl = gguf_find(f, key);
+    int interval = model_int(f, A, "full_attention_interval", 4, 1, 4096);
+    if (rl && (rl->type != GGUF_ARRAY || rl->arr_n < (uint64_t)c->n_layer)) fatal("%s: %s must be an array of %d flags", f->path, key, c->n_layer);
+    for (int il = 0; il < c->n_layer; il++)
+        m->layers[il].recurrent = rl ? gguf_arr_int(f, rl, (uint64_t)il) != 0 : (il + 1) % interval != 0;
+
+    const GGUFKV *toks = gguf_array(f, "tokenizer.ggml.tokens", GGUF_STRING, true);
+    if (toks->arr_n < 1 || toks->arr_n > INT32_MAX) fatal("%s: tokenizer.ggml.tokens has %llu entries", f->path, (unsigned long long)toks->arr_n);
+    c->n_vocab = (int)toks->arr_n;
+    c->mask_id = (int)gguf_int(f, KEY_MASK_ID, -1, -1, INT32_MAX);
+    if (c->mask_id >= c->n_vocab) fatal("%s: %s = %d is not a token id (vocabulary has %d)", f->path, KEY_MASK_ID, c->mask_id, c->n_vocab);
+    c->block_size = model_int(f, A, "diffusion.block_size", 32, 2, 4096);
+    c->shift_logits = model_int(f, A, "diffusion.shift_logits", 0, 0, 1) != 0;
+    c->coreset_top_p = model_float(f, A, "diffusion.coreset_top_p", 0);
+    if (!(c->coreset_top_p >= 0 && c->coreset_top_p <= 1)) fatal("%s: diffusion.coreset_top_p must be in [0, 1]", f->path);
+}
+
+static void model_load(Model *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    gguf_open(&m->file, path);
+    read_config(m);
+    const Config *c = &m->c;
+    bool clover = strcmp(c->arch, "clover_moe") == 0;
+    for (size_t i = 0; i < sizeof TENSOR_NAMES / sizeof TENSOR_NAMES[0]; i++) {
+        const TensorName *tn = &TENSOR_NAMES[i];
+        if (tn->need == PREVIEW && !clover) continue;
+        if (tn->where == IN_MODEL) { load_tensor(m, tn, 0, m); continue; }
+        for (int il = 0; il < c->n_layer; il++) {
+            Layer *L = &m->layers[il];
+            if ((tn->where == IN_GDN && !L->recurrent) || (tn->where == IN_ATTN && L->recurrent)) continue;
+            load_tensor(m, tn, il, L);
+        }
+    }
+    if (!m->output.data) m->output = m->tok_embd;   /* tied head, as llama.cpp falls back */
+    for (int il = 0; il < c->n_layer; il++) {        /* the reverse branch needs all five tensors */
+        Layer *L = &m->layers[il];
+        if (!(L->a_rev && L->dt_rev && L->rev_mix && L->alpha_rev.data && L->beta_rev.data)) L->a_rev = NULL;
+    }
+    /* one warning line for tensors we do not know (MTP layers past the trunk are known and skipped) */
+    char list[512] = "";
+    int unknown = 0;
+    for (uint64_t i = 0; i < m->file.n_tensors; i++) {
+        const GGUFTensor *t = &m->file.tensors[i];
+        int blk;
+        if (t->used || (sscanf(show(t->name), "blk.%d.", &blk) == 1 && blk >= c->n_layer)) continue;
+        if (unknown++ < 8) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", unknown > 1 ? ", " : "", show(t->name));
+    }
+    if (unknown) fprintf(stderr, "clover: warning: %d tensor%s not used by clover: %s%s\n", unknown, unknown > 1 ? "s" : "", list, unknown > 8 ? ", ..." : "");
+}
+
+/* ============================================================================================== */
+/* 8. State: KV cache, GDN conv ring and recurrent state                                          */
+/* ============================================================================================== */
+/* The committed state of one sequence after n_past tokens. Attention layers keep K and V rows per
+ * position (f32, f16 or bf16: -ctk/-ctv); GDN layers keep the last d_conv-1 pre-conv rows (the conv
+ * ring, oldest first) and one d_state x d_state matrix S_h per value head. S_h is stored
+ * transposed, mem[j*d_state + i] = S_h[i][j] (i: key dim, j: value dim), so the loops over i are
+ * contiguous. */
+typedef struct {
+    int n_ctx, n_past;
+    uint32_t k_type, v_type;
+    uint8_t **k, **v;    /* per attention layer: [n_ctx][n_head_kv*head_dim] */
+    float **ring;        /* per GDN layer: [d_conv-1][conv_dim] */
+    float **S;           /* per GDN layer: [n_v_heads][d_state*d_state] */
+} State;
+
+static size_t kv_bytes(const Config *c, uint32_t type, int n_ctx) {
+    return mul_size(mul_size((size_t)n_ctx, (size_t)c->n_head_kv * c->head_dim, "KV cache"), TYPES[type].bytes, "KV cache");
+}
+static size_t ring_floats(const Config *c) { return (size_t)(c->d_conv - 1) * c->conv_dim; }
+static size_t S_floats(const Config *c) { return (size_t)c->n_v_heads * c->d_state * c->d_state; }
+
+static void state_init(State *s, const Model *m, int n_ctx, uint32_t k_type, uint32_t v_type) {
+    const Config *c = &m->c;
+    memset(s, 0, sizeof *s);
+    s->n_ctx = n_ctx;
+    s->k_type = k_type;
+    s->v_type = v_type;
+    s->k = xcalloc((size_t)c->n_layer, sizeof(uint8_t *));
+    s->v = xcalloc((size_t)c->n_layer, sizeof(uint8_t *));
+    s->ring = xcalloc((size_t)c->n_layer, sizeof(float *));
+    s->S = xcalloc((size_t)c->n_layer, sizeof(float *));
+    for (int il = 0; il < c->n_layer; il++) {
+        if (m->layers[il].recurrent) {
+            s->ring[il] = xcalloc(ring_floats(c), sizeof(float));
+            s->S[il] = xcalloc(S_floats(c), sizeof(float));
+        } else {
+            s->k[il] = xmalloc(kv_bytes(c, k_type, n_ctx));
+            s->v[il] = xmalloc(kv_bytes(c, v_type, n_ctx));
+        }
+    }
+}
+
+/* Store n floats rounded to a cache type, and read them back. */
+static void store_as(uint32_t type, void *dst, const float *x, int n) {
+    for (int i = 0; i < n; i++) {
+        if (type == T_F32) ((float *)dst)[i] = x[i];
+        else if (type == T_F16) ((uint16_t *)dst)[i] = fp32_to_fp16(x[i]);
+        else ((uint16_t *)dst)[i] = fp32_to_bf16(x[i]);
+    }
+}
+
+static float load_as(uint32_t type, const void *src, int i) {
+    if (type == T_F32) return ((const float *)src)[i];
+    if (type == T_F16) return fp16_to_fp32(((const uint16_t *)src)[i]);
+    return bf16_to_fp32(((const uint16_t *)src)[i]);
+}
+
+/* ============================================================================================== */
+/* 9. The causal forward pass                                                                     */
+/* ============================================================================================== */
+/* Scratch for one batch of up to `cap` rows. */
+typedef struct {
+    int cap;
+    float *x, *xn;                  /* residual stream and its normed copy [cap][n_embd] */
+    float *qkv, *z, *beta, *g, *o;  /* GDN: pre-conv rows, gate, beta, log-decay, mixer out */
+    float *conv;                    /* GDN: post-conv q|k|v rows [cap][conv_dim] */
+    float *qg, *kr, *vr, *ao;       /* attention: q|gate, k, v, head outputs */
+    float *att;                     /* attention scores, [n_threads][n_ctx] */
+    float *router, *w;              /* MoE: router probabilities, chosen weights [cap][n_used] */
+    int *sel;                       /* MoE: chosen experts [cap][n_used] */
+    float *xe, *ge, *ue, *ye;       /* MoE: gathered rows, gate, up, expert outputs [cap][n_used][n_embd] */
+    int *rows;                      /* MoE: (t, r) pairs routed to the current expert */
+    float *sh;                      /* shared expert output [cap][n_embd] */
+    float *mix;                     /* [cap][n_embd] mixer / FFN output */
+    uint8_t *xq;                    /* rounded activations for matmul */
+} Scratch;
+
+typedef struct {
+    Model *m;
+    State st;
+    Scratch sc;
+    Pool pool;
+    int n_threads, n_threads_batch;
+} Ctx;
+
+static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_threads) {
+    size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used;
+    size_t maxin = (size_t)c->n_embd;
+    size_t ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, (size_t)c->n_ff, (size_t)c->n_ff_shexp};
+    for (int i = 0; i < 4; i++) if (ins[i] > maxin) maxin = ins[i];
+    s->cap = cap;
+    s->x = xcalloc(T * E, 4);
+    s->xn = xcalloc(T * E, 4);
+    s->mix = xcalloc(T * E, 4);
+    s->sh = xcalloc(T * E, 4);
+    s->qkv = xcalloc(T * (size_t)c->conv_dim, 4);
+    s->conv = xcalloc(T * (size_t)c->conv_dim, 4);
+    s->z = xcalloc(T * (size_t)c->value_dim, 4);
+    s->o = xcalloc(T * (size_t)c->value_dim, 4);
+    s->beta = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->g = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->qg = xcalloc(T * 2 * (size_t)c->n_head * c->head_dim, 4);
+    s->ao = xcalloc(T * (size_t)c->n_head * c->head_dim, 4);
+    s->kr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
+    s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
+    s->att = xcalloc(mul_size((size_t)n_threads, (size_t)n_ctx, "attention scratch"), 4);
+    s->router = xcalloc(T * (size_t)c->n_expert, 4);
+    s->w = xcalloc(T * K, 4);
+    s->sel = xcalloc(T * K, sizeof(int));
+    s->rows = xcalloc(T * K, sizeof(int));
+    s->xe = xcalloc(T * K * E, 4);
+    s->ge = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
+    s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
+    s->ye = xcalloc(T * K * E, 4);
+    s->xq = xcalloc(T * K * maxin, 4);
+}
+
+/* --- primitives, as llama.cpp's CPU ops compute them ------------------------------------------ */
+/* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w; the sum of squares is accumulated in double. */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+}
+
+/* L2 norm: y = x / max(||x||, eps). */
+static void l2norm(float *x, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
+    for (int i = 0; i < n; i++) x[i] *= scale;
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+/* softmax in place: subtract the max, exponentiate, normalise by a double-precision sum. */
+static void softmax(float *x, int n) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = fmaxf(max, x[i]);
+    double sum = 0;
+    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* NEOX rotary embedding on the first n_rot dims: pairs (i, i + n_rot/2) rotate by pos * base^(-2i/n_rot).
+ * The angle is advanced by repeated float multiplication, as ggml does. */
+static void rope(float *x, int n_rot, int pos, float base) {
+    float theta_scale = powf(base, -2.0f / n_rot), th = (float)pos;
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float cs = cosf(th), sn = sinf(th), x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * cs - x1 * sn;
+        x[i + half] = x0 * sn + x1 * cs;
+        th *= theta_scale;
+    }
+}
+
+static void embed(const Model *m, int token, float *x) {
+    const Mat *e = &m->tok_embd;
+    dequant_row(e->type, e->data + (size_t)token * e->row_bytes, x, e->n_in);
+}
+
+/* --- Gated DeltaNet --------------------------------------------------------------------------- */
+/* Depthwise causal conv over [ring | u] then SiLU: y[c] = silu(sum_j w[c][j] * U[j][c]), where tap
+ * d_conv-1 is the current row u. The ring then drops its oldest row and keeps u. */
+static void gdn_conv(const Config *c, const Layer *L, float *ring, const float *u, float *y) {
+    int K = c->d_conv, C = c->conv_dim;
+    for (int ch = 0; ch < C; ch++) {
+        const float *w = L->conv + (size_t)ch * K;
+        float s = 0;
+        for (int j = 0; j < K - 1; j++) s += ring[(size_t)j * C + ch] * w[j];
+        s += u[ch] * w[K - 1];
+        y[ch] = s;
+    }
+    memmove(ring, ring + C, (size_t)(K - 2) * C * sizeof(float));
+    memcpy(ring + (size_t)(K - 2) * C, u, (size_t)C * sizeof(float));
+}
+
+/* SiLU, then L2-normalise every q and k head of a post-conv row [q | k | v]. */
+static void gdn_qk_norm(const Config *c, float *y) {
+    for (int i = 0; i < c->conv_dim; i++) y[i] = silu(y[i]);
+    for (int h = 0; h < 2 * c->n_k_heads; h++) l2norm(y + (size_t)h * c->d_state, c->d_state, c->eps);
+}
+
+/* The gated delta rule for one value head and one row, on S (transposed, see State):
+ *   S <- exp(g) S;  delta = beta (v - S^T k);  S <- S + k delta^T;  o = (S^T q) / sqrt(d)
+ * Value head h reads q/k head h % n_k_heads (the GGUF's tiled head order). */
+static void delta_rule(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
+    float decay = expf(g), scale = 1.0f / sqrtf((float)d);
+    for (int j = 0; j < d; j++) {
+        float *Sj = S + (size_t)j * d;
+        float sk = 0;
+        for (int i = 0; i < d; i++) { Sj[i] *= decay; sk += Sj[i] * k[i]; }
+        float delta = (v[j] - sk) * beta, sq = 0;
+        for (int i = 0; i < d; i++) { Sj[i] += k[i] * delta; sq += Sj[i] * q[i]; }
+        o[j] = sq * scale;
+    }
+}
+
+typedef struct {
+    const Config *c;
+    float *S;                         /* [n_v_heads][d*d] */
+    const float *y, *g, *beta;        /* post-conv rows [T][conv_dim], [T][n_v_heads] x2 */
+    float *o;                         /* [T][value_dim] */
+    int T;
+    bool reverse;                     /* scan rows T-1 .. 0 (the preview's reverse branch) */
+} ScanTask;
+
+/* Heads are independent, so threads take heads and each runs its rows in order. */
+static void gdn_scan_task(void *p, int ith, int nth) {
+    const ScanTask *st = p;
+    const Config *c = st->c;
+    int d = c->d_state;
+    for (int h = ith; h < c->n_v_heads; h += nth) {
+        int kh = h % c->n_k_heads;
+        for (int i = 0; i < st->T; i++) {
+            int t = st->reverse ? st->T - 1 - i : i;
+            const float *y = st->y + (size_t)t * c->conv_dim;
+            delta_rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
+                       y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
+                       st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
+        }
+    }
+}
+
+/* The recurrent part of a GDN layer for T rows of pre-conv input u: advances the conv ring and S
+ * exactly as T single-token steps would. Used by decoding, batches, and the rollback replay. */
+static void gdn_advance(Pool *pool, const Config *c, const Layer *L, float *ring, float *S, int T, const float *u,
+                        const float *g, const float *beta, float *y, float *o) {
+    for (int t = 0; t < T; t++) {
+        gdn_conv(c, L, ring, u + (size_t)t * c->conv_dim, y + (size_t)t * c->conv_dim);
+        gdn_qk_norm(c, y + (size_t)t * c->conv_dim);
+    }
+    ScanTask st = {c, S, y, g, beta, o, T, false};
+    pool_run(pool, gdn_scan_task, &st);
+}
+
+/* beta = sigmoid(W_beta x), g = softplus(W_alpha x + dt_bias) * a (a = -exp(A_log) < 0: g is a log-decay). */
+static void gdn_gates(const Config *c, const float *a, const float *dt, float *g, float *beta, int T) {
+    for (size_t i = 0; i < (size_t)T * c->n_v_heads; i++) {
+        int h = (int)(i % c->n_v_heads);
+        beta[i] = sigmoid(beta[i]);
+        g[i] = softplus(g[i] + dt[h]) * a[h];
+    }
+}
+
+/* o_h <- rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads). */
+static void gdn_gated_norm(const Config *c, const Layer *L, float *o, const float *z, int T) {
+    for (size_t hh = 0; hh < (size_t)T * c->n_v_heads; hh++) {
+        float *oh = o + hh * c->d_state;
+        const float *zh = z + hh * c->d_state;
+        rmsnorm(oh, oh, L->ssm_norm, c->d_state, c->eps);
+        for (int j = 0; j < c->d_state; j++) oh[j] *= silu(zh[j]);
+    }
+}
+
+/* Optional record of a batch's GDN inputs, so a partially accepted verify batch can be replayed. */
+typedef struct {
+    float **u, **g, **beta;           /* per GDN layer: [cap][conv_dim], [cap][n_v_heads] x2 */
+} GdnLog;
+
+static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log) {
+    const Config *c = &ctx->m->c;
+    const Layer *L = &ctx->m->layers[il];
+    Scratch *s = &ctx->sc;
+    matmul(&ctx->pool, &L->qkv, s->xn, T, s->qkv, s->xq);
+    matmul(&ctx->pool, &L->gate, s->xn, T, s->z, s->xq);
+    matmul(&ctx->pool, &L->beta, s->xn, T, s->beta, s->xq);
+    matmul(&ctx->pool, &L->alpha, s->xn, T, s->g, s->xq);
+    gdn_gates(c, L->a, L->dt, s->g, s->beta, T);
+    if (log) {
+        memcpy(log->u[il], s->qkv, (size_t)T * c->conv_dim * sizeof(float));
+        memcpy(log->g[il], s->g, (size_t)T * c->n_v_heads * sizeof(float));
+        memcpy(log->beta[il], s->beta, (size_t)T * c->n_v_heads * sizeof(float));
+    }
+    gdn_advance(&ctx->pool, c, L, ctx->st.ring[il], ctx->st.S[il], T, s->qkv, s->g, s->beta, s->conv, s->o);
+    gdn_gated_norm(c, L, s->o, s->z, T);
+    matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq);
+}
+
+/* --- gated attention -------------------------------------------------------------------------- */
+typedef struct {
+    Ctx *ctx;
+    int il, T, pos;
+    const uint8_t *K, *V;    /* key/value rows for positions 0..n_keys-1 */
+    uint32_t k_type, v_type;
+    int n_keys;
+    int causal_from;         /* row t sees keys < causal_from + t + 1 (causal), or all n_keys if < 0 */
+} AttnTask;
+
+/* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see.
+ * q is rounded to the cache type before the dot and p before the V sum, as llama.cpp's matmuls
+ * do with an f16/bf16 cache. */
+static void attn_task(void *p, int ith, int nth) {
+    const AttnTask *at = p;
+    const Config *c = &at->ctx->m->c;
+    Scratch *s = &at->ctx->sc;
+    int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
+    float *sc = s->att + (size_t)ith * at->ctx->st.n_ctx;
+    DotFn kdot = dot_fn(at->k_type);
+    uint8_t qr[4 * 1024];
+    for (int job = ith; job < at->T * c->n_head; job += nth) {
+        int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
+        int n = at->causal_from < 0 ? at->n_keys : at->causal_from + t + 1;
+        const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
+        store_as(at->k_type, qr, q, hd);
+        size_t kstride = (size_t)kvd * TYPES[at->k_type].bytes, vstride = (size_t)kvd * TYPES[at->v_type].bytes;
+        for (int j = 0; j < n; j++)
+            sc[j] = kdot(at->K + j * kstride + (size_t)kvh * hd * TYPES[at->k_type].bytes, qr, hd) * c->kq_scale;
+        softmax(sc, n);
+        float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int j = 0; j < n; j++) {
+            float pj = at->v_type == T_F32 ? sc[j] : load_as(at->v_type, (uint16_t[]){at->v_type == T_F16 ? fp32_to_fp16(sc[j]) : fp32_to_bf16(sc[j])}, 0);
+            const uint8_t *vrow = at->V + j * vstride + (size_t)kvh * hd * TYPES[at->v_type].bytes;
+            for (int i = 0; i < hd; i++) o[i] += pj * load_as(at->v_type, vrow, i);
+        }
+        const float *gate = q + hd;
+        for (int i = 0; i < hd; i++) o[i] *= sigmoid(gate[i]);
+    }
+}
+
+/* q/k RMSNorm and RoPE for T rows at positions pos.. (q in place inside qg, k in kr). */
+static void attn_qk_prepare(const Config *c, const Layer *L, Scratch *s, int T, int pos) {
+    int hd = c->head_dim;
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < c->n_head; h++) {
+            float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
+            rmsnorm(q, q, L->q_norm, hd, c->eps);
+            rope(q, c->n_rot, pos + t, c->rope_base);
+        }
+        for (int g = 0; g < c->n_head_kv; g++) {
+            float *k = s->kr + ((size_t)t * c->n_head_kv + g) * hd;
+            rmsnorm(k, k, L->k_norm, hd, c->eps);
+            rope(k, c->n_rot, pos + t, c->rope_base);
+        }
+    }
+}
+
+static void attn_layer(Ctx *ctx, int il, int T, int pos) {
+    const Config *c = &ctx->m->c;
+    const Layer *L = &ctx->m->layers[il];
+    Scratch *s = &ctx->sc;
+    State *st = &ctx->st;
+    int kvd = c->n_head_kv * c->head_dim;
+    matmul(&ctx->pool, &L->wq, s->xn, T, s->qg, s->xq);
+    matmul(&ctx->pool, &L->wk, s->xn, T, s->kr, s->xq);
+    matmul(&ctx->pool, &L->wv, s->xn, T, s->vr, s->xq);
+    attn_qk_prepare(c, L, s, T, pos);
+    for (int t = 0; t < T; t++) {
+        store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
+        store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
+    }
+    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pos};
+    pool_run(&ctx->pool, attn_task, &at);
+    matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq);
+}
+
+/* --- MoE --------------------------------------------------------------------------------------- */
+/* Router: p = softmax(W_r m); take the n_used largest (ties to the lower expert), renormalise. */
+static void route_top_k(const Config *c, const float *p, const bool *allowed, int *sel, float *w) {
+    int k = c->n_expert_used;
+    for (int r = 0; r < k; r++) {
+        int best = -1;
+        for (int e = 0; e < c->n_expert; e++) {
+            if (allowed && !allowed[e]) continue;
+            bool taken = false;
+            for (int q = 0; q < r; q++) taken |= sel[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[r] = best;
+        w[r] = best >= 0 ? p[best] : 0;
+    }
+    float sum = 0;
+    for (int r = 0; r < k; r++) sum += w[r];
+    sum = fmaxf(sum, 6.103515625e-5f);   /* smallest normal fp16, llama.cpp's clamp */
+    for (int r = 0; r < k; r++) {
+        w[r] /= sum;
+        if (c->expert_weights_scale != 0 && c->expert_weights_scale != 1) w[r] *= c->expert_weights_scale;
+    }
+}
+
+/* Expert FFNs for T rows whose choices are in s->sel/s->w: rows routed to the same expert are
+ * gathered and multiplied together, so each expert's weights are read once per batch. Then
+ * moe[t] = sum_r w_r * down_e(silu(gate_e m) * up_e m), summed in rank order r = 0, 1, ... */
+static void moe_experts(Ctx *ctx, const Layer *L, int T) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
+    for (int e = 0; e < c->n_expert; e++) {
+        int n = 0;
+        for (int i = 0; i < T * K; i++)
+            if (s->sel[i] == e) s->rows[n++] = i;
+        if (!n) continue;
+        for (int r = 0; r < n; r++) memcpy(s->xe + (size_t)r * E, s->xn + (size_t)(s->rows[r] / K) * E, (size_t)E * 4);
+        Mat gate = mat_expert(&L->gate_exps, e), up = mat_expert(&L->up_exps, e), down = mat_expert(&L->down_exps, e);
+        matmul(&ctx->pool, &up, s->xe, n, s->ue, s->xq);
+        matmul(&ctx->pool, &gate, s->xe, n, s->ge, s->xq);
+        for (size_t i = 0; i < (size_t)n * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
+        matmul(&ctx->pool, &down, s->ge, n, s->xe, s->xq);
+        for (int r = 0; r < n; r++) {
+            float *y = s->ye + (size_t)s->rows[r] * E, w = s->w[s->rows[r]];
+            for (int i = 0; i < E; i++) y[i] = s->xe[(size_t)r * E + i] * w;
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        float *out = s->mix + (size_t)t * E;
+        memcpy(out, s->ye + (size_t)t * K * E, (size_t)E * 4);
+        for (int r = 1; r < K; r++)
+            for (int i = 0; i < E; i++) out[i] += s->ye[((size_t)t * K + r) * E + i];
+    }
+}
+
+/* Shared expert, gated by a sigmoid scalar: mix += sigmoid(g . m) * down(silu(gate m) * up m). */
+static void moe_shared(Ctx *ctx, const Layer *L, int T) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    int E = c->n_embd, F = c->n_ff_shexp;
+    matmul(&ctx->pool, &L->up_shexp, s->xn, T, s->ue, s->xq);
+    matmul(&ctx->pool, &L->gate_shexp, s->xn, T, s->ge, s->xq);
+    for (size_t i = 0; i < (size_t)T * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
+    matmul(&ctx->pool, &L->down_shexp, s->ge, T, s->sh, s->xq);
+    for (int t = 0; t < T; t++) {
+        float gate = sigmoid(dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E));
+        for (int i = 0; i < E; i++) s->mix[(size_t)t * E + i] += s->sh[(size_t)t * E + i] * gate;
+    }
+}
+
+static void moe_layer(Ctx *ctx, int il, int T) {
+    const Config *c = &ctx->m->c;
+    const Layer *L = &ctx->m->layers[il];
+    Scratch *s = &ctx->sc;
+    matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq);
+    for (int t = 0; t < T; t++) {
+        float *p = s->router + (size_t)t * c->n_expert;
+        softmax(p, c->n_expert);
+        route_top_k(c, p, NULL, s->sel + (size_t)t * c->n_expert_used, s->w + (size_t)t * c->n_expert_used);
+    }
+    moe_experts(ctx, L, T);
+    moe_shared(ctx, L, T);
+}
+
+/* --- the whole pass ---------------------------------------------------------------------------- */
+/* Final norm and LM head for row t of the residual stream. */
+static void lm_head(Ctx *ctx, int T, const int *rows, int n_rows, float *logits) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    (void)T;
+    for (int r = 0; r < n_rows; r++)
+        rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)rows[r] * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
+    matmul(&ctx->pool, &ctx->m->output, s->xn, n_rows, logits, s->xq);
+}
+
+/* Evaluate T <= cap tokens causally at positions n_past..n_past+T-1, appending to the state.
+ * logits: [T][n_vocab] when all_logits, else the last row only; NULL for none. Every row is
+ * computed exactly as if the tokens were fed one at a time. */
+static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, bool all_logits, GdnLog *log) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    int E = c->n_embd, pos = ctx->st.n_past;
+    ctx->pool.active = T == 1 ? ctx->n_threads : ctx->n_threads_batch;
+    for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], s->x + (size_t)t * E);
+    for (int il = 0; il < c->n_layer; il++) {
+        const Layer *L = &ctx->m->layers[il];
+        for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->eps);
+        if (L->recurrent) gdn_layer(ctx, il, T, log);
+        else attn_layer(ctx, il, T, pos);
+        for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
+        for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->post_norm, E, c->eps);
+        moe_layer(ctx, il, T);
+        for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
+    }
+    ctx->st.n_past += T;
+    if (!logits) return;
+    int rows[T];
+    int n_rows = 0;
+    for (int t = all_logits ? 0 : T - 1; t < T; t++) rows[n_rows++] = t;
+    lm_head(ctx, T, rows, n_rows, logits);
+}
+
+/* ============================================================================================== */
+/* 10. Tokenizer                                                                                  */
+/* ============================================================================================== */
+/* ----------------------------------------------------------------------------------------------
+ * Tokenizer: byte-level BPE with the "qwen35" pre-tokenizer, matching llama.cpp's llama_tokenize
+ * (src/llama-vocab.cpp, src/unicode.cpp) token for token.
+ *
+ * encode = split at special tokens -> split each remaining fragment into pieces (qwen35 scanner)
+ *          -> map each piece's bytes to GPT-2 "byte characters" -> merge pairs by rank (BPE)
+ *          -> look up each final symbol in the vocabulary.
+ * -------------------------------------------------------------------------------------------- */
+
+/* GGUF token types (tokenizer.ggml.token_type) */
+enum { TOKEN_TYPE_NORMAL = 1, TOKEN_TYPE_UNKNOWN = 2, TOKEN_TYPE_CONTROL = 3, TOKEN_TYPE_USER_DEFINED = 4,
+       TOKEN_TYPE_UNUSED = 5, TOKEN_TYPE_BYTE = 6 };
+
+/* Per-token flags, derived from the type when the tokenizer is built. */
+enum {
+    TOKEN_FLAG_CONTROL = 1,       /* matched in text only when parse_special (CONTROL or UNKNOWN type) */
+    TOKEN_FLAG_USER_DEFINED = 2,  /* always matched in text */
+    TOKEN_FLAG_VERBATIM = 4,      /* decodes to its stored text (not through the byte map) */
+    TOKEN_FLAG_BYTE = 8,          /* "<0xHH>" byte token */
+};
+
+typedef struct {
+    int n_vocab;
+    char *token_text;           /* every token's text, back to back */
+    uint32_t *token_offset;     /* token i is token_text[token_offset[i] .. token_offset[i+1]) */
+    uint8_t *token_flags;       /* TOKEN_FLAG_* per token */
+    int *token_slots;           /* open-addressing hash table: token text -> id, -1 = empty */
+    uint32_t token_mask;        /* number of slots - 1 (a power of two) */
+
+    int n_merges;
+    char *merge_text;           /* every merge "A B", back to back; rank = index */
+    uint32_t *merge_offset;     /* merge r is merge_text[merge_offset[r] .. merge_offset[r+1]) */
+    int *merge_slots;           /* open-addressing hash table: merge text -> rank, -1 = empty */
+    uint32_t merge_mask;
+    uint32_t max_merge_len;     /* longest merge text: longer pairs cannot be merges */
+
+    int *specials;              /* ids of CONTROL/USER_DEFINED/UNKNOWN tokens, longest text first */
+    int n_specials;
+
+    char byte_char[256][2];     /* GPT-2 byte map: byte -> UTF-8 of its printable stand-in character */
+    uint8_t byte_char_len[256];
+    int16_t char_byte[0x144];   /* inverse map: stand-in codepoint (all are < U+0144) -> byte, or -1 */
+} Tokenizer;
+
+/* ---- Unicode character classes for the pre-tokenizer --------------------------------------- */
+
+typedef struct { uint32_t first, last; } CodepointRange;
+/* Generated by test/unicode_tables.py from Python 3.11.7 unicodedata 14.0.0 plus the Unicode 15.0/15.1
+   letters, marks and numbers (llama.cpp's tables are Unicode 15.1). Do not edit by hand. */
+/* general category L* or M* (725 ranges) */
+static const CodepointRange letter_mark_ranges[] = {
+    {0x00041, 0x0005A}, {0x00061, 0x0007A}, {0x000AA, 0x000AA}, {0x000B5, 0x000B5}, {0x000BA, 0x000BA},
+    {0x000C0, 0x000D6}, {0x000D8, 0x000F6}, {0x000F8, 0x002C1}, {0x002C6, 0x002D1}, {0x002E0, 0x002E4},
+    {0x002EC, 0x002EC}, {0x002EE, 0x002EE}, {0x00300, 0x00374}, {0x00376, 0x00377}, {0x0037A, 0x0037D},
+    {0x0037F, 0x0037F}, {0x00386, 0x00386}, {0x00388, 0x0038A}, {0x0038C, 0x0038C}, {0x0038E, 0x003A1},
+    {0x003A3, 0x003F5}, {0x003F7, 0x00481}, {0x00483, 0x0052F}, {0x00531, 0x00556}, {0x00559, 0x00559},
+    {0x00560, 0x00588}, {0x00591, 0x005BD}, {0x005BF, 0x005BF}, {0x005C1, 0x005C2}, {0x005C4, 0x005C5},
+    {0x005C7, 0x005C7}, {0x005D0, 0x005EA}, {0x005EF, 0x005F2}, {0x00610, 0x0061A}, {0x00620, 0x0065F},
+    {0x0066E, 0x006D3}, {0x006D5, 0x006DC}, {0x006DF, 0x006E8}, {0x006EA, 0x006EF}, {0x006FA, 0x006FC},
+    {0x006FF, 0x006FF}, {0x00710, 0x0074A}, {0x0074D, 0x007B1}, {0x007CA, 0x007F5}, {0x007FA, 0x007FA},
+    {0x007FD, 0x007FD}, {0x00800, 0x0082D}, {0x00840, 0x0085B}, {0x00860, 0x0086A}, {0x00870, 0x00887},
+    {0x00889, 0x0088E}, {0x00898, 0x008E1}, {0x008E3, 0x00963}, {0x00971, 0x00983}, {0x00985, 0x0098C},
+    {0x0098F, 0x00990}, {0x00993, 0x009A8}, {0x009AA, 0x009B0}, {0x009B2, 0x009B2}, {0x009B6, 0x009B9},
+    {0x009BC, 0x009C4}, {0x009C7, 0x009C8}, {0x009CB, 0x009CE}, {0x009D7, 0x009D7}, {0x009DC, 0x009DD},
+    {0x009DF, 0x009E3}, {0x009F0, 0x009F1}, {0x009FC, 0x009FC}, {0x009FE, 0x009FE}, {0x00A01, 0x00A03},
+    {0x00A05, 0x00A0A}, {0x00A0F, 0x00A10}, {0x00A13, 0x00A28}, {0x00A2A, 0x00A30}, {0x00A32, 0x00A33},
+    {0x00A35, 0x00A36}, {0x00A38, 0x00A39}, {0x00A3C, 0x00A3C}, {0x00A3E, 0x00A42}, {0x00A47, 0x00A48},
+    {0x00A4B, 0x00A4D}, {0x00A51, 0x00A51}, {0x00A59, 0x00A5C}, {0x00A5E, 0x00A5E}, {0x00A70, 0x00A75},
+    {0x00A81, 0x00A83}, {0x00A85, 0x00A8D}, {0x00A8F, 0x00A91}, {0x00A93, 0x00AA8}, {0x00AAA, 0x00AB0},
+    {0x00AB2, 0x00AB3}, {0x00AB5, 0x00AB9}, {0x00ABC, 0x00AC5}, {0x00AC7, 0x00AC9}, {0x00ACB, 0x00ACD},
+    {0x00AD0, 0x00AD0}, {0x00AE0, 0x00AE3}, {0x00AF9, 0x00AFF}, {0x00B01, 0x00B03}, {0x00B05, 0x00B0C},
+    {0x00B0F, 0x00B10}, {0x00B13, 0x00B28}, {0x00B2A, 0x00B30}, {0x00B32, 0x00B33}, {0x00B35, 0x00B39},
+    {0x00B3C, 0x00B44}, {0x00B47, 0x00B48}, {0x00B4B, 0x00B4D}, {0x00B55, 0x00B57}, {0x00B5C, 0x00B5D},
+    {0x00B5F, 0x00B63}, {0x00B71, 0x00B71}, {0x00B82, 0x00B83}, {0x00B85, 0x00B8A}, {0x00B8E, 0x00B90},
+    {0x00B92, 0x00B95}, {0x00B99, 0x00B9A}, {0x00B9C, 0x00B9C}, {0x00B9E, 0x00B9F}, {0x00BA3, 0x00BA4},
+    {0x00BA8, 0x00BAA}, {0x00BAE, 0x00BB9}, {0x00BBE, 0x00BC2}, {0x00BC6, 0x00BC8}, {0x00BCA, 0x00BCD},
+    {0x00BD0, 0x00BD0}, {0x00BD7, 0x00BD7}, {0x00C00, 0x00C0C}, {0x00C0E, 0x00C10}, {0x00C12, 0x00C28},
+    {0x00C2A, 0x00C39}, {0x00C3C, 0x00C44}, {0x00C46, 0x00C48}, {0x00C4A, 0x00C4D}, {0x00C55, 0x00C56},
+    {0x00C58, 0x00C5A}, {0x00C5D, 0x00C5D}, {0x00C60, 0x00C63}, {0x00C80, 0x00C83}, {0x00C85, 0x00C8C},
+    {0x00C8E, 0x00C90}, {0x00C92, 0x00CA8}, {0x00CAA, 0x00CB3}, {0x00CB5, 0x00CB9}, {0x00CBC, 0x00CC4},
+    {0x00CC6, 0x00CC8}, {0x00CCA, 0x00CCD}, {0x00CD5, 0x00CD6}, {0x00CDD, 0x00CDE}, {0x00CE0, 0x00CE3},
+    {0x00CF1, 0x00CF3}, {0x00D00, 0x00D0C}, {0x00D0E, 0x00D10}, {0x00D12, 0x00D44}, {0x00D46, 0x00D48},
+    {0x00D4A, 0x00D4E}, {0x00D54, 0x00D57}, {0x00D5F, 0x00D63}, {0x00D7A, 0x00D7F}, {0x00D81, 0x00D83},
+    {0x00D85, 0x00D96}, {0x00D9A, 0x00DB1}, {0x00DB3, 0x00DBB}, {0x00DBD, 0x00DBD}, {0x00DC0, 0x00DC6},
+    {0x00DCA, 0x00DCA}, {0x00DCF, 0x00DD4}, {0x00DD6, 0x00DD6}, {0x00DD8, 0x00DDF}, {0x00DF2, 0x00DF3},
+    {0x00E01, 0x00E3A}, {0x00E40, 0x00E4E}, {0x00E81, 0x00E82}, {0x00E84, 0x00E84}, {0x00E86, 0x00E8A},
+    {0x00E8C, 0x00EA3}, {0x00EA5, 0x00EA5}, {0x00EA7, 0x00EBD}, {0x00EC0, 0x00EC4}, {0x00EC6, 0x00EC6},
+    {0x00EC8, 0x00ECE}, {0x00EDC, 0x00EDF}, {0x00F00, 0x00F00}, {0x00F18, 0x00F19}, {0x00F35, 0x00F35},
+    {0x00F37, 0x00F37}, {0x00F39, 0x00F39}, {0x00F3E, 0x00F47}, {0x00F49, 0x00F6C}, {0x00F71, 0x00F84},
+    {0x00F86, 0x00F97}, {0x00F99, 0x00FBC}, {0x00FC6, 0x00FC6}, {0x01000, 0x0103F}, {0x01050, 0x0108F},
+    {0x0109A, 0x0109D}, {0x010A0, 0x010C5}, {0x010C7, 0x010C7}, {0x010CD, 0x010CD}, {0x010D0, 0x010FA},
+    {0x010FC, 0x01248}, {0x0124A, 0x0124D}, {0x01250, 0x01256}, {0x01258, 0x01258}, {0x0125A, 0x0125D},
+    {0x01260, 0x01288}, {0x0128A, 0x0128D}, {0x01290, 0x012B0}, {0x012B2, 0x012B5}, {0x012B8, 0x012BE},
+    {0x012C0, 0x012C0}, {0x012C2, 0x012C5}, {0x012C8, 0x012D6}, {0x012D8, 0x01310}, {0x01312, 0x01315},
+    {0x01318, 0x0135A}, {0x0135D, 0x0135F}, {0x01380, 0x0138F}, {0x013A0, 0x013F5}, {0x013F8, 0x013FD},
+    {0x01401, 0x0166C}, {0x0166F, 0x0167F}, {0x01681, 0x0169A}, {0x016A0, 0x016EA}, {0x016F1, 0x016F8},
+    {0x01700, 0x01715}, {0x0171F, 0x01734}, {0x01740, 0x01753}, {0x01760, 0x0176C}, {0x0176E, 0x01770},
+    {0x01772, 0x01773}, {0x01780, 0x017D3}, {0x017D7, 0x017D7}, {0x017DC, 0x017DD}, {0x0180B, 0x0180D},
+    {0x0180F, 0x0180F}, {0x01820, 0x01878}, {0x01880, 0x018AA}, {0x018B0, 0x018F5}, {0x01900, 0x0191E},
+    {0x01920, 0x0192B}, {0x01930, 0x0193B}, {0x01950, 0x0196D}, {0x01970, 0x01974}, {0x01980, 0x019AB},
+    {0x019B0, 0x019C9}, {0x01A00, 0x01A1B}, {0x01A20, 0x01A5E}, {0x01A60, 0x01A7C}, {0x01A7F, 0x01A7F},
+    {0x01AA7, 0x01AA7}, {0x01AB0, 0x01ACE}, {0x01B00, 0x01B4C}, {0x01B6B, 0x01B73}, {0x01B80, 0x01BAF},
+    {0x01BBA, 0x01BF3}, {0x01C00, 0x01C37}, {0x01C4D, 0x01C4F}, {0x01C5A, 0x01C7D}, {0x01C80, 0x01C88},
+    {0x01C90, 0x01CBA}, {0x01CBD, 0x01CBF}, {0x01CD0, 0x01CD2}, {0x01CD4, 0x01CFA}, {0x01D00, 0x01F15},
+    {0x01F18, 0x01F1D}, {0x01F20, 0x01F45}, {0x01F48, 0x01F4D}, {0x01F50, 0x01F57}, {0x01F59, 0x01F59},
+    {0x01F5B, 0x01F5B}, {0x01F5D, 0x01F5D}, {0x01F5F, 0x01F7D}, {0x01F80, 0x01FB4}, {0x01FB6, 0x01FBC},
+    {0x01FBE, 0x01FBE}, {0x01FC2, 0x01FC4}, {0x01FC6, 0x01FCC}, {0x01FD0, 0x01FD3}, {0x01FD6, 0x01FDB},
+    {0x01FE0, 0x01FEC}, {0x01FF2, 0x01FF4}, {0x01FF6, 0x01FFC}, {0x02071, 0x02071}, {0x0207F, 0x0207F},
+    {0x02090, 0x0209C}, {0x020D0, 0x020F0}, {0x02102, 0x02102}, {0x02107, 0x02107}, {0x0210A, 0x02113},
+    {0x02115, 0x02115}, {0x02119, 0x0211D}, {0x02124, 0x02124}, {0x02126, 0x02126}, {0x02128, 0x02128},
+    {0x0212A, 0x0212D}, {0x0212F, 0x02139}, {0x0213C, 0x0213F}, {0x02145, 0x02149}, {0x0214E, 0x0214E},
+    {0x02183, 0x02184}, {0x02C00, 0x02CE4}, {0x02CEB, 0x02CF3}, {0x02D00, 0x02D25}, {0x02D27, 0x02D27},
+    {0x02D2D, 0x02D2D}, {0x02D30, 0x02D67}, {0x02D6F, 0x02D6F}, {0x02D7F, 0x02D96}, {0x02DA0, 0x02DA6},
+    {0x02DA8, 0x02DAE}, {0x02DB0, 0x02DB6}, {0x02DB8, 0x02DBE}, {0x02DC0, 0x02DC6}, {0x02DC8, 0x02DCE},
+    {0x02DD0, 0x02DD6}, {0x02DD8, 0x02DDE}, {0x02DE0, 0x02DFF}, {0x02E2F, 0x02E2F}, {0x03005, 0x03006},
+    {0x0302A, 0x0302F}, {0x03031, 0x03035}, {0x0303B, 0x0303C}, {0x03041, 0x03096}, {0x03099, 0x0309A},
+    {0x0309D, 0x0309F}, {0x030A1, 0x030FA}, {0x030FC, 0x030FF}, {0x03105, 0x0312F}, {0x03131, 0x0318E},
+    {0x031A0, 0x031BF}, {0x031F0, 0x031FF}, {0x03400, 0x04DBF}, {0x04E00, 0x0A48C}, {0x0A4D0, 0x0A4FD},
+    {0x0A500, 0x0A60C}, {0x0A610, 0x0A61F}, {0x0A62A, 0x0A62B}, {0x0A640, 0x0A672}, {0x0A674, 0x0A67D},
+    {0x0A67F, 0x0A6E5}, {0x0A6F0, 0x0A6F1}, {0x0A717, 0x0A71F}, {0x0A722, 0x0A788}, {0x0A78B, 0x0A7CA},
+    {0x0A7D0, 0x0A7D1}, {0x0A7D3, 0x0A7D3}, {0x0A7D5, 0x0A7D9}, {0x0A7F2, 0x0A827}, {0x0A82C, 0x0A82C},
+    {0x0A840, 0x0A873}, {0x0A880, 0x0A8C5}, {0x0A8E0, 0x0A8F7}, {0x0A8FB, 0x0A8FB}, {0x0A8FD, 0x0A8FF},
+    {0x0A90A, 0x0A92D}, {0x0A930, 0x0A953}, {0x0A960, 0x0A97C}, {0x0A980, 0x0A9C0}, {0x0A9CF, 0x0A9CF},
+    {0x0A9E0, 0x0A9EF}, {0x0A9FA, 0x0A9FE}, {0x0AA00, 0x0AA36}, {0x0AA40, 0x0AA4D}, {0x0AA60, 0x0AA76},
+    {0x0AA7A, 0x0AAC2}, {0x0AADB, 0x0AADD}, {0x0AAE0, 0x0AAEF}, {0x0AAF2, 0x0AAF6}, {0x0AB01, 0x0AB06},
+    {0x0AB09, 0x0AB0E}, {0x0AB11, 0x0AB16}, {0x0AB20, 0x0AB26}, {0x0AB28, 0x0AB2E}, {0x0AB30, 0x0AB5A},
+    {0x0AB5C, 0x0AB69}, {0x0AB70, 0x0ABEA}, {0x0ABEC, 0x0ABED}, {0x0AC00, 0x0D7A3}, {0x0D7B0, 0x0D7C6},
+    {0x0D7CB, 0x0D7FB}, {0x0F900, 0x0FA6D}, {0x0FA70, 0x0FAD9}, {0x0FB00, 0x0FB06}, {0x0FB13, 0x0FB17},
+    {0x0FB1D, 0x0FB28}, {0x0FB2A, 0x0FB36}, {0x0FB38, 0x0FB3C}, {0x0FB3E, 0x0FB3E}, {0x0FB40, 0x0FB41},
+    {0x0FB43, 0x0FB44}, {0x0FB46, 0x0FBB1}, {0x0FBD3, 0x0FD3D}, {0x0FD50, 0x0FD8F}, {0x0FD92, 0x0FDC7},
+    {0x0FDF0, 0x0FDFB}, {0x0FE00, 0x0FE0F}, {0x0FE20, 0x0FE2F}, {0x0FE70, 0x0FE74}, {0x0FE76, 0x0FEFC},
+    {0x0FF21, 0x0FF3A}, {0x0FF41, 0x0FF5A}, {0x0FF66, 0x0FFBE}, {0x0FFC2, 0x0FFC7}, {0x0FFCA, 0x0FFCF},
+    {0x0FFD2, 0x0FFD7}, {0x0FFDA, 0x0FFDC}, {0x10000, 0x1000B}, {0x1000D, 0x10026}, {0x10028, 0x1003A},
+    {0x1003C, 0x1003D}, {0x1003F, 0x1004D}, {0x10050, 0x1005D}, {0x10080, 0x100FA}, {0x101FD, 0x101FD},
+    {0x10280, 0x1029C}, {0x102A0, 0x102D0}, {0x102E0, 0x102E0}, {0x10300, 0x1031F}, {0x1032D, 0x10340},
+    {0x10342, 0x10349}, {0x10350, 0x1037A}, {0x10380, 0x1039D}, {0x103A0, 0x103C3}, {0x103C8, 0x103CF},
+    {0x10400, 0x1049D}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10500, 0x10527}, {0x10530, 0x10563},
+    {0x10570, 0x1057A}, {0x1057C, 0x1058A}, {0x1058C, 0x10592}, {0x10594, 0x10595}, {0x10597, 0x105A1},
+    {0x105A3, 0x105B1}, {0x105B3, 0x105B9}, {0x105BB, 0x105BC}, {0x10600, 0x10736}, {0x10740, 0x10755},
+    {0x10760, 0x10767}, {0x10780, 0x10785}, {0x10787, 0x107B0}, {0x107B2, 0x107BA}, {0x10800, 0x10805},
+    {0x10808, 0x10808}, {0x1080A, 0x10835}, {0x10837, 0x10838}, {0x1083C, 0x1083C}, {0x1083F, 0x10855},
+    {0x10860, 0x10876}, {0x10880, 0x1089E}, {0x108E0, 0x108F2}, {0x108F4, 0x108F5}, {0x10900, 0x10915},
+    {0x10920, 0x10939}, {0x10980, 0x109B7}, {0x109BE, 0x109BF}, {0x10A00, 0x10A03}, {0x10A05, 0x10A06},
+    {0x10A0C, 0x10A13}, {0x10A15, 0x10A17}, {0x10A19, 0x10A35}, {0x10A38, 0x10A3A}, {0x10A3F, 0x10A3F},
+    {0x10A60, 0x10A7C}, {0x10A80, 0x10A9C}, {0x10AC0, 0x10AC7}, {0x10AC9, 0x10AE6}, {0x10B00, 0x10B35},
+    {0x10B40, 0x10B55}, {0x10B60, 0x10B72}, {0x10B80, 0x10B91}, {0x10C00, 0x10C48}, {0x10C80, 0x10CB2},
+    {0x10CC0, 0x10CF2}, {0x10D00, 0x10D27}, {0x10E80, 0x10EA9}, {0x10EAB, 0x10EAC}, {0x10EB0, 0x10EB1},
+    {0x10EFD, 0x10F1C}, {0x10F27, 0x10F27}, {0x10F30, 0x10F50}, {0x10F70, 0x10F85}, {0x10FB0, 0x10FC4},
+    {0x10FE0, 0x10FF6}, {0x11000, 0x11046}, {0x11070, 0x11075}, {0x1107F, 0x110BA}, {0x110C2, 0x110C2},
+    {0x110D0, 0x110E8}, {0x11100, 0x11134}, {0x11144, 0x11147}, {0x11150, 0x11173}, {0x11176, 0x11176},
+    {0x11180, 0x111C4}, {0x111C9, 0x111CC}, {0x111CE, 0x111CF}, {0x111DA, 0x111DA}, {0x111DC, 0x111DC},
+    {0x11200, 0x11211}, {0x11213, 0x11237}, {0x1123E, 0x11241}, {0x11280, 0x11286}, {0x11288, 0x11288},
+    {0x1128A, 0x1128D}, {0x1128F, 0x1129D}, {0x1129F, 0x112A8}, {0x112B0, 0x112EA}, {0x11300, 0x11303},
+    {0x11305, 0x1130C}, {0x1130F, 0x11310}, {0x11313, 0x11328}, {0x1132A, 0x11330}, {0x11332, 0x11333},
+    {0x11335, 0x11339}, {0x1133B, 0x11344}, {0x11347, 0x11348}, {0x1134B, 0x1134D}, {0x11350, 0x11350},
+    {0x11357, 0x11357}, {0x1135D, 0x11363}, {0x11366, 0x1136C}, {0x11370, 0x11374}, {0x11400, 0x1144A},
+    {0x1145E, 0x11461}, {0x11480, 0x114C5}, {0x114C7, 0x114C7}, {0x11580, 0x115B5}, {0x115B8, 0x115C0},
+    {0x115D8, 0x115DD}, {0x11600, 0x11640}, {0x11644, 0x11644}, {0x11680, 0x116B8}, {0x11700, 0x1171A},
+    {0x1171D, 0x1172B}, {0x11740, 0x11746}, {0x11800, 0x1183A}, {0x118A0, 0x118DF}, {0x118FF, 0x11906},
+    {0x11909, 0x11909}, {0x1190C, 0x11913}, {0x11915, 0x11916}, {0x11918, 0x11935}, {0x11937, 0x11938},
+    {0x1193B, 0x11943}, {0x119A0, 0x119A7}, {0x119AA, 0x119D7}, {0x119DA, 0x119E1}, {0x119E3, 0x119E4},
+    {0x11A00, 0x11A3E}, {0x11A47, 0x11A47}, {0x11A50, 0x11A99}, {0x11A9D, 0x11A9D}, {0x11AB0, 0x11AF8},
+    {0x11C00, 0x11C08}, {0x11C0A, 0x11C36}, {0x11C38, 0x11C40}, {0x11C72, 0x11C8F}, {0x11C92, 0x11CA7},
+    {0x11CA9, 0x11CB6}, {0x11D00, 0x11D06}, {0x11D08, 0x11D09}, {0x11D0B, 0x11D36}, {0x11D3A, 0x11D3A},
+    {0x11D3C, 0x11D3D}, {0x11D3F, 0x11D47}, {0x11D60, 0x11D65}, {0x11D67, 0x11D68}, {0x11D6A, 0x11D8E},
+    {0x11D90, 0x11D91}, {0x11D93, 0x11D98}, {0x11EE0, 0x11EF6}, {0x11F00, 0x11F10}, {0x11F12, 0x11F3A},
+    {0x11F3E, 0x11F42}, {0x11FB0, 0x11FB0}, {0x12000, 0x12399}, {0x12480, 0x12543}, {0x12F90, 0x12FF0},
+    {0x13000, 0x1342F}, {0x13440, 0x13455}, {0x14400, 0x14646}, {0x16800, 0x16A38}, {0x16A40, 0x16A5E},
+    {0x16A70, 0x16ABE}, {0x16AD0, 0x16AED}, {0x16AF0, 0x16AF4}, {0x16B00, 0x16B36}, {0x16B40, 0x16B43},
+    {0x16B63, 0x16B77}, {0x16B7D, 0x16B8F}, {0x16E40, 0x16E7F}, {0x16F00, 0x16F4A}, {0x16F4F, 0x16F87},
+    {0x16F8F, 0x16F9F}, {0x16FE0, 0x16FE1}, {0x16FE3, 0x16FE4}, {0x16FF0, 0x16FF1}, {0x17000, 0x187F7},
+    {0x18800, 0x18CD5}, {0x18D00, 0x18D08}, {0x1AFF0, 0x1AFF3}, {0x1AFF5, 0x1AFFB}, {0x1AFFD, 0x1AFFE},
+    {0x1B000, 0x1B122}, {0x1B132, 0x1B132}, {0x1B150, 0x1B152}, {0x1B155, 0x1B155}, {0x1B164, 0x1B167},
+    {0x1B170, 0x1B2FB}, {0x1BC00, 0x1BC6A}, {0x1BC70, 0x1BC7C}, {0x1BC80, 0x1BC88}, {0x1BC90, 0x1BC99},
+    {0x1BC9D, 0x1BC9E}, {0x1CF00, 0x1CF2D}, {0x1CF30, 0x1CF46}, {0x1D165, 0x1D169}, {0x1D16D, 0x1D172},
+    {0x1D17B, 0x1D182}, {0x1D185, 0x1D18B}, {0x1D1AA, 0x1D1AD}, {0x1D242, 0x1D244}, {0x1D400, 0x1D454},
+    {0x1D456, 0x1D49C}, {0x1D49E, 0x1D49F}, {0x1D4A2, 0x1D4A2}, {0x1D4A5, 0x1D4A6}, {0x1D4A9, 0x1D4AC},
+    {0x1D4AE, 0x1D4B9}, {0x1D4BB, 0x1D4BB}, {0x1D4BD, 0x1D4C3}, {0x1D4C5, 0x1D505}, {0x1D507, 0x1D50A},
+    {0x1D50D, 0x1D514}, {0x1D516, 0x1D51C}, {0x1D51E, 0x1D539}, {0x1D53B, 0x1D53E}, {0x1D540, 0x1D544},
+    {0x1D546, 0x1D546}, {0x1D54A, 0x1D550}, {0x1D552, 0x1D6A5}, {0x1D6A8, 0x1D6C0}, {0x1D6C2, 0x1D6DA},
+    {0x1D6DC, 0x1D6FA}, {0x1D6FC, 0x1D714}, {0x1D716, 0x1D734}, {0x1D736, 0x1D74E}, {0x1D750, 0x1D76E},
+    {0x1D770, 0x1D788}, {0x1D78A, 0x1D7A8}, {0x1D7AA, 0x1D7C2}, {0x1D7C4, 0x1D7CB}, {0x1DA00, 0x1DA36},
+    {0x1DA3B, 0x1DA6C}, {0x1DA75, 0x1DA75}, {0x1DA84, 0x1DA84}, {0x1DA9B, 0x1DA9F}, {0x1DAA1, 0x1DAAF},
+    {0x1DF00, 0x1DF1E}, {0x1DF25, 0x1DF2A}, {0x1E000, 0x1E006}, {0x1E008, 0x1E018}, {0x1E01B, 0x1E021},
+    {0x1E023, 0x1E024}, {0x1E026, 0x1E02A}, {0x1E030, 0x1E06D}, {0x1E08F, 0x1E08F}, {0x1E100, 0x1E12C},
+    {0x1E130, 0x1E13D}, {0x1E14E, 0x1E14E}, {0x1E290, 0x1E2AE}, {0x1E2C0, 0x1E2EF}, {0x1E4D0, 0x1E4EF},
+    {0x1E7E0, 0x1E7E6}, {0x1E7E8, 0x1E7EB}, {0x1E7ED, 0x1E7EE}, {0x1E7F0, 0x1E7FE}, {0x1E800, 0x1E8C4},
+    {0x1E8D0, 0x1E8D6}, {0x1E900, 0x1E94B}, {0x1EE00, 0x1EE03}, {0x1EE05, 0x1EE1F}, {0x1EE21, 0x1EE22},
+    {0x1EE24, 0x1EE24}, {0x1EE27, 0x1EE27}, {0x1EE29, 0x1EE32}, {0x1EE34, 0x1EE37}, {0x1EE39, 0x1EE39},
+    {0x1EE3B, 0x1EE3B}, {0x1EE42, 0x1EE42}, {0x1EE47, 0x1EE47}, {0x1EE49, 0x1EE49}, {0x1EE4B, 0x1EE4B},
+    {0x1EE4D, 0x1EE4F}, {0x1EE51, 0x1EE52}, {0x1EE54, 0x1EE54}, {0x1EE57, 0x1EE57}, {0x1EE59, 0x1EE59},
+    {0x1EE5B, 0x1EE5B}, {0x1EE5D, 0x1EE5D}, {0x1EE5F, 0x1EE5F}, {0x1EE61, 0x1EE62}, {0x1EE64, 0x1EE64},
+    {0x1EE67, 0x1EE6A}, {0x1EE6C, 0x1EE72}, {0x1EE74, 0x1EE77}, {0x1EE79, 0x1EE7C}, {0x1EE7E, 0x1EE7E},
+    {0x1EE80, 0x1EE89}, {0x1EE8B, 0x1EE9B}, {0x1EEA1, 0x1EEA3}, {0x1EEA5, 0x1EEA9}, {0x1EEAB, 0x1EEBB},
+    {0x20000, 0x2A6DF}, {0x2A700, 0x2B739}, {0x2B740, 0x2B81D}, {0x2B820, 0x2CEA1}, {0x2CEB0, 0x2EBE0},
+    {0x2EBF0, 0x2EE5D}, {0x2F800, 0x2FA1D}, {0x30000, 0x3134A}, {0x31350, 0x323AF}, {0xE0100, 0xE01EF},
+};
+
+/* general category N* (137 ranges) */
+static const CodepointRange number_ranges[] = {
+    {0x00030, 0x00039}, {0x000B2, 0x000B3}, {0x000B9, 0x000B9}, {0x000BC, 0x000BE}, {0x00660, 0x00669},
+    {0x006F0, 0x006F9}, {0x007C0, 0x007C9}, {0x00966, 0x0096F}, {0x009E6, 0x009EF}, {0x009F4, 0x009F9},
+    {0x00A66, 0x00A6F}, {0x00AE6, 0x00AEF}, {0x00B66, 0x00B6F}, {0x00B72, 0x00B77}, {0x00BE6, 0x00BF2},
+    {0x00C66, 0x00C6F}, {0x00C78, 0x00C7E}, {0x00CE6, 0x00CEF}, {0x00D58, 0x00D5E}, {0x00D66, 0x00D78},
+    {0x00DE6, 0x00DEF}, {0x00E50, 0x00E59}, {0x00ED0, 0x00ED9}, {0x00F20, 0x00F33}, {0x01040, 0x01049},
+    {0x01090, 0x01099}, {0x01369, 0x0137C}, {0x016EE, 0x016F0}, {0x017E0, 0x017E9}, {0x017F0, 0x017F9},
+    {0x01810, 0x01819}, {0x01946, 0x0194F}, {0x019D0, 0x019DA}, {0x01A80, 0x01A89}, {0x01A90, 0x01A99},
+    {0x01B50, 0x01B59}, {0x01BB0, 0x01BB9}, {0x01C40, 0x01C49}, {0x01C50, 0x01C59}, {0x02070, 0x02070},
+    {0x02074, 0x02079}, {0x02080, 0x02089}, {0x02150, 0x02182}, {0x02185, 0x02189}, {0x02460, 0x0249B},
+    {0x024EA, 0x024FF}, {0x02776, 0x02793}, {0x02CFD, 0x02CFD}, {0x03007, 0x03007}, {0x03021, 0x03029},
+    {0x03038, 0x0303A}, {0x03192, 0x03195}, {0x03220, 0x03229}, {0x03248, 0x0324F}, {0x03251, 0x0325F},
+    {0x03280, 0x03289}, {0x032B1, 0x032BF}, {0x0A620, 0x0A629}, {0x0A6E6, 0x0A6EF}, {0x0A830, 0x0A835},
+    {0x0A8D0, 0x0A8D9}, {0x0A900, 0x0A909}, {0x0A9D0, 0x0A9D9}, {0x0A9F0, 0x0A9F9}, {0x0AA50, 0x0AA59},
+    {0x0ABF0, 0x0ABF9}, {0x0FF10, 0x0FF19}, {0x10107, 0x10133}, {0x10140, 0x10178}, {0x1018A, 0x1018B},
+    {0x102E1, 0x102FB}, {0x10320, 0x10323}, {0x10341, 0x10341}, {0x1034A, 0x1034A}, {0x103D1, 0x103D5},
+    {0x104A0, 0x104A9}, {0x10858, 0x1085F}, {0x10879, 0x1087F}, {0x108A7, 0x108AF}, {0x108FB, 0x108FF},
+    {0x10916, 0x1091B}, {0x109BC, 0x109BD}, {0x109C0, 0x109CF}, {0x109D2, 0x109FF}, {0x10A40, 0x10A48},
+    {0x10A7D, 0x10A7E}, {0x10A9D, 0x10A9F}, {0x10AEB, 0x10AEF}, {0x10B58, 0x10B5F}, {0x10B78, 0x10B7F},
+    {0x10BA9, 0x10BAF}, {0x10CFA, 0x10CFF}, {0x10D30, 0x10D39}, {0x10E60, 0x10E7E}, {0x10F1D, 0x10F26},
+    {0x10F51, 0x10F54}, {0x10FC5, 0x10FCB}, {0x11052, 0x1106F}, {0x110F0, 0x110F9}, {0x11136, 0x1113F},
+    {0x111D0, 0x111D9}, {0x111E1, 0x111F4}, {0x112F0, 0x112F9}, {0x11450, 0x11459}, {0x114D0, 0x114D9},
+    {0x11650, 0x11659}, {0x116C0, 0x116C9}, {0x11730, 0x1173B}, {0x118E0, 0x118F2}, {0x11950, 0x11959},
+    {0x11C50, 0x11C6C}, {0x11D50, 0x11D59}, {0x11DA0, 0x11DA9}, {0x11F50, 0x11F59}, {0x11FC0, 0x11FD4},
+    {0x12400, 0x1246E}, {0x16A60, 0x16A69}, {0x16AC0, 0x16AC9}, {0x16B50, 0x16B59}, {0x16B5B, 0x16B61},
+    {0x16E80, 0x16E96}, {0x1D2C0, 0x1D2D3}, {0x1D2E0, 0x1D2F3}, {0x1D360, 0x1D378}, {0x1D7CE, 0x1D7FF},
+    {0x1E140, 0x1E149}, {0x1E2F0, 0x1E2F9}, {0x1E4F0, 0x1E4F9}, {0x1E8C7, 0x1E8CF}, {0x1E950, 0x1E959},
+    {0x1EC71, 0x1ECAB}, {0x1ECAD, 0x1ECAF}, {0x1ECB1, 0x1ECB4}, {0x1ED01, 0x1ED2D}, {0x1ED2F, 0x1ED3D},
+    {0x1F100, 0x1F10C}, {0x1FBF0, 0x1FBF9},
+};
+
+/* White_Space as llama.cpp lists it (10 ranges) */
+static const CodepointRange whitespace_ranges[] = {
+    {0x00009, 0x0000D}, {0x00020, 0x00020}, {0x00085, 0x00085}, {0x000A0, 0x000A0}, {0x01680, 0x01680},
+    {0x02000, 0x0200A}, {0x02028, 0x02029}, {0x0202F, 0x0202F}, {0x0205F, 0x0205F}, {0x03000, 0x03000},
+};
+
+
+/* The classes the qwen35 scanner distinguishes. Every codepoint inside the text has a class;
+   CHAR_NONE stands for "past the end of the fragment" (llama.cpp's empty flags). Codepoints that
+   are neither letters, marks, numbers nor white space -- punctuation, symbols, controls, unassigned
+   codepoints, U+FFFD -- are CHAR_OTHER. */
+typedef enum { CHAR_NONE, CHAR_LETTER, CHAR_NUMBER, CHAR_SPACE, CHAR_OTHER } CharClass;
+
+static bool in_ranges(uint32_t cp, const CodepointRange *r, int n) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < r[mid].first) hi = mid - 1;
+        else if (cp > r[mid].last) lo = mid + 1;
+        else return true;
+    }
+    return false;
+}
+
+/* CHAR_LETTER covers letters (L*) and combining marks (M*): qwen35 never tells them apart. */
+static CharClass char_class(uint32_t cp) {
+    if (cp < 0x80) {  /* ASCII, the common case, without a table search */
+        if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CHAR_LETTER;
+        if (cp >= '0' && cp <= '9') return CHAR_NUMBER;
+        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CHAR_SPACE;
+        return CHAR_OTHER;
+    }
+    if (in_ranges(cp, letter_mark_ranges, (int)(sizeof letter_mark_ranges / sizeof(CodepointRange))))
+        return CHAR_LETTER;
+    if (in_ranges(cp, number_ranges, (int)(sizeof number_ranges / sizeof(CodepointRange))))
+        return CHAR_NUMBER;
+    if (in_ranges(cp, whitespace_ranges, (int)(sizeof whitespace_ranges / sizeof(CodepointRange))))
+        return CHAR_SPACE;
+    return CHAR_OTHER;
+}
+
+/* ---- UTF-8 ------------------------------------------------------------------------------------ */
+
+static bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+/* Decode one codepoint the way llama.cpp's unicode_cpt_from_utf8 does: the lead byte gives the
+   length and the continuation bytes must be 10xxxxxx, but overlong forms, surrogates and values up to
+   0x1FFFFF are accepted. Anything else (a stray continuation byte, a truncated sequence, F8..FF)
+   is one byte of U+FFFD. Sets *used to the number of bytes consumed. */
+static uint32_t utf8_decode_lenient(const unsigned char *s, size_t len, size_t *used) {
+    unsigned char c = s[0];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) { *used = 1; return c; }
+    if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; }
+    else { *used = 1; return 0xFFFD; }  /* continuation byte or F8..FF as a lead */
+    if (n > len) { *used = 1; return 0xFFFD; }
+    for (size_t i = 1; i < n; i++) {
+        if (!is_continuation(s[i])) { *used = 1; return 0xFFFD; }
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    *used = n;
+    return cp;
+}
+
+/* Encode cp as UTF-8 into out (room for 4 bytes); returns the length. llama.cpp throws on values
+   above U+10FFFF (only reachable from malformed 4-byte input); those become U+FFFD here. */
+static int utf8_encode(uint32_t cp, unsigned char *out) {
+    if (cp > 0x10FFFF) cp = 0xFFFD;
+    if (cp < 0x80) { out[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) {
+        out[0] = (unsigned char)(0xC0 | (cp >> 6));
+        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (unsigned char)(0xE0 | (cp >> 12));
+        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xF0 | (cp >> 18));
+    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* ---- hash tables (FNV-1a, open addressing with linear probing) -------------------------------- */
+
+static uint64_t hash_bytes(uint64_t h, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001B3ULL;
+    }
+    return h;
+}
+
+static const uint64_t HASH_SEED = 0xCBF29CE484222325ULL;
+
+/* Smallest power of two >= 2n, so that the tables stay at most half full. */
+static uint32_t table_size_for(int n) {
+    uint32_t size = 16;
+    while (size < 2u * (uint32_t)n) size *= 2;
+    return size;
+}
+
+static const char *token_text_of(const Tokenizer *t, int id, size_t *len) {
+    *len = t->token_offset[id + 1] - t->token_offset[id];
+    return t->token_text + t->token_offset[id];
+}
+
+static int find_token_span(const Tokenizer *t, const char *s, size_t n) {
+    uint32_t slot = (uint32_t)hash_bytes(HASH_SEED, s, n) & t->token_mask;
+    for (;; slot = (slot + 1) & t->token_mask) {
+        int id = t->token_slots[slot];
+        if (id < 0) return -1;
+        size_t len;
+        const char *text = token_text_of(t, id, &len);
+        if (len == n && memcmp(text, s, n) == 0) return id;
+    }
+}
+
+int tokenizer_find(const Tokenizer *t, const char *text) {
+    return find_token_span(t, text, strlen(text));
+}
+
+/* Rank of the merge "left right", or -1. Merges are stored as their GGUF text "A B"; llama.cpp splits
+   that at the first space after the first byte. The symbols BPE compares are byte-mapped and never
+   contain a space, so comparing "left" + ' ' + "right" with the whole text is the same test. */
+static int find_merge_rank(const Tokenizer *t, const char *left, size_t nl, const char *right, size_t nr) {
+    if (nl + 1 + nr > t->max_merge_len) return -1;
+    uint64_t h = hash_bytes(HASH_SEED, left, nl);
+    h = hash_bytes(h, " ", 1);
+    h = hash_bytes(h, right, nr);
+    for (uint32_t slot = (uint32_t)h & t->merge_mask;; slot = (slot + 1) & t->merge_mask) {
+        int rank = t->merge_slots[slot];
+        if (rank < 0) return -1;
+        const char *text = t->merge_text + t->merge_offset[rank];
+        size_t len = t->merge_offset[rank + 1] - t->merge_offset[rank];
+        if (len == nl + 1 + nr && memcmp(text, left, nl) == 0 && text[nl] == ' ' &&
+            memcmp(text + nl + 1, right, nr) == 0)
+            return rank;
+    }
+}
+
+/* ---- building the tokenizer ------------------------------------------------------------------- */
+
+/* GPT-2's byte map: printable bytes stand for themselves; the others (controls, space, 0x7F..0xA0,
+   0xAD) take the codepoints U+0100, U+0101, ... in byte order, so every byte has a visible character. */
+static void init_byte_map(Tokenizer *t) {
+    int next = 0x100;
+    for (int i = 0; i < 0x144; i++) t->char_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        int cp = printable ? b : next++;
+        unsigned char utf8[4];
+        int n = utf8_encode((uint32_t)cp, utf8);
+        memcpy(t->byte_char[b], utf8, (size_t)n);
+        t->byte_char_len[b] = (uint8_t)n;
+        t->char_byte[cp] = (int16_t)b;
+    }
+}
+
+/* llama.cpp forces CONTROL on tokens whose text marks an end of turn or a fill-in-the-middle role,
+   even when the GGUF types them otherwise (llama_vocab::impl::load). These are the ones a Qwen
+   vocabulary can hold. */
+static bool looks_like_control(const char *s, size_t n) {
+    static const char *const names[] = {
+        "<|im_end|>", "<|endoftext|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+        "<|fim_pad|>", "<|fim_repo|>", "<|repo_name|>", "<|file_sep|>",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0) return true;
+    return false;
+}
+
+static uint8_t token_flags_for(int type, const char *text, size_t len) {
+    uint8_t flags = 0;
+    if (type == TOKEN_TYPE_CONTROL || type == TOKEN_TYPE_UNKNOWN) flags |= TOKEN_FLAG_CONTROL;
+    if (type == TOKEN_TYPE_USER_DEFINED) flags |= TOKEN_FLAG_USER_DEFINED;
+    if (looks_like_control(text, len)) flags |= TOKEN_FLAG_CONTROL;
+    if (type == TOKEN_TYPE_BYTE) flags |= TOKEN_FLAG_BYTE;
+    else if (type != TOKEN_TYPE_NORMAL) flags |= TOKEN_FLAG_VERBATIM;
+    return flags;
+}
+
+/* llama.cpp reads GGUF strings as C strings, so a NUL byte ends them. */
+static size_t gguf_text_len(const GGUFString *s) {
+    if (s->len == 0) return 0;
+    const char *nul = memchr(s->ptr, 0, (size_t)s->len);
+    return nul ? (size_t)(nul - s->ptr) : (size_t)s->len;
+}
+
+/* An empty token text is renamed "[EMPTY_<id>]" by llama.cpp; do the same so lookups agree. */
+static size_t empty_token_name(int id, char *out) {
+    return (size_t)sprintf(out, "[EMPTY_%d]", id);
+}
+
+static const char *load_tokens(Tokenizer *t, int n_vocab, const GGUFString *tokens, const int32_t *types) {
+    uint64_t total = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        size_t len = gguf_text_len(&tokens[i]);
+        total += len ? len : 24;
+    }
+    if (total >= UINT32_MAX) return "tokenizer: token texts too large";
+    t->token_text = malloc(total + 1);
+    t->token_offset = malloc(((size_t)n_vocab + 1) * sizeof(uint32_t));
+    t->token_flags = malloc((size_t)n_vocab);
+    if (!t->token_text || !t->token_offset || !t->token_flags) return "out of memory";
+    uint32_t at = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        size_t len = gguf_text_len(&tokens[i]);
+        t->token_offset[i] = at;
+        if (len) memcpy(t->token_text + at, tokens[i].ptr, len);
+        else len = empty_token_name(i, t->token_text + at);
+        int type = types ? types[i] : TOKEN_TYPE_NORMAL;
+        t->token_flags[i] = token_flags_for(type, t->token_text + at, len);
+        at += (uint32_t)len;
+    }
+    t->token_offset[n_vocab] = at;
+
+    t->token_mask = table_size_for(n_vocab) - 1;
+    t->token_slots = malloc(((size_t)t->token_mask + 1) * sizeof(int));
+    if (!t->token_slots) return "out of memory";
+    memset(t->token_slots, 0xFF, ((size_t)t->token_mask + 1) * sizeof(int));  /* all -1 */
+    for (int i = 0; i < n_vocab; i++) {
+        size_t len;
+        const char *text = token_text_of(t, i, &len);
+        uint32_t slot = (uint32_t)hash_bytes(HASH_SEED, text, len) & t->token_mask;
+        bool duplicate = false;
+        for (; t->token_slots[slot] >= 0; slot = (slot + 1) & t->token_mask) {
+            size_t other_len;
+            const char *other = token_text_of(t, t->token_slots[slot], &other_len);
+            if (other_len == len && memcmp(other, text, len) == 0) { duplicate = true; break; }
+        }
+        if (!duplicate) t->token_slots[slot] = i;  /* a duplicate text keeps the first id */
+    }
+    return NULL;
+}
+
+static const char *load_merges(Tokenizer *t, int n_merges, const GGUFString *merges) {
+    uint64_t total = 0;
+    for (int i = 0; i < n_merges; i++) total += gguf_text_len(&merges[i]);
+    if (total >= UINT32_MAX) return "tokenizer: merge texts too large";
+    t->n_merges = n_merges;
+    t->merge_text = malloc(total + 1);
+    t->merge_offset = malloc(((size_t)n_merges + 1) * sizeof(uint32_t));
+    t->merge_mask = table_size_for(n_merges) - 1;
+    t->merge_slots = malloc(((size_t)t->merge_mask + 1) * sizeof(int));
+    if (!t->merge_text || !t->merge_offset || !t->merge_slots) return "out of memory";
+    memset(t->merge_slots, 0xFF, ((size_t)t->merge_mask + 1) * sizeof(int));
+    uint32_t at = 0;
+    t->max_merge_len = 0;
+    for (int r = 0; r < n_merges; r++) {
+        size_t len = gguf_text_len(&merges[r]);
+        const char *text = t->merge_text + at;
+        t->merge_offset[r] = at;
+        if (len) memcpy(t->merge_text + at, merges[r].ptr, len);
+        at += (uint32_t)len;
+        if (len > t->max_merge_len) t->max_merge_len = (uint32_t)len;
+        /* A merge without a space can never match a pair (llama.cpp files it under an empty pair),
+           so it is simply stored; a repeated merge keeps its first (lowest) rank. */
+        uint32_t slot = (uint32_t)hash_bytes(HASH_SEED, text, len) & t->merge_mask;
+        bool duplicate = false;
+        for (; t->merge_slots[slot] >= 0; slot = (slot + 1) & t->merge_mask) {
+            int other = t->merge_slots[slot];
+            size_t other_len = t->merge_offset[other + 1] - t->merge_offset[other];
+            if (other_len == len && memcmp(t->merge_text + t->merge_offset[other], text, len) == 0) {
+                duplicate = true;
+                break;
+            }
+        }
+        if (!duplicate) t->merge_slots[slot] = r;
+    }
+    t->merge_offset[n_merges] = at;
+    return NULL;
+}
+
+typedef struct { uint32_t len; int id; } SpecialEntry;
+
+/* Longest text first, as llama.cpp sorts its special-token cache; equal lengths by id. */
+static int compare_specials(const void *a, const void *b) {
+    const SpecialEntry *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static const char *collect_specials(Tokenizer *t) {
+    int n = 0;
+    for (int i = 0; i < t->n_vocab; i++)
+        if (t->token_flags[i] & (TOKEN_FLAG_CONTROL | TOKEN_FLAG_USER_DEFINED)) n++;
+    SpecialEntry *entries = malloc((size_t)(n ? n : 1) * sizeof(SpecialEntry));
+    t->specials = malloc((size_t)(n ? n : 1) * sizeof(int));
+    if (!entries || !t->specials) { free(entries); return "out of memory"; }
+    n = 0;
+    for (int i = 0; i < t->n_vocab; i++) {
+        if (!(t->token_flags[i] & (TOKEN_FLAG_CONTROL | TOKEN_FLAG_USER_DEFINED))) continue;
+        entries[n].len = t->token_offset[i + 1] - t->token_offset[i];
+        entries[n].id = i;
+        n++;
+    }
+    qsort(entries, (size_t)n, sizeof(SpecialEntry), compare_specials);
+    for (int i = 0; i < n; i++) t->specials[i] = entries[i].id;
+    t->n_specials = n;
+    free(entries);
+    return NULL;
+}
+
+void tokenizer_free(Tokenizer *t) {
+    free(t->token_text);
+    free(t->token_offset);
+    free(t->token_flags);
+    free(t->token_slots);
+    free(t->merge_text);
+    free(t->merge_offset);
+    free(t->merge_slots);
+    free(t->specials);
+    memset(t, 0, sizeof(*t));
+}
+
+const char *tokenizer_init(Tokenizer *t, int n_vocab, const GGUFString *tokens, const int32_t *types,
+                           int n_merges, const GGUFString *merges) {
+    memset(t, 0, sizeof(*t));
+    if (n_vocab <= 0) return "tokenizer: empty vocabulary";
+    if (n_merges < 0) return "tokenizer: negative merge count";
+    t->n_vocab = n_vocab;
+    init_byte_map(t);
+    const char *err = load_tokens(t, n_vocab, tokens, types);
+    if (!err) err = load_merges(t, n_merges, merges);
+    if (!err) err = collect_specials(t);
+    if (err) tokenizer_free(t);
+    return err;
+}
+
+/* ---- growable arrays used while encoding ------------------------------------------------------ */
+
+typedef struct { int *ids; size_t n, cap; } IdList;
+
+static bool id_list_push(IdList *l, int id) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        int *ids = realloc(l->ids, cap * sizeof(int));
+        if (!ids) return false;
+        l->ids = ids;
+        l->cap = cap;
+    }
+    l->ids[l->n++] = id;
+    return true;
+}
+
+/* ---- step 1: split at special tokens ---------------------------------------------------------- */
+
+/* A stretch of the input: raw text (token < 0) or one special token. */
+typedef struct { size_t start, len; int token; } Segment;
+
+typedef struct { Segment *items; size_t n, cap; } SegmentList;
+
+static bool segment_push(SegmentList *l, size_t start, size_t len, int token) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        Segment *items = realloc(l->items, cap * sizeof(Segment));
+        if (!items) return false;
+        l->items = items;
+        l->cap = cap;
+    }
+    l->items[l->n++] = (Segment){start, len, token};
+    return true;
+}
+
+/* Cut every raw segment of `in` at the occurrences of one special token (left to right, not
+   overlapping), appending the result to `out`. */
+static bool split_at_token(const char *text, const SegmentList *in, const char *tok, size_t tok_len, int id,
+                           SegmentList *out) {
+    out->n = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        Segment s = in->items[i];
+        if (s.token >= 0) {
+            if (!segment_push(out, s.start, s.len, s.token)) return false;
+            continue;
+        }
+        size_t pos = s.start, end = s.start + s.len;
+        while (pos < end) {
+            const char *hit = memmem(text + pos, end - pos, tok, tok_len);
+            if (!hit) break;
+            size_t at = (size_t)(hit - text);
+            if (at > pos && !segment_push(out, pos, at - pos, -1)) return false;
+            if (!segment_push(out, at, tok_len, id)) return false;
+            pos = at + tok_len;
+        }
+        if (pos < end && !segment_push(out, pos, end - pos, -1)) return false;
+    }
+    return true;
+}
+
+/* llama.cpp's tokenizer_st_partition: take the special tokens one at a time, longest first, and split
+   the still-raw text at each. So a longer token wins over a shorter one inside it, and an earlier
+   match of a longer token wins over an overlapping later one. No spaces are stripped around them
+   (llama.cpp sets lstrip/rstrip only for a few other model families). */
+static bool split_special(const Tokenizer *t, const char *text, size_t len, bool parse_special,
+                          SegmentList *segs) {
+    SegmentList other = {0};
+    segs->n = 0;
+    if (len > 0 && !segment_push(segs, 0, len, -1)) return false;
+    for (int k = 0; k < t->n_specials; k++) {
+        int id = t->specials[k];
+        if (!parse_special && (t->token_flags[id] & TOKEN_FLAG_CONTROL)) continue;
+        size_t tok_len;
+        const char *tok = token_text_of(t, id, &tok_len);
+        if (!split_at_token(text, segs, tok, tok_len, id, &other)) { free(other.items); return false; }
+        SegmentList swap = *segs;
+        *segs = other;
+        other = swap;
+    }
+    free(other.items);
+    return true;
+}
+
+/* ---- step 2: the qwen35 pre-tokenizer --------------------------------------------------------- */
+
+static CharClass class_at(const uint32_t *cp, size_t n, size_t pos) {
+    return pos < n ? char_class(cp[pos]) : CHAR_NONE;
+}
+
+static uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+/* End of the piece that starts at pos, following llama.cpp's unicode_regex_split_custom_qwen35, which
+   implements the regex
+     (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}
+     | ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+   The first rule that applies wins. */
+static size_t pretokenize_next(const uint32_t *cp, size_t n, size_t pos) {
+    uint32_t c = cp[pos];
+    CharClass cls = char_class(c);
+
+    /* contractions: 's 't 'm 'd 're 've 'll, any case (only ASCII letters lowercase to these) */
+    if (c == '\'' && pos + 1 < n) {
+        uint32_t c1 = ascii_lower(cp[pos + 1]);
+        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return pos + 2;
+        if (pos + 2 < n) {
+            uint32_t c2 = ascii_lower(cp[pos + 2]);
+            if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return pos + 3;
+        }
+    }
+
+    /* a word: letters/marks, optionally led by one character that is not \r, \n or a number */
+    if (!(c == '\r' || c == '\n' || cls == CHAR_NUMBER)) {
+        if (cls == CHAR_LETTER || class_at(cp, n, pos + 1) == CHAR_LETTER) {
+            pos++;
+            while (class_at(cp, n, pos) == CHAR_LETTER) pos++;
+            return pos;
+        }
+    }
+
+    /* numbers are single digits */
+    if (cls == CHAR_NUMBER) return pos + 1;
+
+    /* punctuation/symbol run, optionally led by a space, with trailing newlines. A lone space at the
+       very end also lands here (the class after it is CHAR_NONE), as in llama.cpp. */
+    CharClass next = (c == ' ') ? class_at(cp, n, pos + 1) : cls;
+    if (next == CHAR_OTHER || next == CHAR_NONE) {
+        if (c == ' ') pos++;
+        while (class_at(cp, n, pos) == CHAR_OTHER) pos++;
+        while (pos < n && (cp[pos] == '\r' || cp[pos] == '\n')) pos++;
+        return pos;
+    }
+
+    /* white space */
+    size_t run = 0, after_last_newline = 0;
+    while (class_at(cp, n, pos + run) == CHAR_SPACE) {
+        if (cp[pos + run] == '\r' || cp[pos + run] == '\n') after_last_newline = pos + run + 1;
+        run++;
+    }
+    if (after_last_newline > 0) return after_last_newline;       /* \s*[\r\n]+ */
+    if (run > 1 && pos + run < n) return pos + run - 1;          /* \s+(?!\S): leave one for the next word */
+    if (run > 0) return pos + run;                               /* \s+ */
+    return pos + 1;
+}
+
+/* ---- step 3 and 4: byte map and BPE ----------------------------------------------------------- */
+
+/* One symbol of the piece being merged: a span of the byte-mapped piece, in a doubly linked list. */
+typedef struct { int start, len, prev, next; } Symbol;
+
+/* A candidate merge of symbols left and right; size is their combined length when it was queued,
+   so a candidate whose symbols have changed since is recognised and dropped. */
+typedef struct { int rank, left, right, size; } Bigram;
+
+/* Scratch space reused across pieces; grown to fit the largest piece. */
+typedef struct {
+    uint32_t *cps;            /* codepoints of the current fragment */
+    size_t cps_cap;
+    unsigned char *utf8;      /* a piece re-encoded as UTF-8 */
+    char *mapped;             /* the piece through the byte map */
+    Symbol *symbols;
+    Bigram *heap;
+    size_t piece_cap;         /* utf8/symbols hold piece_cap, mapped 2x, heap 3x */
+} Workspace;
+
+static void workspace_free(Workspace *w) {
+    free(w->cps);
+    free(w->utf8);
+    free(w->mapped);
+    free(w->symbols);
+    free(w->heap);
+}
+
+static bool workspace_reserve_piece(Workspace *w, size_t nbytes) {
+    if (nbytes <= w->piece_cap) return true;
+    size_t cap = nbytes < 256 ? 256 : nbytes;
+    free(w->utf8); free(w->mapped); free(w->symbols); free(w->heap);
+    w->utf8 = malloc(cap);
+    w->mapped = malloc(2 * cap);
+    w->symbols = malloc(cap * sizeof(Symbol));
+    w->heap = malloc(3 * cap * sizeof(Bigram));  /* n-1 initial pairs + at most 2 per merge */
+    w->piece_cap = (w->utf8 && w->mapped && w->symbols && w->heap) ? cap : 0;
+    return w->piece_cap != 0;
+}
+
+/* Min-heap order: lower rank first, then the leftmost pair, like llama.cpp's llm_bigram_bpe queue. */
+static bool bigram_before(const Bigram *a, const Bigram *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(Bigram *heap, int *n, Bigram b) {
+    int i = (*n)++;
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        if (!bigram_before(&b, &heap[parent])) break;
+        heap[i] = heap[parent];
+        i = parent;
+    }
+    heap[i] = b;
+}
+
+static Bigram heap_pop(Bigram *heap, int *n) {
+    Bigram top = heap[0];
+    Bigram last = heap[--(*n)];
+    int i = 0;
+    for (;;) {
+        int child = 2 * i + 1;
+        if (child >= *n) break;
+        if (child + 1 < *n && bigram_before(&heap[child + 1], &heap[child])) child++;
+        if (!bigram_before(&heap[child], &last)) break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    if (*n > 0) heap[i] = last;
+    return top;
+}
+
+/* Queue the merge of symbols left and right if the merges list has it. */
+static void queue_pair(const Tokenizer *t, const char *mapped, const Symbol *sym, Bigram *heap, int *n,
+                       int left, int right) {
+    if (left < 0 || right < 0) return;
+    const Symbol *l = &sym[left], *r = &sym[right];
+    int rank = find_merge_rank(t, mapped + l->start, (size_t)l->len, mapped + r->start, (size_t)r->len);
+    if (rank >= 0) heap_push(heap, n, (Bigram){rank, left, right, l->len + r->len});
+}
+
+/* Emit the tokens of one symbol. A symbol missing from the vocabulary falls back, like llama.cpp, to
+   looking up each byte of its mapped text as a one-byte token, skipping bytes that have none. */
+static bool emit_symbol(const Tokenizer *t, const char *s, size_t n, IdList *out) {
+    int id = find_token_span(t, s, n);
+    if (id >= 0) return id_list_push(out, id);
+    for (size_t i = 0; i < n; i++) {
+        int byte_id = find_token_span(t, s + i, 1);
+        if (byte_id >= 0 && !id_list_push(out, byte_id)) return false;
+    }
+    return true;
+}
+
+/* Byte-map and BPE-merge one piece (UTF-8 bytes), appending its token ids. */
+static bool bpe_piece(const Tokenizer *t, Workspace *w, const unsigned char *bytes, size_t nbytes, IdList *out) {
+    /* Each byte becomes one initial symbol: the UTF-8 of its stand-in character. */
+    Symbol *sym = w->symbols;
+    int nsym = (int)nbytes, at = 0;
+    for (int i = 0; i < nsym; i++) {
+        unsigned char b = bytes[i];
+        memcpy(w->mapped + at, t->byte_char[b], t->byte_char_len[b]);
+        sym[i] = (Symbol){at, t->byte_char_len[b], i - 1, i + 1 < nsym ? i + 1 : -1};
+        at += t->byte_char_len[b];
+    }
+
+    int nheap = 0;
+    for (int i = 0; i + 1 < nsym; i++) queue_pair(t, w->mapped, sym, w->heap, &nheap, i, i + 1);
+
+    while (nheap > 0) {
+        Bigram b = heap_pop(w->heap, &nheap);
+        Symbol *l = &sym[b.left], *r = &sym[b.right];
+        if (l->len == 0 || r->len == 0 || l->len + r->len != b.size) continue;  /* stale */
+        l->len += r->len;  /* merge right into left: right's span follows left's */
+        r->len = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = b.left;
+        queue_pair(t, w->mapped, sym, w->heap, &nheap, l->prev, b.left);
+        queue_pair(t, w->mapped, sym, w->heap, &nheap, b.left, l->next);
+    }
+
+    for (int i = 0; i >= 0 && i < nsym; i = sym[i].next)
+        if (!emit_symbol(t, w->mapped + sym[i].start, (size_t)sym[i].len, out)) return false;
+    return true;
+}
+
+/* Tokenize one fragment of raw text (no special tokens in it). Invalid UTF-8 is read as U+FFFD, and each
+   piece is re-encoded from its codepoints before BPE, exactly as llama.cpp does: so an invalid byte is
+   tokenized as the three bytes of U+FFFD. */
+static bool encode_fragment(const Tokenizer *t, Workspace *w, const unsigned char *s, size_t len, IdList *out) {
+    if (len > w->cps_cap) {
+        free(w->cps);
+        w->cps = malloc(len * sizeof(uint32_t));
+        w->cps_cap = w->cps ? len : 0;
+        if (!w->cps) return false;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t used;
+        w->cps[n++] = utf8_decode_lenient(s + i, len - i, &used);
+        i += used;
+    }
+    for (size_t pos = 0; pos < n;) {
+        size_t end = pretokenize_next(w->cps, n, pos);
+        if (end - pos > (size_t)INT32_MAX / 16) return false;  /* symbol indices are ints */
+        if (!workspace_reserve_piece(w, 4 * (end - pos))) return false;
+        size_t nbytes = 0;
+        for (size_t i = pos; i < end; i++) nbytes += (size_t)utf8_encode(w->cps[i], w->utf8 + nbytes);
+        if (!bpe_piece(t, w, w->utf8, nbytes, out)) return false;
+        pos = end;
+    }
+    return true;
+}
+
+int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool parse_special, int *n) {
+    *n = 0;
+    SegmentList segs = {0};
+    Workspace w = {0};
+    IdList out = {0};
+    bool ok = split_special(t, text, len, parse_special, &segs);
+    for (size_t i = 0; ok && i < segs.n; i++) {
+        Segment s = segs.items[i];
+        if (s.token >= 0) ok = id_list_push(&out, s.token);
+        else ok = encode_fragment(t, &w, (const unsigned char *)text + s.start, s.len, &out);
+    }
+    if (ok && out.n > (size_t)INT32_MAX) ok = false;
+    if (ok && !out.ids) ok = (out.ids = malloc(sizeof(int))) != NULL;  /* empty result: still not NULL */
+    free(segs.items);
+    workspace_free(&w);
+    if (!ok) { free(out.ids); return NULL; }
+    *n = (int)out.n;
+    return out.ids;
+}
+
+/* ---- decoding --------------------------------------------------------------------------------- */
+
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+int tokenizer_decode(const Tokenizer *t, int id, char *out, int cap) {
+    if (id < 0 || id >= t->n_vocab || cap < 0) return -1;
+    size_t len;
+    const char *s = token_text_of(t, id, &len);
+    uint8_t flags = t->token_flags[id];
+    if ((flags & TOKEN_FLAG_BYTE) && len == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' &&
+        hex_digit(s[3]) >= 0 && hex_digit(s[4]) >= 0) {
+        if (cap < 1) return 0;
+        out[0] = (char)(hex_digit(s[3]) * 16 + hex_digit(s[4]));
+        return 1;
+    }
+    if (flags & TOKEN_FLAG_VERBATIM) {
+        size_t n = len < (size_t)cap ? len : (size_t)cap;
+        memcpy(out, s, n);
+        return (int)n;
+    }
+    /* Normal token: each character stands for one byte. A character outside the byte map (not
+       produced by GPT-2 byte-level vocabularies) is copied through as it is. */
+    int n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t used;
+        uint32_t cp = utf8_decode_lenient((const unsigned char *)s + i, len - i, &used);
+        if (cp < 0x144 && t->char_byte[cp] >= 0 && used == (size_t)(cp < 0x80 ? 1 : 2)) {
+            if (n >= cap) break;
+            out[n++] = (char)t->char_byte[cp];
+        } else {
+            if (n + (int)used > cap) break;
+            memcpy(out + n, s + i, used);
+            n += (int)used;
+        }
+        i += used;
+    }
+    return n;
+}
+
+/* ---- streaming UTF-8 output ------------------------------------------------------------------- */
+
+typedef struct { unsigned char pending[4]; int n; } Utf8Stream;
+
+static void write_replacement(FILE *out) { fputs("\xEF\xBF\xBD", out); }
+
+/* Length of the sequence a lead byte starts (strict UTF-8), or 0 if it cannot start one. */
+static int utf8_sequence_length(unsigned char c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+
+/* Whether c may follow the bytes already pending: this rules out overlong forms, surrogates and
+   values above U+10FFFF as early as their second byte. */
+static bool utf8_continues(const unsigned char *pending, int n, unsigned char c) {
+    if (!is_continuation(c)) return false;
+    if (n == 1) {
+        switch (pending[0]) {
+        case 0xE0: return c >= 0xA0;
+        case 0xED: return c <= 0x9F;
+        case 0xF0: return c >= 0x90;
+        case 0xF4: return c <= 0x8F;
+        default: return true;
+        }
+    }
+    return true;
+}
+
+static void utf8_stream_byte(Utf8Stream *s, unsigned char c, FILE *out) {
+    if (s->n > 0) {
+        if (utf8_continues(s->pending, s->n, c)) {
+            s->pending[s->n++] = c;
+            if (s->n == utf8_sequence_length(s->pending[0])) {
+                fwrite(s->pending, 1, (size_t)s->n, out);
+                s->n = 0;
+            }
+            return;
+        }
+        /* the pending sequence is broken: one U+FFFD for it, then c starts afresh */
+        write_replacement(out);
+        s->n = 0;
+    }
+    int need = utf8_sequence_length(c);
+    if (need == 1) fputc(c, out);
+    else if (need == 0) write_replacement(out);
+    else s->pending[s->n++] = c;
+}
+
+void utf8_stream_write(Utf8Stream *s, const char *bytes, int n, FILE *out) {
+    for (int i = 0; i < n; i++) utf8_stream_byte(s, (unsigned char)bytes[i], out);
+}
+
+void utf8_stream_flush(Utf8Stream *s, FILE *out) {
+    if (s->n > 0) write_replacement(out);
+    s->n = 0;
+}
+/* end of tokenizer */
+
+/* ============================================================================================== */
+/* 11. Sampler                                                                                    */
+/* ============================================================================================== */
+/* Greedy when --temp <= 0 or --top-k 1 (argmax, ties to the lowest id, as llama.cpp). Otherwise,
+ * in llama.cpp's order: keep the top-k logits, keep the smallest set whose probability reaches
+ * top-p, then sample from softmax(logits / temp) with a seeded generator (deterministic). */
+typedef struct {
+    float temp, top_p;
+    int top_k;
+    uint64_t rng;
+    int *idx;      /* [n_vocab] candidate ids */
+    float *p;      /* [n_vocab] candidate probabilities */
+} Sampler;
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static bool sampler_greedy(const Sampler *s) { return s->temp <= 0 || s->top_k == 1; }
+
+/* xorshift64*: a small, well-mixed generator; uniform in [0, 1). */
+static float random_uniform(uint64_t *state) {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return (float)((*state * 0x2545F4914F6CDD1DULL) >> 40) / 16777216.0f;
+}
+
+static const float *sort_logits;
+static int cmp_by_logit(const void *a, const void *b) {
+    float x = sort_logits[*(const int *)a], y = sort_logits[*(const int *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+
+static int sample(Sampler *s, const float *logits, int n_vocab) {
+    if (sampler_greedy(s)) return argmax(logits, n_vocab);
+    int n = n_vocab;
+    for (int i = 0; i < n; i++) s->idx[i] = i;
+    sort_logits = logits;
+    qsort(s->idx, (size_t)n, sizeof(int), cmp_by_logit);
+    if (s->top_k > 0 && s->top_k < n) n = s->top_k;
+    /* top-p over the probabilities at temperature 1 */
+    double sum = 0, cum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[s->idx[i]] - logits[s->idx[0]]);
+    for (int i = 0; i < n; i++) {
+        cum += exp((double)logits[s->idx[i]] - logits[s->idx[0]]) / sum;
+        if (cum >= s->top_p) { n = i + 1; break; }
+    }
+    for (int i = 0; i < n; i++) s->p[i] = logits[s->idx[i]] / s->temp;
+    softmax(s->p, n);
+    float u = random_uniform(&s->rng), acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += s->p[i];
+        if (u < acc) return s->idx[i];
+    }
+    return s->idx[n - 1];
+}
+
+/* ============================================================================================== */
+/* 12. Generation and the command line                                                            */
+/* ============================================================================================== */
+typedef struct {
+    const char *model, *prompt_file, *prompt, *tokens, *dump_logits, *spec_type, *preview_block;
+    int n_predict, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, n_gpu_layers;
+    int draft_n_max, draft_n_min, draft_steps;
+    float draft_p_min, accept_ratio, accept_delta;
+    float temp, top_p;
+    int top_k;
+    long long seed;
+    uint32_t k_type, v_type;
+    bool tokenize, chat, color, diffusion;
+    float diffusion_threshold;
+} Args;
+
+static void usage(void) {
+    fprintf(stderr,
+        "usage: clover -m MODEL.gguf (-p TEXT | -f FILE | --tokens IDS) [options]\n"
+        "  -n N                      tokens to predict (-1: until end or context; default -1)\n"
+        "  -c N                      context size (0: the model's; default 4096)\n"
+        "  -b N, -ub N               logical / physical batch (default 2048 / 512); the prompt must fit in -b\n"
+        "  -t N, -tb N               threads for decoding / batches (default: all cores)\n"
+        "  -ctk T, -ctv T            KV cache type: f32, f16, bf16 (default f16)\n"
+        "  --temp X --top-k N --top-p X --seed N   sampling (greedy: --temp 0 or --top-k 1)\n"
+        "  --spec-type none|draft-self  --spec-draft-n-max N --spec-draft-n-min N --spec-draft-p-min P\n"
+        "  --spec-draft-steps N --spec-accept-ratio R --spec-accept-delta D    self-speculative decoding\n"
+        "  --diffusion --diffusion-threshold P       native block-diffusion generation\n"
+        "  --chat                    wrap the prompt in the chat template (thinking on)\n"
+        "  --color on|off            mark accepted drafts in the output\n"
+        "  -ngl N, --flash-attn on|off|auto          accepted for compatibility (CPU build: no effect)\n"
+        "  --tokenize                print the prompt's token ids and exit\n"
+        "  --dump-logits FILE        write float32 logits of every prompt position and exit\n"
+        "  --preview-block IDS       with --dump-logits: logits of one preview pass over IDS after the prompt\n");
+}
+
+static long long parse_int(const char *flag, const char *v, long long lo, long long hi) {
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end) fatal("%s needs an integer value, got '%s'; see --help", flag, v ? v : "(nothing)");
+    if (x < lo || x > hi) fatal("%s %lld is out of range [%lld, %lld]", flag, x, lo, hi);
+    return x;
+}
+
+static float parse_float(const char *flag, const char *v, float lo, float hi) {
+    char *end;
+    errno = 0;
+    float x = v ? strtof(v, &end) : 0;
+    if (!v || errno || end == v || *end || !(x >= lo && x <= hi))
+        fatal("%s needs a number in [%g, %g], got '%s'", flag, lo, hi, v ? v : "(nothing)");
+    return x;
+}
+
+static bool parse_onoff(const char *flag, const char *v) {
+    if (v && (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "1"))) return true;
+    if (v && (!strcmp(v, "off") || !strcmp(v, "0"))) return false;
+    fatal("%s needs on, off or auto, got '%s'", flag, v ? v : "(nothing)");
+    return false;
+}
+
+static uint32_t parse_cache_type(const char *flag, const char *v) {
+    if (v && !strcmp(v, "f32")) return T_F32;
+    if (v && !strcmp(v, "f16")) return T_F16;
+    if (v && !strcmp(v, "bf16")) return T_BF16;
+    fatal("%s '%s' is not supported; use f32, f16 or bf16", flag, v ? v : "(nothing)");
+    return 0;
+}
+
+static Args parse_args(int argc, char **argv) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    Args a = {.n_predict = -1, .n_ctx = 4096, .n_batch = 2048, .n_ubatch = 512,
+              .n_threads = cores > 0 ? (int)cores : 1, .n_threads_batch = -1, .spec_type = "none",
+              .draft_n_max = 16, .draft_n_min = 0, .draft_steps = 1, .draft_p_min = 0,
+              .accept_ratio = 0, .accept_delta = -1, .temp = 0.8f, .top_p = 0.95f, .top_k = 40,
+              .seed = -1, .k_type = T_F16, .v_type = T_F16, .diffusion_threshold = 0.9f};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = true;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); exit(0); }
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a.model = v;
+        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) a.prompt_file = v;
+        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a.prompt = v;
+        else if (!strcmp(f, "--tokens")) a.tokens = v;
+        else if (!strcmp(f, "-n") || !strcmp(f, "--n-predict")) a.n_predict = (int)parse_int(f, v, -1, INT32_MAX);
+        else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) a.n_ctx = (int)parse_int(f, v, 0, INT32_MAX);
+        else if (!strcmp(f, "-b") || !strcmp(f, "--batch-size")) a.n_batch = (int)parse_int(f, v, 1, 1 << 20);
+        else if (!strcmp(f, "-ub") || !strcmp(f, "--ubatch-size")) a.n_ubatch = (int)parse_int(f, v, 1, 1 << 16);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) a.n_threads = (int)parse_int(f, v, 1, 1024);
+        else if (!strcmp(f, "-tb") || !strcmp(f, "--threads-batch")) a.n_threads_batch = (int)parse_int(f, v, 1, 1024);
+        else if (!strcmp(f, "-ngl") || !strcmp(f, "--n-gpu-layers") || !strcmp(f, "--gpu-layers")) a.n_gpu_layers = (int)parse_int(f, v, -1, INT32_MAX);
+        else if (!strcmp(f, "-ctk") || !strcmp(f, "--cache-type-k")) a.k_type = parse_cache_type(f, v);
+        else if (!strcmp(f, "-ctv") || !strcmp(f, "--cache-type-v")) a.v_type = parse_cache_type(f, v);
+        else if (!strcmp(f, "-fa") || !strcmp(f, "--flash-attn")) parse_onoff(f, v);
+        else if (!strcmp(f, "--color")) a.color = parse_onoff(f, v);
+        else if (!strcmp(f, "--temp")) a.temp = parse_float(f, v, 0, 1e6f);
+        else if (!strcmp(f, "--top-k")) a.top_k = (int)parse_int(f, v, 0, INT32_MAX);
+        else if (!strcmp(f, "--top-p")) a.top_p = parse_float(f, v, 0, 1);
+        else if (!strcmp(f, "--seed") || !strcmp(f, "-s")) a.seed = parse_int(f, v, -1, UINT32_MAX);
+        else if (!strcmp(f, "--spec-type")) a.spec_type = v;
+        else if (!strcmp(f, "--spec-draft-n-max") || !strcmp(f, "--draft-max")) a.draft_n_max = (int)parse_int(f, v, 0, 4096);
+        else if (!strcmp(f, "--spec-draft-n-min") || !strcmp(f, "--draft-min")) a.draft_n_min = (int)parse_int(f, v, 0, 4096);
+        else if (!strcmp(f, "--spec-draft-p-min") || !strcmp(f, "--draft-p-min")) a.draft_p_min = parse_float(f, v, 0, 1);
+        else if (!strcmp(f, "--spec-draft-steps")) a.draft_steps = (int)parse_int(f, v, 1, 4096);
+        else if (!strcmp(f, "--spec-accept-ratio")) a.accept_ratio = parse_float(f, v, 0, 1);
+        else if (!strcmp(f, "--spec-accept-delta")) a.accept_delta = parse_float(f, v, 0, 1e6f);
+        else if (!strcmp(f, "--diffusion-threshold")) a.diffusion_threshold = parse_float(f, v, 0, 1);
+        else if (!strcmp(f, "--dump-logits")) a.dump_logits = v;
+        else if (!strcmp(f, "--preview-block")) a.preview_block = v;
+        else {
+            takes = false;
+            if (!strcmp(f, "--tokenize")) a.tokenize = true;
+            else if (!strcmp(f, "--chat")) a.chat = true;
+            else if (!strcmp(f, "--diffusion")) a.diffusion = true;
+            else fatal("unknown argument '%s'; see --help", f);
+        }
+        if (takes) {
+            if (!v) fatal("%s needs a value; see --help", f);
+            i++;
+        }
+    }
+    if (!a.model) fatal("no model given; use -m MODEL.gguf (see --help)");
+    if (!!a.prompt + !!a.prompt_file + !!a.tokens != 1) fatal("give the prompt exactly once: -p TEXT, -f FILE or --tokens IDS");
+    if (strcmp(a.spec_type, "none") && strcmp(a.spec_type, "draft-self"))
+        fatal("--spec-type '%s' is not supported; use none or draft-self", a.spec_type);
+    if (a.n_threads_batch < 0) a.n_threads_batch = a.n_threads;
+    if (a.n_ubatch > a.n_batch) a.n_ubatch = a.n_batch;
+    return a;
+}
+
+/* "1,2,3" -> ids; every id must be a token of the model. */
+static int *parse_ids(const char *s, int n_vocab, int *n) {
+    int cap = 16, *ids = xmalloc((size_t)cap * sizeof(int));
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= n_vocab)
+            fatal("token list '%.40s': bad id at '%.20s' (ids are 0..%d, comma-separated)", s, p, n_vocab - 1);
+        if (*n == cap) { cap *= 2; ids = realloc(ids, (size_t)cap * sizeof(int)); if (!ids) fatal("out of memory"); }
+        ids[(*n)++] = (int)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) fatal("token list '%.40s': expected ',' at '%.20s'", s, p);
+    }
+    return ids;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) fatal("cannot open prompt file '%s': %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = xmalloc(cap);
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n, fp)) > 0) {
+        n += r;
+        if (n == cap) { cap *= 2; buf = realloc(buf, cap); if (!buf) fatal("out of memory reading '%s'", path); }
+    }
+    fclose(fp);
+    *len = n;
+    return buf;
+}
+
+/* Token ids that end generation: the file's eos id and the chat terminators, found by text. */
+typedef struct { int ids[4]; int n; } EogSet;
+
+static bool is_eog(const EogSet *e, int id) {
+    for (int i = 0; i < e->n; i++)
+        if (e->ids[i] == id) return true;
+    return false;
+}
+
+static void tokenizer_load(Tokenizer *tok, EogSet *eog, const Model *m) {
+    const GGUF *f = &m->file;
+    const GGUFKV *model = gguf_find(f, "tokenizer.ggml.model");
+    if (!model || model->type != GGUF_STRING || !str_eq(model->strings[0], "gpt2"))
+        fatal("%s: tokenizer.ggml.model must be \"gpt2\" (byte-level BPE)", f->path);
+    const GGUFKV *toks = gguf_array(f, "tokenizer.ggml.tokens", GGUF_STRING, true);
+    const GGUFKV *merges = gguf_array(f, "tokenizer.ggml.merges", GGUF_STRING, true);
+    const GGUFKV *types = gguf_find(f, "tokenizer.ggml.token_type");
+    int32_t *type = NULL;
+    if (types) {
+        if (types->type != GGUF_ARRAY || types->arr_n != toks->arr_n)
+            fatal("%s: tokenizer.ggml.token_type must be an array of %llu integers", f->path, (unsigned long long)toks->arr_n);
+        type = xmalloc(mul_size(types->arr_n, sizeof(int32_t), "token types"));
+        for (uint64_t i = 0; i < types->arr_n; i++) type[i] = (int32_t)gguf_arr_int(f, types, i);
+    }
+    if (merges->arr_n > INT32_MAX) fatal("%s: too many merges", f->path);
+    const char *err = tokenizer_init(tok, (int)toks->arr_n, toks->strings, type, (int)merges->arr_n, merges->strings);
+    if (err) fatal("%s: tokenizer: %s", f->path, err);
+    free(type);
+    eog->n = 0;
+    int eos = (int)gguf_int(f, "tokenizer.ggml.eos_token_id", -1, -1, m->c.n_vocab - 1);
+    if (eos >= 0) eog->ids[eog->n++] = eos;
+    const char *names[] = {"<|im_end|>", "<|endoftext|>"};
+    for (int i = 0; i < 2; i++) {
+        int id = tokenizer_find(tok, names[i]);
+        if (id >= 0 && !is_eog(eog, id)) eog->ids[eog->n++] = id;
+    }
+}
+
+/* Stream tokens to stdout as whole UTF-8 characters. */
+typedef struct { const Tokenizer *tok; Utf8Stream utf8; } Printer;
+
+static void print_token(Printer *pr, int id) {
+    char buf[512];
+    int n = tokenizer_decode(pr->tok, id, buf, sizeof buf);
+    if (n > 0) utf8_stream_write(&pr->utf8, buf, n, stdout);
+    fflush(stdout);
+}
+
+/* Evaluate tokens[0..n) causally in chunks of at most cap rows; logits of the last row, or of every
+ * row streamed to `dump` when it is given. */
+static void prefill(Ctx *ctx, const int *tokens, int n, float *logits, FILE *dump) {
+    int cap = ctx->sc.cap, V = ctx->m->c.n_vocab;
+    for (int i = 0; i < n; i += cap) {
+        int T = n - i < cap ? n - i : cap;
+        forward_batch(ctx, tokens + i, T, dump ? logits : (i + T == n ? logits : NULL), dump != NULL, NULL);
+        if (dump && fwrite(logits, sizeof(float) * (size_t)V, (size_t)T, dump) != (size_t)T) fatal("writing logits: %s", strerror(errno));
+    }
+}
+
+typedef struct {
+    int n_encoded, n_predict, n_drafted, n_accept, n_relaxed, n_rounds;
+    double t_encode, t_decode, t_draft, t_verify;
+} Stats;
+
+static void print_stats(const Args *a, const Stats *s) {
+    fprintf(stderr, "\n\nencoded %4d tokens in %8.3f seconds, speed: %8.3f t/s\n", s->n_encoded, s->t_encode,
+            s->t_encode > 0 ? s->n_encoded / s->t_encode : 0.0);
+    fprintf(stderr, "decoded %4d tokens in %8.3f seconds, speed: %8.3f t/s\n\n", s->n_predict, s->t_decode,
+            s->t_decode > 0 ? s->n_predict / s->t_decode : 0.0);
+    fprintf(stderr, "n_draft   = %d\n", a->draft_n_max);
+    fprintf(stderr, "n_predict = %d\n", s->n_predict);
+    fprintf(stderr, "n_drafted = %d\n", s->n_drafted);
+    fprintf(stderr, "n_accept  = %d\n", s->n_accept);
+    fprintf(stderr, "accept    = %.3f%%\n", s->n_drafted ? 100.0 * s->n_accept / s->n_drafted : 0.0);
+    fprintf(stderr, "n_relaxed = %d\n", s->n_relaxed);
+    fprintf(stderr, "mean accepted length = %.3f tokens per round (%d rounds)\n",
+            s->n_rounds ? (double)s->n_predict / s->n_rounds : 0.0, s->n_rounds);
+    fprintf(stderr, "draft time = %.3f s, verify time = %.3f s\n", s->t_draft, s->t_verify);
+}
+
+/* Plain causal decoding (--spec-type none): one token per step, the loop of
+ * llama-speculative-simple with no drafts. */
+static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt,
+                            const Args *a, Stats *stats) {
+    int V = ctx->m->c.n_vocab;
+    float *logits = xmalloc((size_t)V * sizeof(float));
+    double t0 = now_seconds();
+    prefill(ctx, prompt, n_prompt - 1, logits, NULL);
+    stats->t_encode = now_seconds() - t0;
+    stats->n_encoded = n_prompt;
+    int id_last = prompt[n_prompt - 1];
+    t0 = now_seconds();
+    while ((a->n_predict < 0 || stats->n_predict <= a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
+        forward_batch(ctx, &id_last, 1, logits, false, NULL);
+        int id = sample(smp, logits, V);
+        stats->n_predict++;
+        stats->n_rounds++;
+        if (is_eog(eog, id)) break;
+        print_token(pr, id);
+        id_last = id;
+    }
+    stats->t_decode = now_seconds() - t0;
+    free(logits);
+}
+
+#ifndef TESTING
+int main(int argc, char **argv) {
+    Args a = parse_args(argc, argv);
+    static Model m;
+    model_load(&m, a.model);
+    const Config *c = &m.c;
+    Tokenizer tok;
+    EogSet eog;
+    tokenizer_load(&tok, &eog, &m);
+
+    /* the prompt: token ids, or text (a prompt file loses one trailing newline, as upstream) */
+    int n_prompt = 0, *prompt;
+    if (a.tokens) prompt = parse_ids(a.tokens, c->n_vocab, &n_prompt);
+    else {
+        size_t len;
+        char *text = a.prompt_file ? read_file(a.prompt_file, &len) : strdup(a.prompt);
+        if (!text) fatal("out of memory");
+        if (a.prompt) len = strlen(text);
+        if (a.prompt_file && len > 0 && text[len - 1] == '\n') len--;
+        if (a.chat) {
+            const char *pre = "<|im_start|>user\n", *post = "<|im_end|>\n<|im_start|>assistant\n<think>\n";
+            char *w = xmalloc(strlen(pre) + len + strlen(post) + 1);
+            sprintf(w, "%s%.*s%s", pre, (int)len, text, post);
+            free(text);
+            text = w;
+            len = strlen(w);
+        }
+        prompt = tokenizer_encode(&tok, text, len, true, &n_prompt);
+        if (!prompt) fatal("out of memory tokenizing the prompt");
+        free(text);
+    }
+    if (a.tokenize) {
+        for (int i = 0; i < n_prompt; i++) printf("%s%d", i ? "," : "", prompt[i]);
+        printf("\n");
+        return 0;
+    }
+    if (n_prompt == 0) fatal("the prompt is empty; give some text with -p or -f");
+    int n_ctx = a.n_ctx ? a.n_ctx : c->n_ctx_train;
+    if (n_ctx > c->n_ctx_train) fatal("-c %d is beyond the model's context length %d; use -c %d or less", n_ctx, c->n_ctx_train, c->n_ctx_train);
+    if (n_prompt > a.n_batch) fatal("the prompt has %d tokens, more than the batch size -b %d; raise -b", n_prompt, a.n_batch);
+    if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
+    if (a.n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a.n_gpu_layers);
+
+    static Ctx ctx;
+    ctx.m = &m;
+    ctx.n_threads = a.n_threads;
+    ctx.n_threads_batch = a.n_threads_batch;
+    int cap = a.n_ubatch;
+    pool_init(&ctx.pool, a.n_threads > a.n_threads_batch ? a.n_threads : a.n_threads_batch);
+    state_init(&ctx.st, &m, n_ctx, a.k_type, a.v_type);
+    scratch_init(&ctx.sc, c, cap, n_ctx, ctx.pool.n_threads);
+
+    if (a.dump_logits) {
+        FILE *fp = fopen(a.dump_logits, "wb");
+        if (!fp) fatal("cannot write '%s': %s", a.dump_logits, strerror(errno));
+        float *logits = xmalloc(mul_size((size_t)cap * c->n_vocab, sizeof(float), "logits"));
+        prefill(&ctx, prompt, n_prompt, logits, fp);
+        if (fclose(fp) != 0) fatal("writing '%s': %s", a.dump_logits, strerror(errno));
+        return 0;
+    }
+
+    Sampler smp = {a.temp, a.top_p, a.top_k, 0, xmalloc((size_t)c->n_vocab * sizeof(int)), xmalloc((size_t)c->n_vocab * sizeof(float))};
+    uint64_t seed = a.seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a.seed;
+    smp.rng = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    Printer pr = {&tok, {{0}, 0}};
+    for (int i = 0; i < n_prompt; i++) print_token(&pr, prompt[i]);
+    Stats stats = {0};
+    generate_causal(&ctx, &smp, &eog, &pr, prompt, n_prompt, &a, &stats);
+    utf8_stream_flush(&pr.utf8, stdout);
+    printf("\n");
+    fflush(stdout);
+    print_stats(&a, &stats);
+    return 0;
+}
+#endif
