@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -612,33 +613,37 @@ static void quantize_row(uint32_t wtype, const float *x, void *y, int64_t n) {
     }
 }
 
-/* Dot products of one weight row with one rounded activation row. Float sums use eight
- * independent lanes so that the compiler can vectorise them and every path sums in one order. */
-static float sum_lanes(const float acc[8]) {
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+/* Dot products of one weight row with one rounded activation row. Float dots sum in 16 lanes (lane
+ * l takes elements l, l+16, l+32, ... by fused multiply-add) and then add the lanes by halving
+ * (8+8, 4+4, 2+2, 1+1): the order of llama.cpp's AVX-512 batch matmul, so that F16/BF16 rows round
+ * the same way. The compiler turns these loops into vector code. */
+static float sum_lanes(float acc[16]) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
 }
 
 static float dot_f32(const void *w, const void *a, int64_t n) {
     const float *x = w, *y = a;
-    float acc[8] = {0};
-    for (int64_t i = 0; i < n; i += 8)
-        for (int l = 0; l < 8 && i + l < n; l++) acc[l] += x[i + l] * y[i + l];
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int l = 0; l < 16 && i + l < n; l++) acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
     return sum_lanes(acc);
 }
 
 static float dot_f16(const void *w, const void *a, int64_t n) {
     const uint16_t *x = w, *y = a;
-    float acc[8] = {0};
-    for (int64_t i = 0; i < n; i += 8)
-        for (int l = 0; l < 8 && i + l < n; l++) acc[l] += fp16_to_fp32(x[i + l]) * fp16_to_fp32(y[i + l]);
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int l = 0; l < 16 && i + l < n; l++) acc[l] = fmaf(fp16_to_fp32(x[i + l]), fp16_to_fp32(y[i + l]), acc[l]);
     return sum_lanes(acc);
 }
 
 static float dot_bf16(const void *w, const void *a, int64_t n) {
     const uint16_t *x = w, *y = a;
-    float acc[8] = {0};
-    for (int64_t i = 0; i < n; i += 8)
-        for (int l = 0; l < 8 && i + l < n; l++) acc[l] += bf16_to_fp32(x[i + l]) * bf16_to_fp32(y[i + l]);
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int l = 0; l < 16 && i + l < n; l++) acc[l] = fmaf(bf16_to_fp32(x[i + l]), bf16_to_fp32(y[i + l]), acc[l]);
     return sum_lanes(acc);
 }
 
@@ -1199,7 +1204,23 @@ typedef struct {
     Scratch sc;
     Pool pool;
     int n_threads, n_threads_batch;
+    const char *dump_dir;           /* --dump-tensors: where intermediate activations go, or NULL */
+    regex_t dump_filter;            /* --dump-filter: which names (default: all) */
 } Ctx;
+
+/* --dump-tensors: write T rows of n floats as DIR/<name>-<il>.bin (il < 0: DIR/<name>.bin), with the
+ * names llama.cpp's graph callback gives the same values, so a port can be diffed op by op. A batch
+ * that starts at position p > 0 appends its rows. */
+static void dump(const Ctx *ctx, const char *name, int il, const float *x, size_t n) {
+    if (!ctx->dump_dir) return;
+    char tag[96], path[1024];
+    if (il >= 0) snprintf(tag, sizeof tag, "%s-%d", name, il);
+    else snprintf(tag, sizeof tag, "%s", name);
+    if (regexec(&ctx->dump_filter, tag, 0, NULL, 0) != 0) return;
+    snprintf(path, sizeof path, "%s/%s.bin", ctx->dump_dir, tag);
+    FILE *f = fopen(path, ctx->st.n_past > 0 ? "ab" : "wb");
+    if (!f || fwrite(x, sizeof(float), n, f) != n || fclose(f) != 0) fatal("cannot write tensor dump '%s': %s", path, strerror(errno));
+}
 
 static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_threads) {
     size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used;
@@ -1390,6 +1411,10 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log) {
     matmul(&ctx->pool, &L->beta, s->xn, T, s->beta, s->xq);
     matmul(&ctx->pool, &L->alpha, s->xn, T, s->g, s->xq);
     gdn_gates(c, L->a, L->dt, s->g, s->beta, T);
+    dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, (size_t)T * c->conv_dim);
+    dump(ctx, "z", il, s->z, (size_t)T * c->value_dim);
+    dump(ctx, "beta_sigmoid", il, s->beta, (size_t)T * c->n_v_heads);
+    dump(ctx, "gate", il, s->g, (size_t)T * c->n_v_heads);
     if (log) {
         memcpy(log->u[il], s->qkv, (size_t)T * c->conv_dim * sizeof(float));
         memcpy(log->g[il], s->g, (size_t)T * c->n_v_heads * sizeof(float));
@@ -1397,7 +1422,9 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log) {
     }
     gdn_advance(&ctx->pool, c, L, ctx->st.ring[il], ctx->st.S[il], T, s->qkv, s->g, s->beta, s->conv, s->o);
     gdn_gated_norm(c, L, s->o, s->z, T);
+    dump(ctx, "final_output", il, s->o, (size_t)T * c->value_dim);
     matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq);
+    dump(ctx, "linear_attn_out", il, s->mix, (size_t)T * c->n_embd);
 }
 
 /* --- gated attention -------------------------------------------------------------------------- */
@@ -1468,6 +1495,8 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos) {
     matmul(&ctx->pool, &L->wq, s->xn, T, s->qg, s->xq);
     matmul(&ctx->pool, &L->wk, s->xn, T, s->kr, s->xq);
     matmul(&ctx->pool, &L->wv, s->xn, T, s->vr, s->xq);
+    dump(ctx, "Qcur_full", il, s->qg, (size_t)T * 2 * c->n_head * c->head_dim);
+    dump(ctx, "Vcur", il, s->vr, (size_t)T * kvd);
     attn_qk_prepare(c, L, s, T, pos);
     for (int t = 0; t < T; t++) {
         store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
@@ -1475,6 +1504,7 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos) {
     }
     AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pos};
     pool_run(&ctx->pool, attn_task, &at);
+    dump(ctx, "attn_gated", il, s->ao, (size_t)T * c->n_head * c->head_dim);
     matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq);
 }
 
@@ -1553,13 +1583,19 @@ static void moe_layer(Ctx *ctx, int il, int T) {
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
     matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq);
+    dump(ctx, "ffn_moe_logits", il, s->router, (size_t)T * c->n_expert);
     for (int t = 0; t < T; t++) {
         float *p = s->router + (size_t)t * c->n_expert;
         softmax(p, c->n_expert);
         route_top_k(c, p, NULL, s->sel + (size_t)t * c->n_expert_used, s->w + (size_t)t * c->n_expert_used);
     }
+    dump(ctx, "ffn_moe_probs", il, s->router, (size_t)T * c->n_expert);
+    dump(ctx, "ffn_moe_weights_norm", il, s->w, (size_t)T * c->n_expert_used);
     moe_experts(ctx, L, T);
+    dump(ctx, "ffn_moe_out", il, s->mix, (size_t)T * c->n_embd);
     moe_shared(ctx, L, T);
+    dump(ctx, "ffn_shexp", il, s->sh, (size_t)T * c->n_embd);
+    dump(ctx, "ffn_out", il, s->mix, (size_t)T * c->n_embd);
 }
 
 /* --- the whole pass ---------------------------------------------------------------------------- */
@@ -1570,7 +1606,9 @@ static void lm_head(Ctx *ctx, int T, const int *rows, int n_rows, float *logits)
     (void)T;
     for (int r = 0; r < n_rows; r++)
         rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)rows[r] * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
+    dump(ctx, "result_norm", -1, s->xn, (size_t)n_rows * c->n_embd);
     matmul(&ctx->pool, &ctx->m->output, s->xn, n_rows, logits, s->xq);
+    dump(ctx, "result_output", -1, logits, (size_t)n_rows * c->n_vocab);
 }
 
 /* Evaluate T <= cap tokens causally at positions n_past..n_past+T-1, appending to the state.
@@ -1585,12 +1623,16 @@ static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, boo
     for (int il = 0; il < c->n_layer; il++) {
         const Layer *L = &ctx->m->layers[il];
         for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->eps);
+        dump(ctx, "attn_norm", il, s->xn, (size_t)T * E);
         if (L->recurrent) gdn_layer(ctx, il, T, log);
         else attn_layer(ctx, il, T, pos);
+        dump(ctx, "attn_output", il, s->mix, (size_t)T * E);
         for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
         for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->post_norm, E, c->eps);
+        dump(ctx, "attn_post_norm", il, s->xn, (size_t)T * E);
         moe_layer(ctx, il, T);
         for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
+        dump(ctx, "l_out", il, s->x, (size_t)T * E);
     }
     ctx->st.n_past += T;
     if (!logits) return;
@@ -2659,6 +2701,7 @@ static int sample(Sampler *s, const float *logits, int n_vocab) {
 /* ============================================================================================== */
 typedef struct {
     const char *model, *prompt_file, *prompt, *tokens, *dump_logits, *spec_type, *preview_block;
+    const char *dump_tensors, *dump_filter;
     int n_predict, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, n_gpu_layers;
     int draft_n_max, draft_n_min, draft_steps;
     float draft_p_min, accept_ratio, accept_delta;
@@ -2687,7 +2730,9 @@ static void usage(void) {
         "  -ngl N, --flash-attn on|off|auto          accepted for compatibility (CPU build: no effect)\n"
         "  --tokenize                print the prompt's token ids and exit\n"
         "  --dump-logits FILE        write float32 logits of every prompt position and exit\n"
-        "  --preview-block IDS       with --dump-logits: logits of one preview pass over IDS after the prompt\n");
+        "  --preview-block IDS       with --dump-logits: logits of one preview pass over IDS after the prompt\n"
+        "  --dump-tensors DIR        write every intermediate activation as DIR/<llama.cpp name>.bin (float32)\n"
+        "  --dump-filter REGEX       only the names matching REGEX (POSIX extended)\n");
 }
 
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi) {
@@ -2763,6 +2808,8 @@ static Args parse_args(int argc, char **argv) {
         else if (!strcmp(f, "--diffusion-threshold")) a.diffusion_threshold = parse_float(f, v, 0, 1);
         else if (!strcmp(f, "--dump-logits")) a.dump_logits = v;
         else if (!strcmp(f, "--preview-block")) a.preview_block = v;
+        else if (!strcmp(f, "--dump-tensors")) a.dump_tensors = v;
+        else if (!strcmp(f, "--dump-filter")) a.dump_filter = v;
         else {
             takes = false;
             if (!strcmp(f, "--tokenize")) a.tokenize = true;
@@ -2971,6 +3018,9 @@ int main(int argc, char **argv) {
     ctx.m = &m;
     ctx.n_threads = a.n_threads;
     ctx.n_threads_batch = a.n_threads_batch;
+    ctx.dump_dir = a.dump_tensors;
+    if (regcomp(&ctx.dump_filter, a.dump_filter ? a.dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
+        fatal("--dump-filter '%s' is not a valid regular expression", a.dump_filter);
     int cap = a.n_ubatch;
     pool_init(&ctx.pool, a.n_threads > a.n_threads_batch ? a.n_threads : a.n_threads_batch);
     state_init(&ctx.st, &m, n_ctx, a.k_type, a.v_type);

@@ -380,24 +380,26 @@ typedef struct { float d; int sc_lo, sc_hi; } QuantScale;
 
 #define D_MIN 2e-4f // smallest nominal fp16 scale; with the ±20% jitter it stays >= 1.6e-4, normal
 
+// d such that d·sc·q has standard deviation sigma, for sc uniform in [lo, hi] and q of std q_std
+static float scale_for(float sigma, float q_std, int lo, int hi) {
+    double sum_sq = 0;
+    for (int k = lo; k <= hi; k++) sum_sq += (double)k * k;
+    return sigma / (sqrtf((float)(sum_sq / (hi - lo + 1))) * q_std);
+}
+
 // q_std: std of the integer factor of a value (e.g. q-7.5 for Q4_K). sc_max: largest sub-block
-// scale (0 for types without sub-blocks).
+// scale (0 for types without sub-blocks). Sub-block scales are uniform in [sc_max/2+1, sc_max];
+// the range is lowered until d is a comfortably normal fp16.
 static QuantScale quant_scale(float sigma, float q_std, int sc_max) {
     QuantScale s = { 0, 1, 1 };
     if (sc_max) {
-        s.sc_hi = sc_max;
-        s.sc_lo = sc_max / 2 + 1;
-        float mid = 0.5f * (float)(s.sc_lo + s.sc_hi);
-        float d = sigma / (mid * q_std);
-        if (d < D_MIN) { // shrink the sub-block scales rather than make d subnormal
-            float k = d / D_MIN;
-            s.sc_hi = (int)lroundf((float)sc_max * k);
-            if (s.sc_hi < 2) s.sc_hi = 2;
+        for (s.sc_hi = sc_max;; s.sc_hi--) {
             s.sc_lo = s.sc_hi / 2 + 1;
+            if (s.sc_hi == 2 || scale_for(sigma, q_std, s.sc_lo, s.sc_hi) >= D_MIN) break;
         }
     }
-    s.d = sigma / (0.5f * (float)(s.sc_lo + s.sc_hi) * q_std);
-    if (s.d < D_MIN) s.d = D_MIN;
+    s.d = scale_for(sigma, q_std, s.sc_lo, s.sc_hi);
+    if (s.d < D_MIN) s.d = D_MIN; // only for tiny sigma, which this generator never asks for
     return s;
 }
 

@@ -181,7 +181,24 @@ struct opts {
     const char *model;
     int n_ctx, n_threads;
     bool no_repack;
+    const char *dump_dir;   // --dump-tensors DIR: every contiguous F32 graph tensor as DIR/<name>.bin
 };
+
+// Graph callback: asked once per tensor whether we want its data (yes), then called with the data.
+// Writes contiguous F32 tensors named like "attn_norm-0" to DIR/<name>.bin (float32, ggml order).
+static bool dump_cb(struct ggml_tensor *t, bool ask, void *user) {
+    if (ask) return true;
+    const char *dir = user;
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !t->data || !t->name[0]) return true;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.bin", dir, t->name);
+    for (char *p = path + strlen(dir) + 1; *p; p++) if (*p == '/' || *p == ' ') *p = '_';
+    FILE *f = fopen(path, "wb");
+    if (!f) die("cannot write %s", path);
+    fwrite(t->data, 1, ggml_nbytes(t), f);
+    fclose(f);
+    return true;
+}
 
 static struct llama_model *load_model(const struct opts *o, bool vocab_only) {
     struct llama_model_params mp = llama_model_default_params();
@@ -208,6 +225,10 @@ static struct llama_context *new_ctx(const struct opts *o, struct llama_model *m
     cp.offload_kqv = false;
     cp.op_offload = false;
     cp.no_perf = true;
+    if (o->dump_dir) {
+        cp.cb_eval = dump_cb;
+        cp.cb_eval_user_data = (void *)o->dump_dir;
+    }
     struct llama_context *c = llama_init_from_model(m, cp);
     if (!c) die("cannot create context (n_ctx %d)", o->n_ctx);
     if (llama_n_ctx(c) < (uint32_t)o->n_ctx) die("context has %u positions, asked for %d", llama_n_ctx(c), o->n_ctx);
@@ -248,7 +269,7 @@ int main(int argc, char **argv) {
     llama_log_set(log_cb, NULL);
     ggml_set_abort_callback(abort_cb);
 
-    struct opts o = {NULL, 4096, 2, false};
+    struct opts o = {NULL, 4096, 2, false, NULL};
     const char *mode = NULL, *a1 = NULL, *a2 = NULL;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -256,6 +277,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(s, "-c") && i + 1 < argc) o.n_ctx = (int)parse_long(argv[++i], "-c", 1, 1 << 24);
         else if (!strcmp(s, "-t") && i + 1 < argc) o.n_threads = (int)parse_long(argv[++i], "-t", 1, 1024);
         else if (!strcmp(s, "--no-repack")) o.no_repack = true;
+        else if (!strcmp(s, "--dump-tensors") && i + 1 < argc) o.dump_dir = argv[++i];
         else if ((!strcmp(s, "--tokenize") || !strcmp(s, "--detok")) && i + 1 < argc && !mode) {
             mode = s;
             a1 = argv[++i];
