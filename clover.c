@@ -572,9 +572,9 @@ static void quantize_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
         const float *v = x + 32 * b;
         float amax = 0;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
-        float d = amax / 127, id = d != 0 ? 1 / d : 0;
+        float d = amax / 127, id = amax != 0 ? 127.f / amax : 0;   /* as llama.cpp's x86 code: 127/amax */
         y[b].d = fp32_to_fp16(d);
-        for (int j = 0; j < 32; j++) y[b].qs[j] = (int8_t)roundf(v[j] * id);
+        for (int j = 0; j < 32; j++) y[b].qs[j] = (int8_t)lrintf(v[j] * id);  /* nearest, ties to even */
     }
 }
 
@@ -613,39 +613,75 @@ static void quantize_row(uint32_t wtype, const float *x, void *y, int64_t n) {
     }
 }
 
-/* Dot products of one weight row with one rounded activation row. Float dots sum in 16 lanes (lane
- * l takes elements l, l+16, l+32, ... by fused multiply-add) and then add the lanes by halving
- * (8+8, 4+4, 2+2, 1+1): the order of llama.cpp's AVX-512 batch matmul, so that F16/BF16 rows round
- * the same way. The compiler turns these loops into vector code. */
-static float sum_lanes(float acc[16]) {
-    for (int w = 8; w >= 1; w /= 2)
+/* Float dot products. A float sum depends on its order, and with F16/BF16 weights the rounding of
+ * the next activation magnifies any difference, so these add in the orders of llama.cpp's x86
+ * AVX-512 kernels:
+ *   row order  (ggml_vec_dot_*: single rows, expert matmuls, the GDN recurrence): element i goes
+ *              to accumulator i % 64; the tail past the last multiple of 64 is added in double;
+ *   tile order (llamafile tinyBLAS: dense matmuls of two or more rows): element i to lane i % 16.
+ * Accumulators are then folded by halving (64 -> 32 -> ... -> 1). BF16 products are taken in pairs,
+ * odd element first, as the AVX512-BF16 dot instruction does. fp16 and bf16 products are exact in
+ * fp32, so only the order of the additions matters. */
+static float fold(float *acc, int n) {
+    for (int w = n / 2; w >= 1; w /= 2)
         for (int l = 0; l < w; l++) acc[l] += acc[l + w];
     return acc[0];
 }
 
-static float dot_f32(const void *w, const void *a, int64_t n) {
-    const float *x = w, *y = a;
-    float acc[16] = {0};
-    for (int64_t i = 0; i < n; i += 16)
-        for (int l = 0; l < 16 && i + l < n; l++) acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
-    return sum_lanes(acc);
+static float f32_at(const void *p, int64_t i) { return ((const float *)p)[i]; }
+static float f16_at(const void *p, int64_t i) { return fp16_to_fp32(((const uint16_t *)p)[i]); }
+static float bf16_at(const void *p, int64_t i) { return bf16_to_fp32(((const uint16_t *)p)[i]); }
+
+static float dot_float_row(float (*at)(const void *, int64_t), const void *x, const void *y, int64_t n) {
+    float acc[64] = {0};
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int l = 0; l < 64; l++) acc[l] = fmaf(at(x, i + l), at(y, i + l), acc[l]);
+    double sum = fold(acc, 64);
+    for (int64_t i = np; i < n; i++) sum += at(x, i) * at(y, i);
+    return (float)sum;
 }
 
-static float dot_f16(const void *w, const void *a, int64_t n) {
-    const uint16_t *x = w, *y = a;
+static float dot_float_tile(float (*at)(const void *, int64_t), const void *x, const void *y, int64_t n) {
+    if (n % 16) return dot_float_row(at, x, y, n);   /* tinyBLAS declines such rows */
     float acc[16] = {0};
     for (int64_t i = 0; i < n; i += 16)
-        for (int l = 0; l < 16 && i + l < n; l++) acc[l] = fmaf(fp16_to_fp32(x[i + l]), fp16_to_fp32(y[i + l]), acc[l]);
-    return sum_lanes(acc);
+        for (int l = 0; l < 16; l++) acc[l] = fmaf(at(x, i + l), at(y, i + l), acc[l]);
+    return fold(acc, 16);
 }
 
-static float dot_bf16(const void *w, const void *a, int64_t n) {
-    const uint16_t *x = w, *y = a;
-    float acc[16] = {0};
-    for (int64_t i = 0; i < n; i += 16)
-        for (int l = 0; l < 16 && i + l < n; l++) acc[l] = fmaf(bf16_to_fp32(x[i + l]), bf16_to_fp32(y[i + l]), acc[l]);
-    return sum_lanes(acc);
+/* one AVX512-BF16 step: lane l += x[2l+1] y[2l+1], then += x[2l] y[2l], over 32 elements */
+static void bf16_pairs(float acc[16], const void *x, const void *y, int64_t i) {
+    for (int l = 0; l < 16; l++) {
+        acc[l] += bf16_at(x, i + 2 * l + 1) * bf16_at(y, i + 2 * l + 1);
+        acc[l] += bf16_at(x, i + 2 * l) * bf16_at(y, i + 2 * l);
+    }
 }
+
+static float dot_bf16_row(const void *x, const void *y, int64_t n) {
+    float c1[16] = {0}, c2[16] = {0};
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64) {
+        bf16_pairs(c1, x, y, i);
+        bf16_pairs(c2, x, y, i + 32);
+    }
+    double sum = (double)fold(c1, 16) + (double)fold(c2, 16);
+    for (int64_t i = np; i < n; i++) sum += bf16_at(x, i) * bf16_at(y, i);
+    return (float)sum;
+}
+
+static float dot_bf16_tile(const void *x, const void *y, int64_t n) {
+    if (n % 32) return dot_bf16_row(x, y, n);
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 32) bf16_pairs(acc, x, y, i);
+    return fold(acc, 16);
+}
+
+static float dot_f32(const void *w, const void *a, int64_t n) { return dot_float_row(f32_at, w, a, n); }
+static float dot_f16(const void *w, const void *a, int64_t n) { return dot_float_row(f16_at, w, a, n); }
+static float dot_bf16(const void *w, const void *a, int64_t n) { return dot_bf16_row(w, a, n); }
+static float dot_f32_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f32_at, w, a, n); }
+static float dot_f16_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f16_at, w, a, n); }
 
 static int32_t dot_i8(const int8_t *x, const int8_t *y, int n) {
     int32_t s = 0;
@@ -725,12 +761,13 @@ static float dot_q6_K(const void *w, const void *a, int64_t n) {
     return sum;
 }
 
+/* The dot product for weights of type wtype; tile: the order of a dense batch (see above). */
 typedef float (*DotFn)(const void *w, const void *a, int64_t n);
-static DotFn dot_fn(uint32_t wtype) {
+static DotFn dot_fn(uint32_t wtype, bool tile) {
     switch (wtype) {
-    case T_F32: return dot_f32;
-    case T_F16: return dot_f16;
-    case T_BF16: return dot_bf16;
+    case T_F32: return tile ? dot_f32_tile : dot_f32;
+    case T_F16: return tile ? dot_f16_tile : dot_f16;
+    case T_BF16: return tile ? dot_bf16_tile : dot_bf16;
     case T_Q8_0: return dot_q8_0;
     case T_Q4_0: return dot_q4_0;
     case T_Q4_K: return dot_q4_K;
@@ -832,6 +869,7 @@ typedef struct {
     size_t xq_stride;
     float *y;            /* y[t*n_out + o] */
     int T;
+    bool tile;
 } MatmulTask;
 
 /* Each thread takes a contiguous range of output rows and multiplies every row with all T
@@ -839,7 +877,7 @@ typedef struct {
 static void matmul_task(void *p, int ith, int nth) {
     const MatmulTask *mt = p;
     const Mat *w = mt->w;
-    DotFn dot = dot_fn(w->type);
+    DotFn dot = dot_fn(w->type, mt->tile);
     int64_t o0 = w->n_out * ith / nth, o1 = w->n_out * (ith + 1) / nth;
     for (int64_t o = o0; o < o1; o++) {
         const uint8_t *row = w->data + (size_t)o * w->row_bytes;
@@ -848,12 +886,13 @@ static void matmul_task(void *p, int ith, int nth) {
 }
 
 /* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out). xq is scratch for the rounded
- * activations. This is the only place weights are multiplied. */
-static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq) {
+ * activations; tile picks the summation order of a dense batch (llama.cpp uses it for two or more
+ * rows of a dense matmul in prompt processing). This is the only place weights are multiplied. */
+static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, bool tile) {
     uint32_t at = dot_type(w->type);
     size_t stride = row_bytes(at, w->n_in);
     for (int t = 0; t < T; t++) quantize_row(w->type, x + (size_t)t * w->n_in, xq + t * stride, w->n_in);
-    MatmulTask mt = {w, xq, stride, y, T};
+    MatmulTask mt = {w, xq, stride, y, T, tile && T >= 2};
     pool_run(pool, matmul_task, &mt);
 }
 
@@ -1204,6 +1243,9 @@ typedef struct {
     Scratch sc;
     Pool pool;
     int n_threads, n_threads_batch;
+    bool tile_order;                /* dense matmuls add in batch (tile) order: prompt processing only;
+                                       decoding and verification use row order, so that every row of
+                                       a verify batch equals single-token decoding bit for bit */
     const char *dump_dir;           /* --dump-tensors: where intermediate activations go, or NULL */
     regex_t dump_filter;            /* --dump-filter: which names (default: all) */
 } Ctx;
@@ -1271,18 +1313,40 @@ static void l2norm(float *x, int n, float eps) {
     for (int i = 0; i < n; i++) x[i] *= scale;
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
+/* exp as llama.cpp's vector code computes it (ggml_v_expf), used where llama.cpp uses it (SiLU and
+ * softmax): exp(x) = 2^n p(b), n = round(x / ln 2), b = x - n ln 2 in two fused steps, p a degree-5
+ * polynomial. It differs from libm's expf in the last bit now and then, and a last bit is enough to
+ * flip the rounding of a later quantized activation. */
+static float expf_ggml(float x) {
+    const float r = 0x1.8p23f;                    /* adding and subtracting it rounds to an integer */
+    float n = fmaf(x, 0x1.715476p+0f, r) - r;
+    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192) return n <= 0 ? 0.0f : INFINITY;
+    float u = b * b;
+    float p = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                   fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(p, (int)n);
+}
+
+static float silu(float x) { return x / (1.0f + expf_ggml(-x)); }
 static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-/* softmax in place: subtract the max, exponentiate, normalise by a double-precision sum. */
+/* softmax in place: subtract the max, exponentiate, normalise by a double-precision sum. As in
+ * llama.cpp, whole groups of 16 use expf_ggml and are summed by halving; the tail uses libm. */
 static void softmax(float *x, int n) {
     float max = -INFINITY;
     for (int i = 0; i < n; i++) max = fmaxf(max, x[i]);
     double sum = 0;
-    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float g[16];
+        for (int l = 0; l < 16; l++) g[l] = x[i + l] = expf_ggml(x[i + l] - max);
+        sum += fold(g, 16);
+    }
+    for (; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
     float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    for (int j = 0; j < n; j++) x[j] *= inv;
 }
 
 /* NEOX rotary embedding on the first n_rot dims: pairs (i, i + n_rot/2) rotate by pos * base^(-2i/n_rot).
@@ -1332,11 +1396,10 @@ static void delta_rule(float *S, const float *q, const float *k, const float *v,
     float decay = expf(g), scale = 1.0f / sqrtf((float)d);
     for (int j = 0; j < d; j++) {
         float *Sj = S + (size_t)j * d;
-        float sk = 0;
-        for (int i = 0; i < d; i++) { Sj[i] *= decay; sk += Sj[i] * k[i]; }
-        float delta = (v[j] - sk) * beta, sq = 0;
-        for (int i = 0; i < d; i++) { Sj[i] += k[i] * delta; sq += Sj[i] * q[i]; }
-        o[j] = sq * scale;
+        for (int i = 0; i < d; i++) Sj[i] *= decay;
+        float delta = (v[j] - dot_f32(Sj, k, d)) * beta;
+        for (int i = 0; i < d; i++) Sj[i] = fmaf(k[i], delta, Sj[i]);
+        o[j] = dot_f32(Sj, q, d) * scale;
     }
 }
 
@@ -1406,10 +1469,10 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
-    matmul(&ctx->pool, &L->qkv, s->xn, T, s->qkv, s->xq);
-    matmul(&ctx->pool, &L->gate, s->xn, T, s->z, s->xq);
-    matmul(&ctx->pool, &L->beta, s->xn, T, s->beta, s->xq);
-    matmul(&ctx->pool, &L->alpha, s->xn, T, s->g, s->xq);
+    matmul(&ctx->pool, &L->qkv, s->xn, T, s->qkv, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->gate, s->xn, T, s->z, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->beta, s->xn, T, s->beta, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->alpha, s->xn, T, s->g, s->xq, ctx->tile_order);
     gdn_gates(c, L->a, L->dt, s->g, s->beta, T);
     dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, (size_t)T * c->conv_dim);
     dump(ctx, "z", il, s->z, (size_t)T * c->value_dim);
@@ -1423,7 +1486,7 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log) {
     gdn_advance(&ctx->pool, c, L, ctx->st.ring[il], ctx->st.S[il], T, s->qkv, s->g, s->beta, s->conv, s->o);
     gdn_gated_norm(c, L, s->o, s->z, T);
     dump(ctx, "final_output", il, s->o, (size_t)T * c->value_dim);
-    matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq);
+    matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq, ctx->tile_order);
     dump(ctx, "linear_attn_out", il, s->mix, (size_t)T * c->n_embd);
 }
 
@@ -1446,7 +1509,7 @@ static void attn_task(void *p, int ith, int nth) {
     Scratch *s = &at->ctx->sc;
     int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
     float *sc = s->att + (size_t)ith * at->ctx->st.n_ctx;
-    DotFn kdot = dot_fn(at->k_type);
+    DotFn kdot = dot_fn(at->k_type, false);
     uint8_t qr[4 * 1024];
     for (int job = ith; job < at->T * c->n_head; job += nth) {
         int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
@@ -1492,9 +1555,9 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos) {
     Scratch *s = &ctx->sc;
     State *st = &ctx->st;
     int kvd = c->n_head_kv * c->head_dim;
-    matmul(&ctx->pool, &L->wq, s->xn, T, s->qg, s->xq);
-    matmul(&ctx->pool, &L->wk, s->xn, T, s->kr, s->xq);
-    matmul(&ctx->pool, &L->wv, s->xn, T, s->vr, s->xq);
+    matmul(&ctx->pool, &L->wq, s->xn, T, s->qg, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->wk, s->xn, T, s->kr, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->wv, s->xn, T, s->vr, s->xq, ctx->tile_order);
     dump(ctx, "Qcur_full", il, s->qg, (size_t)T * 2 * c->n_head * c->head_dim);
     dump(ctx, "Vcur", il, s->vr, (size_t)T * kvd);
     attn_qk_prepare(c, L, s, T, pos);
@@ -1505,7 +1568,7 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos) {
     AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pos};
     pool_run(&ctx->pool, attn_task, &at);
     dump(ctx, "attn_gated", il, s->ao, (size_t)T * c->n_head * c->head_dim);
-    matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq);
+    matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq, ctx->tile_order);
 }
 
 /* --- MoE --------------------------------------------------------------------------------------- */
@@ -1546,10 +1609,10 @@ static void moe_experts(Ctx *ctx, const Layer *L, int T) {
         if (!n) continue;
         for (int r = 0; r < n; r++) memcpy(s->xe + (size_t)r * E, s->xn + (size_t)(s->rows[r] / K) * E, (size_t)E * 4);
         Mat gate = mat_expert(&L->gate_exps, e), up = mat_expert(&L->up_exps, e), down = mat_expert(&L->down_exps, e);
-        matmul(&ctx->pool, &up, s->xe, n, s->ue, s->xq);
-        matmul(&ctx->pool, &gate, s->xe, n, s->ge, s->xq);
+        matmul(&ctx->pool, &up, s->xe, n, s->ue, s->xq, false);
+        matmul(&ctx->pool, &gate, s->xe, n, s->ge, s->xq, false);
         for (size_t i = 0; i < (size_t)n * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
-        matmul(&ctx->pool, &down, s->ge, n, s->xe, s->xq);
+        matmul(&ctx->pool, &down, s->ge, n, s->xe, s->xq, false);
         for (int r = 0; r < n; r++) {
             float *y = s->ye + (size_t)s->rows[r] * E, w = s->w[s->rows[r]];
             for (int i = 0; i < E; i++) y[i] = s->xe[(size_t)r * E + i] * w;
@@ -1568,12 +1631,12 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
     int E = c->n_embd, F = c->n_ff_shexp;
-    matmul(&ctx->pool, &L->up_shexp, s->xn, T, s->ue, s->xq);
-    matmul(&ctx->pool, &L->gate_shexp, s->xn, T, s->ge, s->xq);
+    matmul(&ctx->pool, &L->up_shexp, s->xn, T, s->ue, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->gate_shexp, s->xn, T, s->ge, s->xq, ctx->tile_order);
     for (size_t i = 0; i < (size_t)T * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
-    matmul(&ctx->pool, &L->down_shexp, s->ge, T, s->sh, s->xq);
+    matmul(&ctx->pool, &L->down_shexp, s->ge, T, s->sh, s->xq, ctx->tile_order);
     for (int t = 0; t < T; t++) {
-        float gate = sigmoid(dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E));
+        float gate = sigmoid(dot_fn(T_F32, ctx->tile_order && T >= 2)(L->shexp_gate, s->xn + (size_t)t * E, E));
         for (int i = 0; i < E; i++) s->mix[(size_t)t * E + i] += s->sh[(size_t)t * E + i] * gate;
     }
 }
@@ -1582,7 +1645,7 @@ static void moe_layer(Ctx *ctx, int il, int T) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
-    matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq);
+    matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq, ctx->tile_order);
     dump(ctx, "ffn_moe_logits", il, s->router, (size_t)T * c->n_expert);
     for (int t = 0; t < T; t++) {
         float *p = s->router + (size_t)t * c->n_expert;
@@ -1607,7 +1670,7 @@ static void lm_head(Ctx *ctx, int T, const int *rows, int n_rows, float *logits)
     for (int r = 0; r < n_rows; r++)
         rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)rows[r] * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
     dump(ctx, "result_norm", -1, s->xn, (size_t)n_rows * c->n_embd);
-    matmul(&ctx->pool, &ctx->m->output, s->xn, n_rows, logits, s->xq);
+    matmul(&ctx->pool, &ctx->m->output, s->xn, n_rows, logits, s->xq, ctx->tile_order);
     dump(ctx, "result_output", -1, logits, (size_t)n_rows * c->n_vocab);
 }
 
@@ -2918,11 +2981,13 @@ static void print_token(Printer *pr, int id) {
  * row streamed to `dump` when it is given. */
 static void prefill(Ctx *ctx, const int *tokens, int n, float *logits, FILE *dump) {
     int cap = ctx->sc.cap, V = ctx->m->c.n_vocab;
+    ctx->tile_order = true;
     for (int i = 0; i < n; i += cap) {
         int T = n - i < cap ? n - i : cap;
         forward_batch(ctx, tokens + i, T, dump ? logits : (i + T == n ? logits : NULL), dump != NULL, NULL);
         if (dump && fwrite(logits, sizeof(float) * (size_t)V, (size_t)T, dump) != (size_t)T) fatal("writing logits: %s", strerror(errno));
     }
+    ctx->tile_order = false;
 }
 
 typedef struct {
