@@ -1235,6 +1235,9 @@ typedef struct {
     float *sh;                      /* shared expert output [cap][n_embd] */
     float *mix;                     /* [cap][n_embd] mixer / FFN output */
     uint8_t *xq;                    /* rounded activations for matmul */
+    /* preview pass: copies of the committed GDN state, and the reverse branch */
+    float *ring, *S, *S_rev, *g_rev, *beta_rev, *o_rev;
+    bool *coreset;                  /* [n_expert] experts the block's rows may use */
 } Scratch;
 
 typedef struct {
@@ -1294,6 +1297,13 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ye = xcalloc(T * K * E, 4);
     s->xq = xcalloc(T * K * maxin, 4);
+    s->ring = xcalloc(ring_floats(c), 4);
+    s->S = xcalloc(S_floats(c), 4);
+    s->S_rev = xcalloc(S_floats(c), 4);
+    s->g_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->beta_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->o_rev = xcalloc(T * (size_t)c->value_dim, 4);
+    s->coreset = xcalloc((size_t)c->n_expert, sizeof(bool));
 }
 
 /* --- primitives, as llama.cpp's CPU ops compute them ------------------------------------------ */
@@ -1441,6 +1451,16 @@ static void gdn_advance(Pool *pool, const Config *c, const Layer *L, float *ring
     pool_run(pool, gdn_scan_task, &st);
 }
 
+/* The preview's right taps: y_t[c] += sum_{d=1..d_conv-1, t+d<T} r[c][d-1] * u_{t+d}[c], over the
+ * block's own later rows (before SiLU). */
+static void gdn_conv_right(const Config *c, const Layer *L, const float *u, float *y, int T) {
+    int R = c->d_conv - 1, C = c->conv_dim;
+    for (int t = 0; t < T; t++)
+        for (int d = 1; d <= R && t + d < T; d++)
+            for (int ch = 0; ch < C; ch++)
+                y[(size_t)t * C + ch] += L->conv_right[(size_t)ch * R + d - 1] * u[(size_t)(t + d) * C + ch];
+}
+
 /* beta = sigmoid(W_beta x), g = softplus(W_alpha x + dt_bias) * a (a = -exp(A_log) < 0: g is a log-decay). */
 static void gdn_gates(const Config *c, const float *a, const float *dt, float *g, float *beta, int T) {
     for (size_t i = 0; i < (size_t)T * c->n_v_heads; i++) {
@@ -1465,7 +1485,36 @@ typedef struct {
     float **u, **g, **beta;           /* per GDN layer: [cap][conv_dim], [cap][n_v_heads] x2 */
 } GdnLog;
 
-static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log) {
+/* The preview mixer (clover.md 3.2) over a block of T rows, reading the committed state through
+ * copies and never writing it: the causal conv over [ring | block] plus the right taps, a forward
+ * scan from a copy of S, and, when the layer has it, a reverse scan from zero state mixed in per
+ * value head: o_t = o_fwd_t + gamma_h * o_rev_t. */
+static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    memcpy(s->ring, ctx->st.ring[il], ring_floats(c) * sizeof(float));
+    memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
+    for (int t = 0; t < T; t++) gdn_conv(c, L, s->ring, s->qkv + (size_t)t * c->conv_dim, s->conv + (size_t)t * c->conv_dim);
+    if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
+    for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
+    ScanTask fwd = {c, s->S, s->conv, s->g, s->beta, s->o, T, false};
+    pool_run(&ctx->pool, gdn_scan_task, &fwd);
+    if (!L->a_rev) return;
+    matmul(&ctx->pool, &L->beta_rev, s->xn, T, s->beta_rev, s->xq, false);
+    matmul(&ctx->pool, &L->alpha_rev, s->xn, T, s->g_rev, s->xq, false);
+    gdn_gates(c, L->a_rev, L->dt_rev, s->g_rev, s->beta_rev, T);
+    memset(s->S_rev, 0, S_floats(c) * sizeof(float));
+    ScanTask rev = {c, s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true};
+    pool_run(&ctx->pool, gdn_scan_task, &rev);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < c->n_v_heads; h++)
+            for (int j = 0; j < c->d_state; j++) {
+                size_t i = (size_t)t * c->value_dim + (size_t)h * c->d_state + j;
+                s->o[i] += L->rev_mix[h] * s->o_rev[i];
+            }
+}
+
+static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
@@ -1483,7 +1532,8 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log) {
         memcpy(log->g[il], s->g, (size_t)T * c->n_v_heads * sizeof(float));
         memcpy(log->beta[il], s->beta, (size_t)T * c->n_v_heads * sizeof(float));
     }
-    gdn_advance(&ctx->pool, c, L, ctx->st.ring[il], ctx->st.S[il], T, s->qkv, s->g, s->beta, s->conv, s->o);
+    if (!preview) gdn_advance(&ctx->pool, c, L, ctx->st.ring[il], ctx->st.S[il], T, s->qkv, s->g, s->beta, s->conv, s->o);
+    else gdn_preview(ctx, L, il, T);
     gdn_gated_norm(c, L, s->o, s->z, T);
     dump(ctx, "final_output", il, s->o, (size_t)T * c->value_dim);
     matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq, ctx->tile_order);
@@ -1549,7 +1599,10 @@ static void attn_qk_prepare(const Config *c, const Layer *L, Scratch *s, int T, 
     }
 }
 
-static void attn_layer(Ctx *ctx, int il, int T, int pos) {
+/* Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
+ * committed prefix (scratch: nothing there is committed) and every row sees the whole prefix and
+ * the whole block. */
+static void attn_layer(Ctx *ctx, int il, int T, int pos, bool preview) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
@@ -1565,7 +1618,7 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos) {
         store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
         store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
     }
-    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pos};
+    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, preview ? -1 : pos};
     pool_run(&ctx->pool, attn_task, &at);
     dump(ctx, "attn_gated", il, s->ao, (size_t)T * c->n_head * c->head_dim);
     matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq, ctx->tile_order);
@@ -1618,11 +1671,12 @@ static void moe_experts(Ctx *ctx, const Layer *L, int T) {
             for (int i = 0; i < E; i++) y[i] = s->xe[(size_t)r * E + i] * w;
         }
     }
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < T; t++) {   /* rank -1 (a coreset smaller than n_used) adds nothing */
         float *out = s->mix + (size_t)t * E;
-        memcpy(out, s->ye + (size_t)t * K * E, (size_t)E * 4);
-        for (int r = 1; r < K; r++)
-            for (int i = 0; i < E; i++) out[i] += s->ye[((size_t)t * K + r) * E + i];
+        memset(out, 0, (size_t)E * 4);
+        for (int r = 0; r < K; r++)
+            if (s->sel[(size_t)t * K + r] >= 0)
+                for (int i = 0; i < E; i++) out[i] += s->ye[((size_t)t * K + r) * E + i];
     }
 }
 
@@ -1641,17 +1695,41 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     }
 }
 
-static void moe_layer(Ctx *ctx, int il, int T) {
+/* Coreset routing (clover.md 3.4): sum the block rows' router probabilities, sort experts by the
+ * sum (ties to the lower index), keep the shortest prefix whose sum reaches top_p * T. */
+static void coreset(const Config *c, const float *p, int T, bool *allowed) {
+    int E = c->n_expert;
+    double total[E];
+    int order[E];
+    for (int e = 0; e < E; e++) {
+        total[e] = 0;
+        for (int t = 0; t < T; t++) total[e] += p[(size_t)t * E + e];
+        order[e] = e;
+        allowed[e] = false;
+    }
+    for (int i = 1; i < E; i++)   /* insertion sort, stable: equal sums keep the lower index first */
+        for (int j = i; j > 0 && total[order[j]] > total[order[j - 1]]; j--) {
+            int tmp = order[j]; order[j] = order[j - 1]; order[j - 1] = tmp;
+        }
+    double cum = 0;
+    for (int i = 0; i < E && cum < (double)c->coreset_top_p * T; i++) {
+        allowed[order[i]] = true;
+        cum += total[order[i]];
+    }
+}
+
+static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
     matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq, ctx->tile_order);
     dump(ctx, "ffn_moe_logits", il, s->router, (size_t)T * c->n_expert);
-    for (int t = 0; t < T; t++) {
-        float *p = s->router + (size_t)t * c->n_expert;
-        softmax(p, c->n_expert);
-        route_top_k(c, p, NULL, s->sel + (size_t)t * c->n_expert_used, s->w + (size_t)t * c->n_expert_used);
-    }
+    for (int t = 0; t < T; t++) softmax(s->router + (size_t)t * c->n_expert, c->n_expert);
+    bool use_coreset = preview && c->coreset_top_p > 0;
+    if (use_coreset) coreset(c, s->router, T, s->coreset);
+    for (int t = 0; t < T; t++)
+        route_top_k(c, s->router + (size_t)t * c->n_expert, use_coreset ? s->coreset : NULL,
+                    s->sel + (size_t)t * c->n_expert_used, s->w + (size_t)t * c->n_expert_used);
     dump(ctx, "ffn_moe_probs", il, s->router, (size_t)T * c->n_expert);
     dump(ctx, "ffn_moe_weights_norm", il, s->w, (size_t)T * c->n_expert_used);
     moe_experts(ctx, L, T);
@@ -1674,10 +1752,12 @@ static void lm_head(Ctx *ctx, int T, const int *rows, int n_rows, float *logits)
     dump(ctx, "result_output", -1, logits, (size_t)n_rows * c->n_vocab);
 }
 
-/* Evaluate T <= cap tokens causally at positions n_past..n_past+T-1, appending to the state.
- * logits: [T][n_vocab] when all_logits, else the last row only; NULL for none. Every row is
- * computed exactly as if the tokens were fed one at a time. */
-static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, bool all_logits, GdnLog *log) {
+/* Evaluate T <= cap tokens at positions n_past..n_past+T-1.
+ * Causal (preview false): appends to the state; every row is computed exactly as if the tokens
+ * were fed one at a time (in decoding order; prompt prefill may use the batch order, tile_order).
+ * Preview (clover.md 3): the block-diffusion pass over the block; reads the state, never writes it.
+ * logits: [T][n_vocab] when all_logits, else the last row only; NULL for none. */
+static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, bool all_logits, GdnLog *log, bool preview) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
     int E = c->n_embd, pos = ctx->st.n_past;
@@ -1687,17 +1767,17 @@ static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, boo
         const Layer *L = &ctx->m->layers[il];
         for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->eps);
         dump(ctx, "attn_norm", il, s->xn, (size_t)T * E);
-        if (L->recurrent) gdn_layer(ctx, il, T, log);
-        else attn_layer(ctx, il, T, pos);
+        if (L->recurrent) gdn_layer(ctx, il, T, log, preview);
+        else attn_layer(ctx, il, T, pos, preview);
         dump(ctx, "attn_output", il, s->mix, (size_t)T * E);
         for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
         for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->post_norm, E, c->eps);
         dump(ctx, "attn_post_norm", il, s->xn, (size_t)T * E);
-        moe_layer(ctx, il, T);
+        moe_layer(ctx, il, T, preview);
         for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
         dump(ctx, "l_out", il, s->x, (size_t)T * E);
     }
-    ctx->st.n_past += T;
+    if (!preview) ctx->st.n_past += T;
     if (!logits) return;
     int rows[T];
     int n_rows = 0;
@@ -2765,6 +2845,8 @@ static int sample(Sampler *s, const float *logits, int n_vocab) {
 typedef struct {
     const char *model, *prompt_file, *prompt, *tokens, *dump_logits, *spec_type, *preview_block;
     const char *dump_tensors, *dump_filter;
+    const char *test_drafts;   /* test only: "random" or "truth" drafts replace the model's */
+    bool test_check_state;     /* test only: compare the committed state with plain decoding each round */
     int n_predict, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, n_gpu_layers;
     int draft_n_max, draft_n_min, draft_steps;
     float draft_p_min, accept_ratio, accept_delta;
@@ -2873,11 +2955,13 @@ static Args parse_args(int argc, char **argv) {
         else if (!strcmp(f, "--preview-block")) a.preview_block = v;
         else if (!strcmp(f, "--dump-tensors")) a.dump_tensors = v;
         else if (!strcmp(f, "--dump-filter")) a.dump_filter = v;
+        else if (!strcmp(f, "--test-drafts")) a.test_drafts = v;
         else {
             takes = false;
             if (!strcmp(f, "--tokenize")) a.tokenize = true;
             else if (!strcmp(f, "--chat")) a.chat = true;
             else if (!strcmp(f, "--diffusion")) a.diffusion = true;
+            else if (!strcmp(f, "--test-check-state")) a.test_check_state = true;
             else fatal("unknown argument '%s'; see --help", f);
         }
         if (takes) {
@@ -2891,6 +2975,8 @@ static Args parse_args(int argc, char **argv) {
         fatal("--spec-type '%s' is not supported; use none or draft-self", a.spec_type);
     if (a.n_threads_batch < 0) a.n_threads_batch = a.n_threads;
     if (a.n_ubatch > a.n_batch) a.n_ubatch = a.n_batch;
+    if (a.test_drafts && strcmp(a.test_drafts, "random") && strcmp(a.test_drafts, "truth"))
+        fatal("--test-drafts '%s': use random or truth", a.test_drafts);
     return a;
 }
 
@@ -2984,7 +3070,7 @@ static void prefill(Ctx *ctx, const int *tokens, int n, float *logits, FILE *dum
     ctx->tile_order = true;
     for (int i = 0; i < n; i += cap) {
         int T = n - i < cap ? n - i : cap;
-        forward_batch(ctx, tokens + i, T, dump ? logits : (i + T == n ? logits : NULL), dump != NULL, NULL);
+        forward_batch(ctx, tokens + i, T, dump ? logits : (i + T == n ? logits : NULL), dump != NULL, NULL, false);
         if (dump && fwrite(logits, sizeof(float) * (size_t)V, (size_t)T, dump) != (size_t)T) fatal("writing logits: %s", strerror(errno));
     }
     ctx->tile_order = false;
@@ -3024,7 +3110,7 @@ static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *
     int id_last = prompt[n_prompt - 1];
     t0 = now_seconds();
     while ((a->n_predict < 0 || stats->n_predict <= a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
-        forward_batch(ctx, &id_last, 1, logits, false, NULL);
+        forward_batch(ctx, &id_last, 1, logits, false, NULL, false);
         int id = sample(smp, logits, V);
         stats->n_predict++;
         stats->n_rounds++;
@@ -3034,6 +3120,277 @@ static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *
     }
     stats->t_decode = now_seconds() - t0;
     free(logits);
+}
+
+/* ============================================================================================== */
+/* 13. draft-self: block-diffusion drafts, causal verification, exact rollback                    */
+/* ============================================================================================== */
+/* One round (draft-self.md):
+ *   1. draft:  preview pass over [id_last, MASK x n] at n_past..n_past+n; row j proposes d_j.
+ *   2. verify: one causal batch [id_last, d_1..d_m]; row j's target t_j is the verifier's token.
+ *   3. accept: walk the rows; keep d_{j+1} while accept_draft() says so; the first rejecting row
+ *              contributes its own token (or the last row a bonus token if all were kept).
+ *   4. commit: keep the KV rows of the a+1 committed tokens; restore the GDN state saved before
+ *              the batch and replay its recurrence over those rows (logged inputs, same function). */
+typedef struct { int id; float p, H; } Draft;   /* token, drafter probability, drafter entropy (nats) */
+
+/* Greedy token of softmax(z) excluding `skip` (the mask id; -1 for none), its probability and the
+ * distribution's entropy H = log S - sum_i p_i (z_i - max). */
+static int best_token(const float *z, int V, int skip, float *p_top, float *H) {
+    int best = skip == 0 ? 1 : 0;
+    float max = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        max = fmaxf(max, z[i]);
+        if (i != skip && z[i] > z[best]) best = i;
+    }
+    double S = 0, Sz = 0;
+    for (int i = 0; i < V; i++) {
+        double e = exp((double)z[i] - max);
+        S += e;
+        Sz += e * ((double)z[i] - max);
+    }
+    *p_top = (float)(exp((double)z[best] - max) / S);
+    *H = (float)(log(S) - Sz / S);
+    return best;
+}
+
+/* Draft up to n tokens after id_last with --spec-draft-steps denoising steps; returns how many to
+ * verify after the p-min cut, the end-of-generation cut and the n-min rule. */
+static int draft_block(Ctx *ctx, const Args *a, const EogSet *eog, int id_last, int n, Draft *d, int *block, float *logits) {
+    const Config *c = &ctx->m->c;
+    int V = c->n_vocab;
+    block[0] = id_last;
+    for (int j = 1; j <= n; j++) block[j] = c->mask_id;
+    for (int step = 0; step < a->draft_steps; step++) {
+        bool last = step == a->draft_steps - 1, leftmost = true;
+        forward_batch(ctx, block, n + 1, logits, true, NULL, true);
+        for (int j = 1; j <= n; j++) {
+            if (block[j] != c->mask_id) continue;
+            const float *z = logits + (size_t)(c->shift_logits ? j - 1 : j) * V;
+            Draft cand;
+            cand.id = best_token(z, V, c->mask_id, &cand.p, &cand.H);
+            if (last || leftmost || cand.p >= 0.9f) {   /* unmask the leftmost and the confident */
+                block[j] = cand.id;
+                d[j - 1] = cand;
+            }
+            leftmost = false;
+        }
+    }
+    int m = n;
+    for (int j = 0; j < n; j++) {
+        if (d[j].p < a->draft_p_min) { m = j; break; }
+        if (is_eog(eog, d[j].id)) { m = j + 1; break; }
+    }
+    return m < a->draft_n_min ? 0 : m;
+}
+
+/* The acceptance rule (draft-self.md 3), the only place it is decided. Row logits z, the
+ * verifier's token t and a draft d with drafter entropy H:
+ *   accept  iff  d == t  or  (relaxed and z[d] - z[t] >= ln(ratio) and H <= delta),
+ *   relaxed iff  0 < ratio < 1 and delta >= 0  (otherwise the rule is exact and lossless). */
+static bool accept_draft(const float *z, int t, const Draft *d, float ratio, float delta, bool *relaxed) {
+    *relaxed = false;
+    if (d->id == t) return true;
+    if (!(ratio > 0 && ratio < 1 && delta >= 0)) return false;
+    *relaxed = z[d->id] - z[t] >= logf(ratio) && d->H <= delta;
+    return *relaxed;
+}
+
+/* The committed GDN state of every recurrent layer, saved before a verify batch. */
+typedef struct { float **ring, **S; } GdnSave;
+
+static void gdn_save(const Model *m, const State *st, GdnSave *sv, bool restore) {
+    for (int il = 0; il < m->c.n_layer; il++) {
+        if (!m->layers[il].recurrent) continue;
+        float *r = restore ? st->ring[il] : sv->ring[il], *S = restore ? st->S[il] : sv->S[il];
+        memcpy(r, restore ? sv->ring[il] : st->ring[il], ring_floats(&m->c) * sizeof(float));
+        memcpy(S, restore ? sv->S[il] : st->S[il], S_floats(&m->c) * sizeof(float));
+    }
+}
+
+/* Rollback after a of m drafts were accepted: positions past n_past0 + a + 1 are forgotten (KV rows
+ * there are overwritten later), and the GDN layers go back to the saved state and replay the
+ * logged rows 0..a through gdn_advance, the same function the batch used. */
+static void rollback(Ctx *ctx, const GdnSave *sv, const GdnLog *log, int n_past0, int a) {
+    const Model *m = ctx->m;
+    gdn_save(m, &ctx->st, (GdnSave *)sv, true);
+    for (int il = 0; il < m->c.n_layer; il++)
+        if (m->layers[il].recurrent)
+            gdn_advance(&ctx->pool, &m->c, &m->layers[il], ctx->st.ring[il], ctx->st.S[il], a + 1, log->u[il], log->g[il],
+                        log->beta[il], ctx->sc.conv, ctx->sc.o);
+    ctx->st.n_past = n_past0 + a + 1;
+}
+
+/* Test-only drafts (--test-drafts): random tokens, or the true greedy continuation. */
+typedef struct { int kind; const int *truth; int n_truth; uint64_t rng; } TestDrafts;
+enum { DRAFTS_MODEL, DRAFTS_RANDOM, DRAFTS_TRUTH };
+
+/* Print a token, coloured when it came from an accepted draft (--color on). */
+static void print_colored(Printer *pr, int id, bool drafted, bool color) {
+    bool paint = color && drafted && pr->utf8.n == 0;
+    if (paint) fputs("\033[32m", stdout);
+    print_token(pr, id);
+    if (paint) fputs("\033[0m", stdout);
+}
+
+typedef struct { Ctx *ctx; int rounds; } StateCheck;   /* --test-check-state: a plain decoder in lockstep */
+
+static void check_state(StateCheck *chk, const Ctx *ctx, const int *tokens, int n) {
+    Ctx *sh = chk->ctx;
+    float *unused = NULL;
+    for (int i = 0; i < n; i++) forward_batch(sh, &tokens[i], 1, unused, false, NULL, false);
+    const Model *m = ctx->m;
+    const Config *c = &m->c;
+    if (sh->st.n_past != ctx->st.n_past) fatal("state check: n_past %d != plain decoding's %d", ctx->st.n_past, sh->st.n_past);
+    for (int il = 0; il < c->n_layer; il++) {
+        bool same;
+        if (m->layers[il].recurrent)
+            same = !memcmp(sh->st.S[il], ctx->st.S[il], S_floats(c) * 4) && !memcmp(sh->st.ring[il], ctx->st.ring[il], ring_floats(c) * 4);
+        else
+            same = !memcmp(sh->st.k[il], ctx->st.k[il], kv_bytes(c, ctx->st.k_type, ctx->st.n_past)) &&
+                   !memcmp(sh->st.v[il], ctx->st.v[il], kv_bytes(c, ctx->st.v_type, ctx->st.n_past));
+        if (!same) fatal("state check: layer %d differs from plain causal decoding after round %d", il, chk->rounds + 1);
+    }
+    chk->rounds++;
+}
+
+static void generate_draft_self(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt,
+                                const Args *a, Stats *stats, TestDrafts *td, StateCheck *chk) {
+    const Model *m = ctx->m;
+    const Config *c = &m->c;
+    int V = c->n_vocab, cap = ctx->sc.cap;
+    int n_max = a->draft_n_max < c->block_size - 1 ? a->draft_n_max : c->block_size - 1;
+    if (n_max > cap - 1) n_max = cap - 1;
+    float *logits = xmalloc(mul_size((size_t)(n_max + 1) * V, sizeof(float), "draft logits"));
+    int *batch = xmalloc((size_t)(n_max + 1) * sizeof(int)), *out = xmalloc((size_t)(n_max + 1) * sizeof(int));
+    Draft *d = xmalloc((size_t)(n_max + 1) * sizeof(Draft));
+    GdnLog log = {xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
+    GdnSave save = {xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
+    for (int il = 0; il < c->n_layer; il++) {
+        if (!m->layers[il].recurrent) continue;
+        log.u[il] = xmalloc((size_t)cap * c->conv_dim * sizeof(float));
+        log.g[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
+        log.beta[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
+        save.ring[il] = xmalloc(ring_floats(c) * sizeof(float));
+        save.S[il] = xmalloc(S_floats(c) * sizeof(float));
+    }
+    double t0 = now_seconds();
+    prefill(ctx, prompt, n_prompt - 1, logits, NULL);
+    stats->t_encode = now_seconds() - t0;
+    stats->n_encoded = n_prompt;
+    int id_last = prompt[n_prompt - 1];
+    bool done = false;
+    t0 = now_seconds();
+    while (!done && ctx->st.n_past < ctx->st.n_ctx) {
+        int n = n_max, room = ctx->st.n_ctx - ctx->st.n_past - 2;
+        if (room < n) n = room;
+        if (a->n_predict >= 0 && a->n_predict - stats->n_predict - 1 < n) n = a->n_predict - stats->n_predict - 1;
+        if (n < 0) n = 0;
+        /* 1. draft */
+        double td0 = now_seconds();
+        int m_drafts = 0;
+        if (n > 0 && td->kind == DRAFTS_MODEL) m_drafts = draft_block(ctx, a, eog, id_last, n, d, batch, logits);
+        else if (n > 0 && td->kind == DRAFTS_RANDOM) {
+            for (int j = 0; j < n; j++) d[j] = (Draft){(int)(random_uniform(&td->rng) * V) % V, 1, 0};
+            m_drafts = n;
+        } else if (n > 0) {
+            for (int j = 0; j < n && stats->n_predict + j < td->n_truth; j++, m_drafts++) d[j] = (Draft){td->truth[stats->n_predict + j], 1, 0};
+        }
+        stats->t_draft += now_seconds() - td0;
+        /* 2. verify, in decoding order, logging the GDN inputs for the rollback */
+        double tv0 = now_seconds();
+        int n_past0 = ctx->st.n_past;
+        batch[0] = id_last;
+        for (int j = 0; j < m_drafts; j++) batch[j + 1] = d[j].id;
+        gdn_save(m, &ctx->st, &save, false);
+        forward_batch(ctx, batch, m_drafts + 1, logits, true, &log, false);
+        /* 3. accept */
+        int n_out = 0, acc = 0;
+        for (int j = 0; j <= m_drafts; j++) {
+            const float *z = logits + (size_t)j * V;
+            int t = sample(smp, z, V);
+            bool relaxed = false;
+            if (j < m_drafts && accept_draft(z, t, &d[j], a->accept_ratio, a->accept_delta, &relaxed)) {
+                out[n_out++] = d[j].id;
+                acc++;
+                if (relaxed) {
+                    stats->n_relaxed++;
+                    fprintf(stderr, "clover: relaxed accept: row %d draft %d target %d ratio %.3f entropy %.3f\n", j, d[j].id, t,
+                            expf(z[d[j].id] - z[t]), d[j].H);
+                }
+                if (is_eog(eog, d[j].id)) break;
+                continue;
+            }
+            out[n_out++] = t;
+            break;
+        }
+        /* 4. commit */
+        if (acc < m_drafts) rollback(ctx, &save, &log, n_past0, acc);
+        stats->t_verify += now_seconds() - tv0;
+        stats->n_drafted += m_drafts;
+        stats->n_accept += acc;
+        stats->n_rounds++;
+        if (chk) check_state(chk, ctx, batch, acc + 1);
+        for (int i = 0; i < n_out; i++) {
+            stats->n_predict++;
+            if (is_eog(eog, out[i])) { done = true; break; }
+            print_colored(pr, out[i], i < acc, a->color);
+        }
+        id_last = out[n_out - 1];
+        if (a->n_predict >= 0 && stats->n_predict > a->n_predict) done = true;
+    }
+    stats->t_decode = now_seconds() - t0;
+    free(logits);
+}
+
+/* --diffusion (clover.md 4): fill a block of block_size masks by repeated preview passes,
+ * unmasking every position whose top-1 probability reaches the threshold (at least the most
+ * confident one), then commit the block causally; stop at the first end-of-generation token. */
+static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt, const Args *a, Stats *stats) {
+    const Config *c = &ctx->m->c;
+    int V = c->n_vocab, B = c->block_size < ctx->sc.cap ? c->block_size : ctx->sc.cap;
+    float *logits = xmalloc(mul_size((size_t)B * V, sizeof(float), "diffusion logits"));
+    int *block = xmalloc((size_t)B * sizeof(int));
+    double t0 = now_seconds();
+    prefill(ctx, prompt, n_prompt, logits, NULL);
+    stats->t_encode = now_seconds() - t0;
+    stats->n_encoded = n_prompt;
+    t0 = now_seconds();
+    int passes = 0, blocks = 0;
+    bool done = false;
+    while (!done && (a->n_predict < 0 || stats->n_predict < a->n_predict)) {
+        int n = B;
+        if (ctx->st.n_past + n > ctx->st.n_ctx) n = ctx->st.n_ctx - ctx->st.n_past;
+        if (n <= 0) break;
+        for (int j = 0; j < n; j++) block[j] = c->mask_id;
+        for (int masked = n; masked > 0;) {
+            forward_batch(ctx, block, n, logits, true, NULL, true);
+            passes++;
+            int best_j = -1, best_id = 0, ids[n];
+            float best_p = -1, p[n], H;
+            for (int j = 0; j < n; j++) {
+                if (block[j] != c->mask_id) continue;
+                int row = c->shift_logits ? (j > 0 ? j - 1 : 0) : j;
+                ids[j] = best_token(logits + (size_t)row * V, V, c->mask_id, &p[j], &H);
+                if (p[j] > best_p) { best_p = p[j]; best_j = j; best_id = ids[j]; }
+            }
+            for (int j = 0; j < n; j++)
+                if (block[j] == c->mask_id && p[j] >= a->diffusion_threshold) { block[j] = ids[j]; masked--; }
+            if (block[best_j] == c->mask_id) { block[best_j] = best_id; masked--; }
+        }
+        int keep = n;
+        for (int j = 0; j < n; j++)
+            if (is_eog(eog, block[j]) || (a->n_predict >= 0 && stats->n_predict + j >= a->n_predict)) { keep = j; done = true; break; }
+        prefill(ctx, block, keep, NULL, NULL);
+        for (int j = 0; j < keep; j++) print_token(pr, block[j]);
+        stats->n_predict += keep;
+        blocks++;
+    }
+    stats->t_decode = now_seconds() - t0;
+    fprintf(stderr, "\ndiffusion: %d blocks, %d passes, %.2f passes per block, %.2f tokens per pass\n", blocks, passes,
+            blocks ? (double)passes / blocks : 0.0, passes ? (double)stats->n_predict / passes : 0.0);
+    free(logits);
+    free(block);
 }
 
 #ifndef TESTING
@@ -3079,6 +3436,16 @@ int main(int argc, char **argv) {
     if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
     if (a.n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a.n_gpu_layers);
 
+    bool draft_self = !strcmp(a.spec_type, "draft-self");
+    if ((draft_self || a.diffusion || a.preview_block) && c->mask_id < 0)
+        fatal("%s: %s needs a clover_moe model with a mask token (%s); this %s file has none",
+              a.model, a.diffusion ? "--diffusion" : a.preview_block ? "--preview-block" : "--spec-type draft-self", KEY_MASK_ID, c->arch);
+    if ((draft_self || a.diffusion || a.preview_block) && strcmp(c->arch, "clover_moe"))
+        fatal("%s: block diffusion needs a clover_moe model; this is %s (plain causal decoding works with --spec-type none)", a.model, c->arch);
+    int n_block = 0, *block = a.preview_block ? parse_ids(a.preview_block, c->n_vocab, &n_block) : NULL;
+    if (a.preview_block && (!a.dump_logits || n_block == 0)) fatal("--preview-block needs --dump-logits FILE and at least one id");
+    if (n_prompt + n_block > n_ctx) fatal("the prompt and the preview block (%d tokens) do not fit in -c %d", n_prompt + n_block, n_ctx);
+
     static Ctx ctx;
     ctx.m = &m;
     ctx.n_threads = a.n_threads;
@@ -3086,7 +3453,10 @@ int main(int argc, char **argv) {
     ctx.dump_dir = a.dump_tensors;
     if (regcomp(&ctx.dump_filter, a.dump_filter ? a.dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
         fatal("--dump-filter '%s' is not a valid regular expression", a.dump_filter);
-    int cap = a.n_ubatch;
+    int cap = a.n_ubatch;   /* rows per batch: a ubatch, a verify batch, a diffusion block */
+    if (draft_self && a.draft_n_max + 1 > cap) cap = a.draft_n_max + 1 < c->block_size ? a.draft_n_max + 1 : c->block_size;
+    if ((a.diffusion || draft_self) && c->block_size > cap) cap = c->block_size;
+    if (n_block > cap) cap = n_block;
     pool_init(&ctx.pool, a.n_threads > a.n_threads_batch ? a.n_threads : a.n_threads_batch);
     state_init(&ctx.st, &m, n_ctx, a.k_type, a.v_type);
     scratch_init(&ctx.sc, c, cap, n_ctx, ctx.pool.n_threads);
@@ -3095,7 +3465,12 @@ int main(int argc, char **argv) {
         FILE *fp = fopen(a.dump_logits, "wb");
         if (!fp) fatal("cannot write '%s': %s", a.dump_logits, strerror(errno));
         float *logits = xmalloc(mul_size((size_t)cap * c->n_vocab, sizeof(float), "logits"));
-        prefill(&ctx, prompt, n_prompt, logits, fp);
+        if (!block) prefill(&ctx, prompt, n_prompt, logits, fp);
+        else {   /* commit the prompt, then one preview pass over the block right after it */
+            prefill(&ctx, prompt, n_prompt, logits, NULL);
+            forward_batch(&ctx, block, n_block, logits, true, NULL, true);
+            if (fwrite(logits, sizeof(float) * (size_t)c->n_vocab, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
+        }
         if (fclose(fp) != 0) fatal("writing '%s': %s", a.dump_logits, strerror(errno));
         return 0;
     }
@@ -3106,7 +3481,38 @@ int main(int argc, char **argv) {
     Printer pr = {&tok, {{0}, 0}};
     for (int i = 0; i < n_prompt; i++) print_token(&pr, prompt[i]);
     Stats stats = {0};
-    generate_causal(&ctx, &smp, &eog, &pr, prompt, n_prompt, &a, &stats);
+    if (a.diffusion) generate_diffusion(&ctx, &eog, &pr, prompt, n_prompt, &a, &stats);
+    else if (!draft_self) generate_causal(&ctx, &smp, &eog, &pr, prompt, n_prompt, &a, &stats);
+    else {
+        TestDrafts td = {DRAFTS_MODEL, NULL, 0, seed + 1};
+        static Ctx shadow;   /* test only: a plain causal decoder over the same model */
+        StateCheck chk = {&shadow, 0};
+        if (a.test_drafts || a.test_check_state) {
+            shadow = ctx;
+            shadow.pool.active = 1;
+            state_init(&shadow.st, &m, n_ctx, a.k_type, a.v_type);
+            scratch_init(&shadow.sc, c, cap, n_ctx, ctx.pool.n_threads);
+        }
+        if (a.test_drafts && !strcmp(a.test_drafts, "random")) td.kind = DRAFTS_RANDOM;
+        if (a.test_drafts && !strcmp(a.test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
+            Sampler greedy = smp;
+            greedy.temp = 0;
+            int limit = a.n_predict >= 0 ? a.n_predict + 1 : n_ctx, *truth = xmalloc((size_t)limit * sizeof(int));
+            float *z = xmalloc((size_t)c->n_vocab * sizeof(float));
+            prefill(&shadow, prompt, n_prompt - 1, z, NULL);
+            int last = prompt[n_prompt - 1];
+            while (td.n_truth < limit && shadow.st.n_past < n_ctx) {
+                forward_batch(&shadow, &last, 1, z, false, NULL, false);
+                last = truth[td.n_truth++] = sample(&greedy, z, c->n_vocab);
+            }
+            td.kind = DRAFTS_TRUTH;
+            td.truth = truth;
+            state_init(&shadow.st, &m, n_ctx, a.k_type, a.v_type);
+        }
+        if (a.test_check_state) prefill(&shadow, prompt, n_prompt - 1, NULL, NULL);
+        generate_draft_self(&ctx, &smp, &eog, &pr, prompt, n_prompt, &a, &stats, &td, a.test_check_state ? &chk : NULL);
+        if (a.test_check_state) fprintf(stderr, "state check: %d rounds identical to plain causal decoding\n", chk.rounds);
+    }
     utf8_stream_flush(&pr.utf8, stdout);
     printf("\n");
     fflush(stdout);

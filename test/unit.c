@@ -1,0 +1,368 @@
+/*
+ * unit.c — unit tests of clover.c's numeric kernels against llama.cpp's ggml (build/unit).
+ *
+ * Built by `make build/unit` (links the prebuilt ggml from test/setup-llama.sh). It includes
+ * clover.c itself with TESTING defined (no main), so it reaches the static functions:
+ *   - half precision: fp16_to_fp32 on all 65536 values, fp32_to_fp16 and fp32_to_bf16 on every
+ *     rounding boundary and on random bit patterns, bf16_to_fp32, all vs ggml's conversions;
+ *   - dequant_row of F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K on random valid blocks vs ggml's
+ *     to_float, bit for bit;
+ *   - quantize_q8_0 vs ggml's quantize_row_q8_0_ref: the scale bit for bit; the quants equal except
+ *     at exact or near ties (clover follows the x86 AVX code: id = 127/amax, ties to even; the
+ *     reference takes 1/d and rounds ties away from zero), where they may differ by one;
+ *   - quantize_q8_K vs quantize_row_q8_K_ref, bit for bit (d, quants, bsums);
+ *   - every dot product (dot_fn, row and tile orders) vs a float64 sum over ggml's dequantized
+ *     weight and activation: |error| <= 1e-5 * sum |w_i a_i|.
+ * Prints PASS/FAIL per check and "N passed, N failed"; exit status 1 if any failed.
+ */
+#define TESTING
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "../clover.c"
+#pragma GCC diagnostic pop
+
+#include "ggml.h"
+
+/* exported by libggml-base but declared only in its private headers */
+void quantize_row_q8_K_ref(const float *GGML_RESTRICT x, void *GGML_RESTRICT y, int64_t k);
+void dequantize_row_q8_K(const void *GGML_RESTRICT x, float *GGML_RESTRICT y, int64_t k);
+
+static int n_pass, n_fail;
+
+static void check(bool ok, const char *name, const char *fmt, ...) {
+    if (ok) {
+        printf("PASS %s\n", name);
+        n_pass++;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL %s: ", name);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    n_fail++;
+}
+
+/* xorshift64*, fixed seed: the tests are deterministic */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static uint64_t rnd64(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1DULL;
+}
+static uint32_t rnd32(void) { return (uint32_t)(rnd64() >> 32); }
+static float rnd_uniform(float lo, float hi) { return lo + (hi - lo) * (float)((rnd64() >> 40) / 16777216.0); }
+static float rnd_normal(void) {   /* Box-Muller */
+    double u = ((rnd64() >> 11) + 0.5) / 9007199254740992.0, v = (rnd64() >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2 * log(u)) * cos(2 * M_PI * v));
+}
+static void rnd_bytes(void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) ((uint8_t *)p)[i] = (uint8_t)rnd64();
+}
+static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* a random finite fp16 with exponent field in [lo_exp, hi_exp] (1..30 normal, 0 subnormal), random sign */
+static uint16_t rnd_fp16(int lo_exp, int hi_exp, bool allow_negative) {
+    uint32_t e = (uint32_t)(lo_exp + (int)(rnd32() % (uint32_t)(hi_exp - lo_exp + 1)));
+    uint16_t h = (uint16_t)((e << 10) | (rnd32() & 0x3ff));
+    if (allow_negative && (rnd32() & 1)) h |= 0x8000;
+    return h;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* half precision                                                                                 */
+/* ---------------------------------------------------------------------------------------------- */
+static void test_fp16_to_fp32(void) {
+    int bad = 0, first = -1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = fp16_to_fp32((uint16_t)h), b = ggml_fp16_to_fp32((ggml_fp16_t)h);
+        bool ok = isnan(a) ? isnan(b) : bits_of(a) == bits_of(b);
+        if (!ok && bad++ == 0) first = (int)h;
+    }
+    check(bad == 0, "fp16_to_fp32 (all 65536 values)", "%d differ, first 0x%04x", bad, first);
+}
+
+/* fp32 inputs that probe every fp16 rounding boundary: each fp16 value, the midpoints between
+ * neighbours and one float ulp either side of them, plus random bit patterns. */
+static void test_fp32_to_fp16(void) {
+    int bad = 0, n = 0;
+    float first = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t h = 0; h < 0x7c00; h++) {
+            float lo = ggml_fp16_to_fp32((ggml_fp16_t)h), hi = ggml_fp16_to_fp32((ggml_fp16_t)(h + 1));
+            float mid = h + 1 == 0x7c00 ? 65520.0f : (float)(((double)lo + hi) / 2);
+            float probe[6] = {lo, mid, nextafterf(mid, 0), nextafterf(mid, INFINITY), nextafterf(lo, INFINITY), nextafterf(lo, 0)};
+            for (int k = 0; k < 6; k++) {
+                float x = pass ? -probe[k] : probe[k];
+                uint16_t a = fp32_to_fp16(x), b = ggml_fp32_to_fp16(x);
+                n++;
+                if (a != b && bad++ == 0) first = x;
+            }
+        }
+    }
+    for (int i = 0; i < 2000000; i++) {
+        float x = float_of(rnd32());
+        uint16_t a = fp32_to_fp16(x), b = ggml_fp32_to_fp16(x);
+        bool ok = isnan(x) ? ((a & 0x7c00) == 0x7c00 && (a & 0x3ff) && (b & 0x7c00) == 0x7c00 && (b & 0x3ff)) : a == b;
+        n++;
+        if (!ok && bad++ == 0) first = x;
+    }
+    float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.98e-8f, 5.96e-8f, 6.1e-5f, 1e30f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) {
+        uint16_t a = fp32_to_fp16(special[i]), b = ggml_fp32_to_fp16(special[i]);
+        n++;
+        if (a != b && bad++ == 0) first = special[i];
+    }
+    check(bad == 0, "fp32_to_fp16 (boundaries and random bits)", "%d of %d differ, first %a", bad, n, first);
+}
+
+static void test_bf16(void) {
+    int bad = 0, n = 0;
+    uint32_t first = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        ggml_bf16_t g = {(uint16_t)h};
+        float a = bf16_to_fp32((uint16_t)h), b = ggml_bf16_to_fp32(g);
+        n++;
+        if (bits_of(a) != bits_of(b) && bad++ == 0) first = h;
+    }
+    check(bad == 0, "bf16_to_fp32 (all 65536 values)", "%d differ, first 0x%04x", bad, first);
+    bad = n = 0;
+    for (int i = 0; i < 3000000; i++) {
+        uint32_t u = rnd32();
+        if (i % 3 == 1) u = (u & 0xffff0000u) | 0x8000u;              /* exact tie */
+        if (i % 3 == 2) u = (u & 0xffff0000u) | (0x8000u + (rnd32() & 1 ? 1 : -1)); /* next to it */
+        float x = float_of(u);
+        uint16_t a = fp32_to_bf16(x), b = ggml_fp32_to_bf16(x).bits;
+        n++;
+        if (a != b && bad++ == 0) first = u;
+    }
+    check(bad == 0, "fp32_to_bf16 (ties and random bits)", "%d of %d differ, first bits 0x%08x", bad, n, first);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* dequantisation                                                                                 */
+/* ---------------------------------------------------------------------------------------------- */
+/* Fill n elements of type `type` with random valid data: finite fp16/bf16 values, fp16 scales that
+ * are finite (normal or subnormal), random quant bits. */
+static void random_row(uint32_t type, void *dst, int64_t n) {
+    switch (type) {
+    case T_F32: for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = rnd_normal(); break;
+    case T_F16: for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = rnd_fp16(0, 30, true); break;
+    case T_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            do h = (uint16_t)rnd32(); while (((h >> 7) & 0xff) == 0xff);   /* no inf/nan */
+            ((uint16_t *)dst)[i] = h;
+        }
+        break;
+    case T_Q8_0:
+        for (int64_t b = 0; b < n / 32; b++) {
+            BlockQ8_0 *x = (BlockQ8_0 *)dst + b;
+            rnd_bytes(x->qs, sizeof x->qs);
+            x->d = rnd_fp16(b % 7 == 3 ? 0 : 5, 16, true);
+        }
+        break;
+    case T_Q4_0:
+        for (int64_t b = 0; b < n / 32; b++) {
+            BlockQ4_0 *x = (BlockQ4_0 *)dst + b;
+            rnd_bytes(x->qs, sizeof x->qs);
+            x->d = rnd_fp16(b % 7 == 3 ? 0 : 5, 16, true);
+        }
+        break;
+    case T_Q4_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            BlockQ4_K *x = (BlockQ4_K *)dst + b;
+            rnd_bytes(x, sizeof *x);
+            x->d = rnd_fp16(b % 5 == 2 ? 0 : 3, 14, true);
+            x->dmin = rnd_fp16(b % 5 == 2 ? 0 : 3, 14, true);
+        }
+        break;
+    case T_Q5_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            BlockQ5_K *x = (BlockQ5_K *)dst + b;
+            rnd_bytes(x, sizeof *x);
+            x->d = rnd_fp16(b % 5 == 2 ? 0 : 3, 14, true);
+            x->dmin = rnd_fp16(b % 5 == 2 ? 0 : 3, 14, true);
+        }
+        break;
+    case T_Q6_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            BlockQ6_K *x = (BlockQ6_K *)dst + b;
+            rnd_bytes(x, sizeof *x);
+            x->d = rnd_fp16(b % 5 == 2 ? 0 : 3, 14, true);
+        }
+        break;
+    default: fatal("unit: random_row of type %u", type);
+    }
+}
+
+/* ggml's dequantisation of a weight row (or, for Q8_K, of an activation row) */
+static void ggml_dequant(uint32_t type, const void *src, float *y, int64_t n) {
+    if (type == T_Q8_K) { dequantize_row_q8_K(src, y, n); return; }
+    if (type == T_F32) { memcpy(y, src, (size_t)n * 4); return; }
+    ggml_get_type_traits((enum ggml_type)type)->to_float(src, y, n);
+}
+
+static const uint32_t WEIGHT_TYPES[] = {T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0, T_Q4_K, T_Q5_K, T_Q6_K};
+#define N_WEIGHT_TYPES (int)(sizeof WEIGHT_TYPES / sizeof WEIGHT_TYPES[0])
+
+static void test_dequant(void) {
+    const int64_t n = 256 * 64;
+    void *src = xmalloc(row_bytes(T_F32, n));
+    float *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4);
+    for (int t = 1; t < N_WEIGHT_TYPES; t++) {
+        uint32_t type = WEIGHT_TYPES[t];
+        char name[64];
+        snprintf(name, sizeof name, "dequant_row %s", TYPES[type].name);
+        char lname[64];
+        snprintf(lname, sizeof lname, "block layout %s matches ggml", TYPES[type].name);
+        check(ggml_get_type_traits((enum ggml_type)type)->blck_size == TYPES[type].block &&
+              ggml_get_type_traits((enum ggml_type)type)->type_size == TYPES[type].bytes,
+              lname, "%s: ggml has %lld elements / %zu bytes per block", TYPES[type].name,
+              (long long)ggml_get_type_traits((enum ggml_type)type)->blck_size, ggml_get_type_traits((enum ggml_type)type)->type_size);
+        int bad = 0;
+        int64_t first = -1;
+        for (int rep = 0; rep < 4; rep++) {
+            random_row(type, src, n);
+            dequant_row(type, src, a, n);
+            ggml_dequant(type, src, b, n);
+            for (int64_t i = 0; i < n; i++)
+                if (bits_of(a[i]) != bits_of(b[i]) && bad++ == 0) first = i;
+        }
+        check(bad == 0, name, "%d of %lld values differ from ggml's to_float, first at %lld", bad, (long long)(4 * n), (long long)first);
+    }
+    free(src), free(a), free(b);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* activation quantisation                                                                        */
+/* ---------------------------------------------------------------------------------------------- */
+/* Activation-like rows: normal values, heavy-tailed ones, an all-zero block, blocks with exact ties
+ * (amax = 127 so that x = k + 0.5 lands on a tie), tiny values. */
+static void activation_row(float *x, int64_t n, int kind) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (kind) {
+        case 0: x[i] = rnd_normal(); break;
+        case 1: x[i] = rnd_normal() * expf(rnd_uniform(-6, 6)); break;
+        case 2: x[i] = (i / 32) % 3 == 0 ? 0.0f : rnd_uniform(-1e-3f, 1e-3f); break;
+        case 3: x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(rnd32() % 254) - 127) + 0.5f; break;
+        default: x[i] = rnd_uniform(-4, 4); break;
+        }
+    }
+    if (kind == 3) for (int64_t i = 0; i < n; i += 32) x[i] = (i / 32) % 2 ? 127.0f : -127.0f;
+}
+
+static void test_quantize_q8_0(void) {
+    const int64_t n = 32 * 512;
+    float *x = xmalloc((size_t)n * 4);
+    BlockQ8_0 *a = xmalloc(row_bytes(T_Q8_0, n)), *b = xmalloc(row_bytes(T_Q8_0, n));
+    ggml_from_float_t ref = ggml_get_type_traits(GGML_TYPE_Q8_0)->from_float_ref;
+    int bad_d = 0, bad_q = 0, ties = 0, n_q = 0;
+    for (int kind = 0; kind < 5; kind++)
+        for (int rep = 0; rep < 4; rep++) {
+            activation_row(x, n, kind);
+            memset(a, 0, row_bytes(T_Q8_0, n));
+            memset(b, 0, row_bytes(T_Q8_0, n));
+            quantize_q8_0(x, a, n);
+            ref(x, b, n);
+            for (int64_t blk = 0; blk < n / 32; blk++) {
+                if (a[blk].d != b[blk].d) bad_d++;
+                float amax = 0;
+                for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * blk + j]));
+                for (int j = 0; j < 32; j++) {
+                    int qa = a[blk].qs[j], qb = b[blk].qs[j];
+                    n_q++;
+                    if (qa == qb) continue;
+                    /* allowed: one step apart, where x * 127/amax is within 1e-4 of a tie */
+                    float v = fabsf(x[32 * blk + j] * (127.f / amax));
+                    if (abs(qa - qb) == 1 && fabsf(v - floorf(v) - 0.5f) < 1e-4f) ties++;
+                    else bad_q++;
+                }
+            }
+        }
+    check(bad_d == 0, "quantize_q8_0 scale d vs quantize_row_q8_0_ref", "%d block scales differ", bad_d);
+    check(bad_q == 0, "quantize_q8_0 quants vs quantize_row_q8_0_ref", "%d of %d quants differ away from a tie", bad_q, n_q);
+    check(ties > 0, "quantize_q8_0 rounds ties to even (differs from the reference only there)",
+          "no tie disagreements seen; the tie test rows did not exercise rounding");
+    free(x), free(a), free(b);
+}
+
+static void test_quantize_q8_K(void) {
+    const int64_t n = 256 * 64;
+    float *x = xmalloc((size_t)n * 4);
+    BlockQ8_K *a = xmalloc(row_bytes(T_Q8_K, n)), *b = xmalloc(row_bytes(T_Q8_K, n));
+    int bad = 0, first_kind = -1;
+    for (int kind = 0; kind < 5; kind++)
+        for (int rep = 0; rep < 4; rep++) {
+            activation_row(x, n, kind);
+            if (kind == 2) for (int64_t i = 0; i < 256; i++) x[i] = 0;   /* one all-zero block */
+            memset(a, 0, row_bytes(T_Q8_K, n));
+            memset(b, 0, row_bytes(T_Q8_K, n));
+            quantize_q8_K(x, a, n);
+            quantize_row_q8_K_ref(x, b, n);
+            for (int64_t blk = 0; blk < n / 256; blk++)
+                if (memcmp(&a[blk], &b[blk], sizeof a[blk]) != 0 && bad++ == 0) first_kind = kind;
+        }
+    check(bad == 0, "quantize_q8_K vs quantize_row_q8_K_ref (bit for bit)", "%d blocks differ (first in row kind %d)", bad, first_kind);
+    free(x), free(a), free(b);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* dot products                                                                                   */
+/* ---------------------------------------------------------------------------------------------- */
+static void test_dots(void) {
+    const int64_t sizes[] = {4096, 256, 1000, 80, 37};
+    float *x = xmalloc(4096 * 4), *wd = xmalloc(4096 * 4), *ad = xmalloc(4096 * 4);
+    void *w = xmalloc(4096 * 4), *act = xmalloc(4096 * 4 + 1024);
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        uint32_t type = WEIGHT_TYPES[t];
+        for (int tile = 0; tile < 2; tile++) {
+            double worst = 0;
+            int bad = 0, n_checks = 0;
+            char detail[160] = "";
+            for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+                int64_t n = sizes[s];
+                if (n % TYPES[type].block || n % TYPES[dot_type(type)].block) continue;
+                for (int rep = 0; rep < 20; rep++) {
+                    random_row(type, w, n);
+                    if (type == T_BF16)   /* finite products: weights of moderate size */
+                        for (int64_t i = 0; i < n; i++) ((uint16_t *)w)[i] = ggml_fp32_to_bf16(rnd_normal() * expf(rnd_uniform(-8, 8))).bits;
+                    activation_row(x, n, rep % 5 == 3 ? 0 : rep % 5);
+                    quantize_row(type, x, act, n);
+                    float got = dot_fn(type, tile)(w, act, n);
+                    ggml_dequant(type, w, wd, n);
+                    ggml_dequant(dot_type(type), act, ad, n);
+                    double want = 0, mag = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        want += (double)wd[i] * ad[i];
+                        mag += fabs((double)wd[i] * ad[i]);
+                    }
+                    double err = fabs(got - want) / (mag > 0 ? mag : 1);
+                    n_checks++;
+                    if (err > worst) worst = err;
+                    if (!(err <= 1e-5) && bad++ == 0)
+                        snprintf(detail, sizeof detail, "n=%lld: got %.9g, float64 %.9g (sum|wa| %.3g)", (long long)n, got, want, mag);
+                }
+            }
+            char name[80];
+            snprintf(name, sizeof name, "dot %s (%s order) vs float64", TYPES[type].name, tile ? "tile" : "row");
+            check(bad == 0 && n_checks > 0, name, "%d of %d beyond 1e-5 relative (worst %.3g); %s", bad, n_checks, worst, detail);
+        }
+    }
+    free(x), free(wd), free(ad), free(w), free(act);
+}
+
+int main(void) {
+    test_fp16_to_fp32();
+    test_fp32_to_fp16();
+    test_bf16();
+    test_dequant();
+    test_quantize_q8_0();
+    test_quantize_q8_K();
+    test_dots();
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
