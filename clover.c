@@ -689,88 +689,192 @@ static int32_t dot_i8(const int8_t *x, const int8_t *y, int n) {
     return s;
 }
 
+static int32_t dot_u8i8(const uint8_t *x, const int8_t *y, int n) {
+    int32_t s = 0;
+    for (int i = 0; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+/* One 32-element block into 8 float lanes, as ggml's x86 Q8_0-activation kernels do it
+ * (ggml_vec_dot_q8_0_q8_0 / _q4_0_q8_0 AVX2, llamafile tinyBLAS_Q0_AVX): lane l holds the integer
+ * sum of elements 4l..4l+3 (mul_sum_i8_pairs_float), and acc[l] = fma(d_w * d_a, lane, acc[l]).
+ * The 8 lanes are folded by halving at the end (hsum_float_8). */
+static void q8_0_block_lanes(float acc[8], const int8_t *q, const int8_t *a, float d) {
+    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)dot_i8(q + 4 * l, a + 4 * l, 4), acc[l]);
+}
+
 static float dot_q8_0(const void *w, const void *a, int64_t n) {
     const BlockQ8_0 *x = w, *y = a;
-    float sum = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / 32; b++)
-        sum += (float)dot_i8(x[b].qs, y[b].qs, 32) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
-    return sum;
+        q8_0_block_lanes(acc, x[b].qs, y[b].qs, fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+    return fold(acc, 8);
 }
 
 static float dot_q4_0(const void *w, const void *a, int64_t n) {
     const BlockQ4_0 *x = w;
     const BlockQ8_0 *y = a;
-    float sum = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / 32; b++) {
         int8_t q[32];
         unpack_q4_0(&x[b], q);
-        sum += (float)dot_i8(q, y[b].qs, 32) * (fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
+        q8_0_block_lanes(acc, q, y[b].qs, fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d));
     }
-    return sum;
+    return fold(acc, 8);
 }
 
 /* Q4_K/Q5_K . Q8_K = d_w d_a sum_j sc_j (q_j . a_j) - dmin_w d_a sum_j m_j (sum of a over sub-block j);
- * the activation's bsums give the second sum without touching the weights. */
-static float dot_k4(const uint8_t q[256], const uint8_t sc[8], const uint8_t mn[8], uint16_t d, uint16_t dmin,
-                    const BlockQ8_K *y) {
-    int32_t sumi = 0, summ = 0;
-    for (int j = 0; j < 8; j++) {
-        int32_t s = 0;
-        for (int l = 0; l < 32; l++) s += q[32 * j + l] * y->qs[32 * j + l];
-        sumi += sc[j] * s;
-        summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+ * the activation's bsums give the second sum without touching the weights.
+ * k4_lanes: the integer part as ggml's AVX2 kernels hold it, 8 int32 lanes where lane l collects
+ * elements 4l..4l+3 of every 32-element sub-block j, times sc_j (maddubs + madd with the scales). */
+static void k4_lanes(const uint8_t q[256], const uint8_t sc[8], const int8_t *a, int32_t lane[8]) {
+    for (int l = 0; l < 8; l++) {
+        lane[l] = 0;
+        for (int j = 0; j < 8; j++) lane[l] += sc[j] * dot_u8i8(q + 32 * j + 4 * l, a + 32 * j + 4 * l, 4);
     }
-    return fp16_to_fp32(d) * y->d * (float)sumi - fp16_to_fp32(dmin) * y->d * (float)summ;
 }
 
+static int32_t k4_summ(const uint8_t mn[8], const BlockQ8_K *y) {
+    int32_t summ = 0;
+    for (int j = 0; j < 8; j++) summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    return summ;
+}
+
+/* ggml_vec_dot_q4_K_q8_K (AVX2): acc[l] = fma(d, lane_l, acc[l]) with d = d_a d_w; the mins in 4
+ * lanes, lane m = m_2m s_2m + m_2m+1 s_2m+1 (s_k = bsum pair k), acc_m = fma(-d_a dmin_w, lane, acc_m);
+ * result hsum(acc) + hsum(acc_m). */
 static float dot_q4_K(const void *w, const void *a, int64_t n) {
     const BlockQ4_K *x = w;
     const BlockQ8_K *y = a;
-    float sum = 0;
+    float acc[8] = {0}, accm[4] = {0};
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t q[256], sc[8], mn[8];
+        int32_t lane[8];
+        unpack_q4_K(&x[b], q, sc, mn);
+        k4_lanes(q, sc, y[b].qs, lane);
+        float d = y[b].d * fp16_to_fp32(x[b].d), dmin = -y[b].d * fp16_to_fp32(x[b].dmin);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
+        for (int m = 0; m < 4; m++) {
+            int32_t p = 0;
+            for (int k = 2 * m; k < 2 * m + 2; k++) p += mn[k] * (y[b].bsums[2 * k] + y[b].bsums[2 * k + 1]);
+            accm[m] = fmaf(dmin, (float)p, accm[m]);
+        }
+    }
+    return fold(acc, 8) + fold(accm, 4);
+}
+
+/* Q4_K weights with a multiple of 8 rows are repacked by llama.cpp (Q4_K_8x8) and multiplied by
+ * ggml_gemv/gemm_q4_K_8x8_q8_K: whole-block integer sums, acc = fma(sumi, d_w d_a, acc) and
+ * acc_min = fma(summ, dmin_w d_a, acc_min), result acc - acc_min. */
+static float dot_q4_K_8x8(const void *w, const void *a, int64_t n) {
+    const BlockQ4_K *x = w;
+    const BlockQ8_K *y = a;
+    float acc = 0, accm = 0;
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t q[256], sc[8], mn[8];
+        int32_t lane[8], sumi = 0;
+        unpack_q4_K(&x[b], q, sc, mn);
+        k4_lanes(q, sc, y[b].qs, lane);
+        for (int l = 0; l < 8; l++) sumi += lane[l];
+        acc = fmaf((float)sumi, fp16_to_fp32(x[b].d) * y[b].d, acc);
+        accm = fmaf((float)k4_summ(mn, &y[b]), fp16_to_fp32(x[b].dmin) * y[b].d, accm);
+    }
+    return acc - accm;
+}
+
+/* ggml_gemm_q4_K_8x8_q8_K (the batch of 4 activation rows at a time, used for the first T - T % 4
+ * rows of a prompt batch of T > 3): as dot_q4_K_8x8 but with a fused multiply-add per pair of
+ * 32-element sub-blocks (sb = 0..3) instead of per 256-element block. */
+static float dot_q4_K_8x8_gemm(const void *w, const void *a, int64_t n) {
+    const BlockQ4_K *x = w;
+    const BlockQ8_K *y = a;
+    float acc = 0, accm = 0;
     for (int64_t b = 0; b < n / 256; b++) {
         uint8_t q[256], sc[8], mn[8];
         unpack_q4_K(&x[b], q, sc, mn);
-        sum += dot_k4(q, sc, mn, x[b].d, x[b].dmin, &y[b]);
+        float d = fp16_to_fp32(x[b].d) * y[b].d, dmin = fp16_to_fp32(x[b].dmin) * y[b].d;
+        for (int sb = 0; sb < 4; sb++) {
+            int32_t si = 0, sm = 0;
+            for (int j = 2 * sb; j < 2 * sb + 2; j++) {
+                si += sc[j] * dot_u8i8(q + 32 * j, y[b].qs + 32 * j, 32);
+                sm += mn[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+            }
+            acc = fmaf((float)si, d, acc);
+            accm = fmaf((float)sm, dmin, accm);
+        }
     }
-    return sum;
+    return acc - accm;
 }
 
+/* ggml_vec_dot_q5_K_q8_K (AVX2): as Q4_K, but the mins go into one scalar,
+ * summs = fma(-d_a dmin_w, summ, summs) (the C compiler contracts it); result hsum(acc) + summs. */
 static float dot_q5_K(const void *w, const void *a, int64_t n) {
     const BlockQ5_K *x = w;
     const BlockQ8_K *y = a;
-    float sum = 0;
+    float acc[8] = {0}, summs = 0;
     for (int64_t b = 0; b < n / 256; b++) {
         uint8_t q[256], sc[8], mn[8];
+        int32_t lane[8];
         unpack_q5_K(&x[b], q, sc, mn);
-        sum += dot_k4(q, sc, mn, x[b].d, x[b].dmin, &y[b]);
+        k4_lanes(q, sc, y[b].qs, lane);
+        float d = y[b].d * fp16_to_fp32(x[b].d), dmin = -y[b].d * fp16_to_fp32(x[b].dmin);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
+        summs = fmaf(dmin, (float)k4_summ(mn, &y[b]), summs);
     }
-    return sum;
+    return fold(acc, 8) + summs;
 }
 
+/* ggml_vec_dot_q6_K_q8_K (AVX2): unsigned 6-bit q (0..63) in 8 lanes, lane l = sum over the 32-element
+ * chunks c of sc[2c + (l >= 4)] * (elements 4l..4l+3 of chunk c), minus the offset
+ * 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1); acc[l] = fma(d_a d_w, lane_l, acc[l]); hsum at the end. */
 static float dot_q6_K(const void *w, const void *a, int64_t n) {
     const BlockQ6_K *x = w;
     const BlockQ8_K *y = a;
-    float sum = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / 256; b++) {
         int8_t q[256];
+        uint8_t u[256];
         unpack_q6_K(&x[b], q);
-        int32_t sumi = 0;
-        for (int g = 0; g < 16; g++) sumi += x[b].scales[g] * dot_i8(q + 16 * g, y[b].qs + 16 * g, 16);
-        sum += fp16_to_fp32(x[b].d) * y[b].d * (float)sumi;
+        for (int i = 0; i < 256; i++) u[i] = (uint8_t)(q[i] + 32);
+        const int8_t *sc = x[b].scales;
+        float d = y[b].d * fp16_to_fp32(x[b].d);
+        for (int l = 0; l < 8; l++) {
+            int32_t lane = 0;
+            for (int c = 0; c < 8; c++) lane += sc[2 * c + (l >= 4)] * dot_u8i8(u + 32 * c + 4 * l, y[b].qs + 32 * c + 4 * l, 4);
+            lane -= 32 * (y[b].bsums[2 * l] * sc[2 * l] + y[b].bsums[2 * l + 1] * sc[2 * l + 1]);
+            acc[l] = fmaf(d, (float)lane, acc[l]);
+        }
     }
-    return sum;
+    return fold(acc, 8);
+}
+
+/* Q4_0 weights with a multiple of 8 rows are repacked by llama.cpp (Q4_0_8x8) and multiplied by
+ * ggml_gemv/gemm_q4_0_8x8_q8_0: whole-block integer sums, acc = fma(isum, d_w d_a, acc). */
+static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
+    const BlockQ4_0 *x = w;
+    const BlockQ8_0 *y = a;
+    float acc = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int8_t q[32];
+        unpack_q4_0(&x[b], q);
+        acc = fmaf((float)dot_i8(q, y[b].qs, 32), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d), acc);
+    }
+    return acc;
 }
 
 /* The dot product for weights of type wtype; tile: the order of a dense batch (see above). */
 typedef float (*DotFn)(const void *w, const void *a, int64_t n);
-static DotFn dot_fn(uint32_t wtype, bool tile) {
+/* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
+ * multiple of 8 (ggml_repack_get_optimal_repack_type on AVX2), which changes their float order. */
+static DotFn dot_fn(uint32_t wtype, bool tile, int64_t n_rows) {
+    bool repacked = n_rows % 8 == 0;
     switch (wtype) {
     case T_F32: return tile ? dot_f32_tile : dot_f32;
     case T_F16: return tile ? dot_f16_tile : dot_f16;
     case T_BF16: return tile ? dot_bf16_tile : dot_bf16;
     case T_Q8_0: return dot_q8_0;
-    case T_Q4_0: return dot_q4_0;
-    case T_Q4_K: return dot_q4_K;
+    case T_Q4_0: return repacked ? dot_q4_0_8x8 : dot_q4_0;
+    case T_Q4_K: return repacked ? dot_q4_K_8x8 : dot_q4_K;
     case T_Q5_K: return dot_q5_K;
     case T_Q6_K: return dot_q6_K;
     }
@@ -877,11 +981,20 @@ typedef struct {
 static void matmul_task(void *p, int ith, int nth) {
     const MatmulTask *mt = p;
     const Mat *w = mt->w;
-    DotFn dot = dot_fn(w->type, mt->tile);
+    DotFn dot = dot_fn(w->type, mt->tile, w->n_out);
+    /* repacked Q4_K in a prompt batch of T > 3 rows: the first T - T % 4 rows go through the 4-row
+     * gemm (ggml_gemm_q4_K_8x8_q8_K), the rest through gemv (forward_mul_mat_one_chunk, repack.cpp) */
+    DotFn dot4 = dot;
+    int T4 = 0;
+    if (mt->tile && mt->T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
+        dot4 = dot_q4_K_8x8_gemm;
+        T4 = mt->T - mt->T % 4;
+    }
     int64_t o0 = w->n_out * ith / nth, o1 = w->n_out * (ith + 1) / nth;
     for (int64_t o = o0; o < o1; o++) {
         const uint8_t *row = w->data + (size_t)o * w->row_bytes;
-        for (int t = 0; t < mt->T; t++) mt->y[(size_t)t * w->n_out + o] = dot(row, mt->xq + t * mt->xq_stride, w->n_in);
+        for (int t = 0; t < mt->T; t++)
+            mt->y[(size_t)t * w->n_out + o] = (t < T4 ? dot4 : dot)(row, mt->xq + t * mt->xq_stride, w->n_in);
     }
 }
 
@@ -892,7 +1005,9 @@ static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, ui
     uint32_t at = dot_type(w->type);
     size_t stride = row_bytes(at, w->n_in);
     for (int t = 0; t < T; t++) quantize_row(w->type, x + (size_t)t * w->n_in, xq + t * stride, w->n_in);
-    MatmulTask mt = {w, xq, stride, y, T, tile && T >= 2};
+    /* llamafile_sgemm (tinyBLAS) takes a dense batch only when the row count is a multiple of 4
+     * (tinyBLAS::matmul); other matrices (router rows, beta/alpha heads) use ggml_vec_dot_*. */
+    MatmulTask mt = {w, xq, stride, y, T, tile && T >= 2 && w->n_out % 4 == 0};
     pool_run(pool, matmul_task, &mt);
 }
 
@@ -1267,6 +1382,9 @@ static void dump(const Ctx *ctx, const char *name, int il, const float *x, size_
     if (!f || fwrite(x, sizeof(float), n, f) != n || fclose(f) != 0) fatal("cannot write tensor dump '%s': %s", path, strerror(errno));
 }
 
+/* attention scores of one thread: n_ctx rounded up to whole groups of 16 (see attn_softmax) */
+static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
+
 static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_threads) {
     size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used;
     size_t maxin = (size_t)c->n_embd;
@@ -1287,7 +1405,7 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->ao = xcalloc(T * (size_t)c->n_head * c->head_dim, 4);
     s->kr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
-    s->att = xcalloc(mul_size((size_t)n_threads, (size_t)n_ctx, "attention scratch"), 4);
+    s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
     s->router = xcalloc(T * (size_t)c->n_expert, 4);
     s->w = xcalloc(T * K, 4);
     s->sel = xcalloc(T * K, sizeof(int));
@@ -1366,8 +1484,9 @@ static void rope(float *x, int n_rot, int pos, float base) {
     int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
         float cs = cosf(th), sn = sinf(th), x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * cs - x1 * sn;
-        x[i + half] = x0 * sn + x1 * cs;
+        /* rotate_pairs (ops.cpp): x0*cos - x1*sin and x0*sin + x1*cos, the first product fused */
+        x[i] = fmaf(x0, cs, -(x1 * sn));
+        x[i + half] = fmaf(x0, sn, x1 * cs);
         th *= theta_scale;
     }
 }
@@ -1384,9 +1503,10 @@ static void gdn_conv(const Config *c, const Layer *L, float *ring, const float *
     int K = c->d_conv, C = c->conv_dim;
     for (int ch = 0; ch < C; ch++) {
         const float *w = L->conv + (size_t)ch * K;
+        /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
         float s = 0;
-        for (int j = 0; j < K - 1; j++) s += ring[(size_t)j * C + ch] * w[j];
-        s += u[ch] * w[K - 1];
+        for (int j = 0; j < K - 1; j++) s = fmaf(ring[(size_t)j * C + ch], w[j], s);
+        s = fmaf(u[ch], w[K - 1], s);
         y[ch] = s;
     }
     memmove(ring, ring + C, (size_t)(K - 2) * C * sizeof(float));
@@ -1548,7 +1668,17 @@ typedef struct {
     uint32_t k_type, v_type;
     int n_keys;
     int causal_from;         /* row t sees keys < causal_from + t + 1 (causal), or all n_keys if < 0 */
+    bool tile;               /* prompt batch: the V sum in tinyBLAS order */
 } AttnTask;
+
+/* soft_max_ext over one row of scores, as ggml_vec_soft_max_f32 sees it: llama.cpp's row spans the
+ * whole (padded) cache with masked scores at -inf, so every aligned group of 16 goes through
+ * ggml_v_expf and the halving sum; we pad our n scores the same way (x must hold n rounded up to 16). */
+static void attn_softmax(float *x, int n) {
+    int np = (n + 15) & ~15;
+    for (int i = n; i < np; i++) x[i] = -INFINITY;
+    softmax(x, np);
+}
 
 /* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see.
  * q is rounded to the cache type before the dot and p before the V sum, as llama.cpp's matmuls
@@ -1558,8 +1688,8 @@ static void attn_task(void *p, int ith, int nth) {
     const Config *c = &at->ctx->m->c;
     Scratch *s = &at->ctx->sc;
     int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
-    float *sc = s->att + (size_t)ith * at->ctx->st.n_ctx;
-    DotFn kdot = dot_fn(at->k_type, false);
+    float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
+    DotFn kdot = dot_fn(at->k_type, false, 1);
     uint8_t qr[4 * 1024];
     for (int job = ith; job < at->T * c->n_head; job += nth) {
         int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
@@ -1569,13 +1699,27 @@ static void attn_task(void *p, int ith, int nth) {
         size_t kstride = (size_t)kvd * TYPES[at->k_type].bytes, vstride = (size_t)kvd * TYPES[at->v_type].bytes;
         for (int j = 0; j < n; j++)
             sc[j] = kdot(at->K + j * kstride + (size_t)kvh * hd * TYPES[at->k_type].bytes, qr, hd) * c->kq_scale;
-        softmax(sc, n);
+        attn_softmax(sc, n);
         float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int j = 0; j < n; j++) {
-            float pj = at->v_type == T_F32 ? sc[j] : load_as(at->v_type, (uint16_t[]){at->v_type == T_F16 ? fp32_to_fp16(sc[j]) : fp32_to_bf16(sc[j])}, 0);
-            const uint8_t *vrow = at->V + j * vstride + (size_t)kvh * hd * TYPES[at->v_type].bytes;
-            for (int i = 0; i < hd; i++) o[i] += pj * load_as(at->v_type, vrow, i);
+        /* kqv = mul_mat(V^T, kq) over the cache positions j: llamafile tinyBLAS for a prompt batch
+         * (position j to lane j % 16), ggml_vec_dot_f32 for one row (lane j % 64); fused
+         * multiply-adds, lanes folded by halving. Masked positions add exact zeros in llama.cpp. */
+        int lanes = at->tile ? 16 : 64;
+        for (int i0 = 0; i0 < hd; i0 += 64) {
+            int ni = hd - i0 < 64 ? hd - i0 : 64;
+            float acc[64][64];
+            for (int l = 0; l < lanes; l++) memset(acc[l], 0, (size_t)ni * sizeof(float));
+            for (int j = 0; j < n; j++) {
+                float pj = at->v_type == T_F32 ? sc[j] : load_as(at->v_type, (uint16_t[]){at->v_type == T_F16 ? fp32_to_fp16(sc[j]) : fp32_to_bf16(sc[j])}, 0);
+                const uint8_t *vrow = at->V + j * vstride + (size_t)(kvh * hd + i0) * TYPES[at->v_type].bytes;
+                float *a = acc[j % lanes];
+                for (int i = 0; i < ni; i++) a[i] = fmaf(pj, load_as(at->v_type, vrow, i), a[i]);
+            }
+            for (int i = 0; i < ni; i++) {
+                float col[64];
+                for (int l = 0; l < lanes; l++) col[l] = acc[l][i];
+                o[i0 + i] = fold(col, lanes);
+            }
         }
         const float *gate = q + hd;
         for (int i = 0; i < hd; i++) o[i] *= sigmoid(gate[i]);
@@ -1618,7 +1762,8 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos, bool preview) {
         store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
         store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
     }
-    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, preview ? -1 : pos};
+    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, preview ? -1 : pos,
+                   ctx->tile_order && T >= 2 && c->head_dim % 4 == 0};
     pool_run(&ctx->pool, attn_task, &at);
     dump(ctx, "attn_gated", il, s->ao, (size_t)T * c->n_head * c->head_dim);
     matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq, ctx->tile_order);
@@ -1690,7 +1835,8 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     for (size_t i = 0; i < (size_t)T * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
     matmul(&ctx->pool, &L->down_shexp, s->ge, T, s->sh, s->xq, ctx->tile_order);
     for (int t = 0; t < T; t++) {
-        float gate = sigmoid(dot_fn(T_F32, ctx->tile_order && T >= 2)(L->shexp_gate, s->xn + (size_t)t * E, E));
+        /* a one-row mul_mat: tinyBLAS declines it (rows % 4 != 0), so ggml_vec_dot_f32 order */
+        float gate = sigmoid(dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E));
         for (int i = 0; i < E; i++) s->mix[(size_t)t * E + i] += s->sh[(size_t)t * E + i] * gate;
     }
 }
@@ -3488,8 +3634,9 @@ int main(int argc, char **argv) {
         static Ctx shadow;   /* test only: a plain causal decoder over the same model */
         StateCheck chk = {&shadow, 0};
         if (a.test_drafts || a.test_check_state) {
-            shadow = ctx;
-            shadow.pool.active = 1;
+            shadow = ctx;   /* shares the model; runs on the calling thread only */
+            shadow.n_threads = shadow.n_threads_batch = 1;
+            pool_init(&shadow.pool, 1);
             state_init(&shadow.st, &m, n_ctx, a.k_type, a.v_type);
             scratch_init(&shadow.sc, c, cap, n_ctx, ctx.pool.n_threads);
         }

@@ -376,12 +376,13 @@ test_smoke() {
 
 # --spec-type draft-self with the exact acceptance rule is lossless: its text must equal plain greedy
 # decoding, for every draft length, prompt length, and when generation runs into -c
-# (shared/notes/draft-self.md section 6). Seed 1's q8_0 twin accepts a few drafts.
+# (shared/notes/draft-self.md section 6). Seed 1's q8_0 twin accepts a few drafts after prompt pd.
 test_draft() {
     prompts || { fail draft "cannot make the prompts"; return; }
     local m name n pr ctx acc
     m=$(model q8_0 1 --arch clover_moe --mask) || { fail draft "cannot generate the model"; return; }
-    for pr in pg p1; do
+    echo 1,2,3,4,5,6,7,8,9,10,11,12 > "$TMP/pd.ids"
+    for pr in pd p1; do
         for ctx in 0 40; do
             [ "$pr" = p1 ] && [ "$ctx" = 40 ] && continue
             if ! clover -m "$m" --tokens "$(cat "$TMP/$pr.ids")" -n 48 -c "$ctx" --temp 0 -ctk f32 -ctv f32 > "$TMP/d.want"; then
@@ -404,8 +405,8 @@ test_draft() {
         done
     done
     name="draft/relaxed rule is deterministic"
-    if ! clover -m "$m" --tokens "$(cat "$TMP/pg.ids")" -n 32 --temp 0 --spec-type draft-self --spec-accept-ratio 0.3 --spec-accept-delta 10 > "$TMP/r1.txt" ||
-        ! clover -m "$m" --tokens "$(cat "$TMP/pg.ids")" -n 32 --temp 0 --spec-type draft-self --spec-accept-ratio 0.3 --spec-accept-delta 10 > "$TMP/r2.txt"; then
+    if ! clover -m "$m" --tokens "$(cat "$TMP/pd.ids")" -n 32 --temp 0 --spec-type draft-self --spec-accept-ratio 0.3 --spec-accept-delta 10 > "$TMP/r1.txt" ||
+        ! clover -m "$m" --tokens "$(cat "$TMP/pd.ids")" -n 32 --temp 0 --spec-type draft-self --spec-accept-ratio 0.3 --spec-accept-delta 10 > "$TMP/r2.txt"; then
         fail "$name" "$(why)"
     elif cmp -s "$TMP/r1.txt" "$TMP/r2.txt"; then
         pass "$name ($(sed -n 's/^n_relaxed *= *//p' "$TMP/err") relaxed)"
