@@ -30,9 +30,16 @@ build/ref: test/ref.c | build
 build/unit: test/unit.c clover.c | build
 	$(CC) $(CFLAGS) -I$(GGML_INC) -o $@ test/unit.c $(LLAMA_LIBS) $(LDLIBS)
 
+# clover-cuda: the same program with the GPU side (clover.cu), for sm_90 plus PTX for newer GPUs.
+cuda: clover-cuda
+clover-cuda: clover.c clover.cu | build
+	$(NVCC) -O2 -std=c++17 -arch=sm_90 -gencode arch=compute_90,code=[sm_90,compute_90] -c clover.cu -o build/clover-cu.o
+	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-cuda.o
+	$(NVCC) -o $@ build/clover-cuda.o build/clover-cu.o $(LDLIBS)
+
 tools: build/gen build/cmp build/ref build/unit
 
 test: clover tools
 	test/run.sh
 
-.PHONY: test tools
+.PHONY: test tools cuda

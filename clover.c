@@ -3539,6 +3539,10 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
     free(block);
 }
 
+#ifdef CLOVER_CUDA
+bool gpu_init(char *info, size_t n);   /* clover.cu */
+#endif
+
 #ifndef TESTING
 int main(int argc, char **argv) {
     Args a = parse_args(argc, argv);
@@ -3580,7 +3584,15 @@ int main(int argc, char **argv) {
     if (n_ctx > c->n_ctx_train) fatal("-c %d is beyond the model's context length %d; use -c %d or less", n_ctx, c->n_ctx_train, c->n_ctx_train);
     if (n_prompt > a.n_batch) fatal("the prompt has %d tokens, more than the batch size -b %d; raise -b", n_prompt, a.n_batch);
     if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
+#ifdef CLOVER_CUDA
+    if (a.n_gpu_layers > 0) {   /* clover.cu: device bring-up only so far; layers stay on the CPU */
+        char info[256];
+        if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a.n_gpu_layers, info);
+        fprintf(stderr, "clover: GPU %s found; the GPU kernels are not written yet, all layers run on the CPU\n", info);
+    }
+#else
     if (a.n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a.n_gpu_layers);
+#endif
 
     bool draft_self = !strcmp(a.spec_type, "draft-self");
     if ((draft_self || a.diffusion || a.preview_block) && c->mask_id < 0)
