@@ -320,7 +320,7 @@ static void gguf_open(GGUF *f, const char *path) {
     f->n_kv = rd64(take(&c, 8, "metadata count"));
     /* each key/value needs at least 12 bytes and each tensor info at least 24: bound the counts */
     if (f->n_kv > f->size / 12 || f->n_tensors > f->size / 24)
-        fatal("%s: header claims %llu metadata entries and %llu tensors, more than the file can hold", path,
+        fatal("%s: header claims %llu metadata entries and %llu tensors, more than the file can hold; the file is truncated or corrupt", path,
               (unsigned long long)f->n_kv, (unsigned long long)f->n_tensors);
     f->kv = xcalloc(f->n_kv, sizeof(GGUFKV));
     for (uint64_t i = 0; i < f->n_kv; i++) read_kv(&c, &f->kv[i]);

@@ -80,7 +80,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt,
 }
 
 static void usage(void) {
-    die("usage: ref -m MODEL [-c N_CTX] [-t THREADS] [--no-repack] (--tokenize FILE | --logits IDS OUT | "
+    die("usage: ref -m MODEL [-c N_CTX] [-t THREADS] [--no-repack] [-ub N_UBATCH] [--dump-tensors DIR] (--tokenize FILE | --logits IDS OUT | "
         "--greedy IDS N | --detok IDS); IDS = comma-separated ids or @FILE");
 }
 
@@ -182,6 +182,7 @@ struct opts {
     int n_ctx, n_threads;
     bool no_repack;
     const char *dump_dir;   // --dump-tensors DIR: every contiguous F32 graph tensor as DIR/<name>.bin
+    int n_ubatch;           // -ub N: physical batch (default: n_ctx, one batch)
 };
 
 // Graph callback: asked once per tensor whether we want its data (yes), then called with the data.
@@ -214,7 +215,7 @@ static struct llama_context *new_ctx(const struct opts *o, struct llama_model *m
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)o->n_ctx;
     cp.n_batch = (uint32_t)o->n_ctx;
-    cp.n_ubatch = (uint32_t)o->n_ctx;
+    cp.n_ubatch = (uint32_t)(o->n_ubatch && o->n_ubatch < o->n_ctx ? o->n_ubatch : o->n_ctx);
     cp.n_seq_max = 1;
     cp.n_outputs_max = n_outputs_max;  // only sizes buffers; 0 would mean n_batch
     cp.n_threads = o->n_threads;
@@ -269,7 +270,7 @@ int main(int argc, char **argv) {
     llama_log_set(log_cb, NULL);
     ggml_set_abort_callback(abort_cb);
 
-    struct opts o = {NULL, 4096, 2, false, NULL};
+    struct opts o = {NULL, 4096, 2, false, NULL, 0};
     const char *mode = NULL, *a1 = NULL, *a2 = NULL;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -278,6 +279,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(s, "-t") && i + 1 < argc) o.n_threads = (int)parse_long(argv[++i], "-t", 1, 1024);
         else if (!strcmp(s, "--no-repack")) o.no_repack = true;
         else if (!strcmp(s, "--dump-tensors") && i + 1 < argc) o.dump_dir = argv[++i];
+        else if (!strcmp(s, "-ub") && i + 1 < argc) o.n_ubatch = (int)parse_long(argv[++i], "-ub", 1, 1 << 24);
         else if ((!strcmp(s, "--tokenize") || !strcmp(s, "--detok")) && i + 1 < argc && !mode) {
             mode = s;
             a1 = argv[++i];

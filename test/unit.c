@@ -11,7 +11,7 @@
  *     at exact or near ties (clover follows the x86 AVX code: id = 127/amax, ties to even; the
  *     reference takes 1/d and rounds ties away from zero), where they may differ by one;
  *   - quantize_q8_K vs quantize_row_q8_K_ref, bit for bit (d, quants, bsums);
- *   - every dot product (dot_fn, row and tile orders) vs a float64 sum over ggml's dequantized
+ *   - every dot product (dot_fn: row and tile orders, plain and repacked layouts) vs a float64 sum over ggml's dequantized
  *     weight and activation: |error| <= 1e-5 * sum |w_i a_i|.
  * Prints PASS/FAIL per check and "N passed, N failed"; exit status 1 if any failed.
  */
@@ -319,7 +319,9 @@ static void test_dots(void) {
     void *w = xmalloc(4096 * 4), *act = xmalloc(4096 * 4 + 1024);
     for (int t = 0; t < N_WEIGHT_TYPES; t++) {
         uint32_t type = WEIGHT_TYPES[t];
-        for (int tile = 0; tile < 2; tile++) {
+        for (int variant = 0; variant < 4; variant++) {
+            bool tile = variant & 1;
+            int64_t n_rows = variant & 2 ? 8 : 7;   /* llama.cpp repacks Q4_0/Q4_K matrices of 8k rows */
             double worst = 0;
             int bad = 0, n_checks = 0;
             char detail[160] = "";
@@ -332,7 +334,7 @@ static void test_dots(void) {
                         for (int64_t i = 0; i < n; i++) ((uint16_t *)w)[i] = ggml_fp32_to_bf16(rnd_normal() * expf(rnd_uniform(-8, 8))).bits;
                     activation_row(x, n, rep % 5 == 3 ? 0 : rep % 5);
                     quantize_row(type, x, act, n);
-                    float got = dot_fn(type, tile)(w, act, n);
+                    float got = dot_fn(type, tile, n_rows)(w, act, n);
                     ggml_dequant(type, w, wd, n);
                     ggml_dequant(dot_type(type), act, ad, n);
                     double want = 0, mag = 0;
@@ -347,8 +349,9 @@ static void test_dots(void) {
                         snprintf(detail, sizeof detail, "n=%lld: got %.9g, float64 %.9g (sum|wa| %.3g)", (long long)n, got, want, mag);
                 }
             }
-            char name[80];
-            snprintf(name, sizeof name, "dot %s (%s order) vs float64", TYPES[type].name, tile ? "tile" : "row");
+            char name[96];
+            snprintf(name, sizeof name, "dot %s (%s order, matrix of %lld rows) vs float64", TYPES[type].name,
+                     tile ? "tile" : "row", (long long)n_rows);
             check(bad == 0 && n_checks > 0, name, "%d of %d beyond 1e-5 relative (worst %.3g); %s", bad, n_checks, worst, detail);
         }
     }
