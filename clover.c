@@ -1366,20 +1366,165 @@ typedef struct {
                                        a verify batch equals single-token decoding bit for bit */
     const char *dump_dir;           /* --dump-tensors: where intermediate activations go, or NULL */
     regex_t dump_filter;            /* --dump-filter: which names (default: all) */
+    struct Dumps *dumps;            /* --dump-tensors: the files written so far, scratch (see dump_nd) */
+    bool dump_preview;              /* the pass being dumped is a preview pass */
+    int dump_il;                    /* the layer being dumped, for the MoE helpers */
 } Ctx;
 
-/* --dump-tensors: write T rows of n floats as DIR/<name>-<il>.bin (il < 0: DIR/<name>.bin), with the
- * names llama.cpp's graph callback gives the same values, so a port can be diffed op by op. A batch
- * that starts at position p > 0 appends its rows. */
-static void dump(const Ctx *ctx, const char *name, int il, const float *x, size_t n) {
+/* --dump-tensors DIR: every intermediate activation as DIR/<name>.bin, named as llama.cpp's graph
+ * callback names the same value (cb(cur, "attn_norm", il) -> "attn_norm-0"), with the same element
+ * order (ggml's ne0 fastest, i.e. row-major [tokens][...]), so that a port can be diffed with clover,
+ * or clover with llama.cpp, op by op (test/run.sh group dumps does the latter). The first write of a
+ * name in a run creates its file and later batches append their rows; a tensor whose first axis is
+ * not tokens (conv_input, state_predelta, new_state) gets one block per batch. Preview passes write
+ * the same names prefixed "preview." (llama.cpp has no preview pass). DIR/index.tsv lists every file:
+ * name, dtype, shape (row-major, outermost first), and what it holds (DUMP_NAMES). */
+static const struct { const char *name, *meaning; } DUMP_NAMES[] = {
+    {"model.input_embed", "token embedding rows (tok_embd, dequantised): the residual stream x entering layer 0"},
+    {"attn_norm", "RMSNorm(x) * attn_norm: the mixer input"},
+    /* Gated DeltaNet layers */
+    {"linear_attn_qkv_mixed", "GDN: u = attn_qkv . attn_norm, the pre-conv q|k|v row"},
+    {"z", "GDN: z = attn_gate . attn_norm, the output gate"},
+    {"beta", "GDN: ssm_beta . attn_norm (before the sigmoid)"},
+    {"beta_sigmoid", "GDN: beta = sigmoid(ssm_beta . attn_norm), the delta-rule step size per value head"},
+    {"alpha", "GDN: ssm_alpha . attn_norm"},
+    {"a_softplus", "GDN: softplus(alpha + ssm_dt.bias)"},
+    {"gate", "GDN: g = a_softplus * ssm_a, the log-decay per value head (ssm_a = -exp(A_log) < 0)"},
+    {"conv_input", "GDN: [conv ring (d_conv-1 committed pre-conv rows) | u rows], CHANNEL-major: [conv_dim][d_conv-1+T] per batch"},
+    {"conv_output_raw", "GDN: depthwise causal conv over conv_input with ssm_conv1d, before SiLU"},
+    {"conv_output_silu", "GDN: SiLU(conv_output_raw) = q|k|v"},
+    {"q_conv", "GDN: the q heads of conv_output_silu [n_k_heads][d_state]"},
+    {"k_conv", "GDN: the k heads of conv_output_silu"},
+    {"q_conv_predelta", "GDN: q after L2 norm per head, as the delta rule reads it"},
+    {"k_conv_predelta", "GDN: k after L2 norm per head"},
+    {"v_conv_predelta", "GDN: the v heads of conv_output_silu [n_v_heads][d_state]"},
+    {"state_predelta", "GDN: recurrent state S before the batch, [n_v_heads][d_state (value j)][d_state (key i)] per batch"},
+    {"new_state", "GDN: recurrent state S after the batch, same layout as state_predelta"},
+    {"final_output", "GDN: RMSNorm(o_h) * ssm_norm * SiLU(z_h) per value head (gated norm)"},
+    {"linear_attn_out", "GDN: ssm_out . final_output, the mixer output"},
+    /* gated attention layers */
+    {"Qcur_full", "attention: attn_q . attn_norm = per head [q | gate] (2*head_dim)"},
+    {"Qcur_reshaped", "attention: the q halves of Qcur_full [n_head][head_dim]"},
+    {"Qcur_normed", "attention: RMSNorm(q) * attn_q_norm per head"},
+    {"Qcur", "attention: Qcur_normed after NEOX RoPE on the first n_rot dims (true positions)"},
+    {"Kcur_normed", "attention: RMSNorm(attn_k . attn_norm) * attn_k_norm per kv head"},
+    {"Kcur", "attention: Kcur_normed after RoPE (the row written to the K cache)"},
+    {"Vcur", "attention: attn_v . attn_norm (the row written to the V cache)"},
+    {"gate_reshaped", "attention: the gate halves of Qcur_full"},
+    {"gate_sigmoid", "attention: sigmoid(gate_reshaped)"},
+    {"attn_pregate", "attention: softmax(q.K/sqrt(head_dim) + causal mask) V per head"},
+    {"attn_gated", "attention: attn_pregate * gate_sigmoid"},
+    {"attn_output", "attention layer: attn_output . attn_gated, the mixer output; GDN layer: the delta-rule output o [n_v_heads][d_state] (before the gated norm)"},
+    /* every layer: residual, MoE, shared expert */
+    {"attn_residual", "x + mixer output"},
+    {"attn_post_norm", "RMSNorm(attn_residual) * post_attention_norm: the FFN input m"},
+    {"ffn_moe_logits", "router logits ffn_gate_inp . m [n_expert]"},
+    {"ffn_moe_probs", "softmax(ffn_moe_logits)"},
+    {"ffn_moe_topk", "int32: the n_expert_used chosen experts, by decreasing probability (ties: lower index)"},
+    {"ffn_moe_weights", "probabilities of the chosen experts, in ffn_moe_topk order"},
+    {"ffn_moe_weights_sum", "sum of ffn_moe_weights"},
+    {"ffn_moe_weights_sum_clamped", "max(ffn_moe_weights_sum, 2^-14)"},
+    {"ffn_moe_weights_norm", "ffn_moe_weights / ffn_moe_weights_sum_clamped"},
+    {"ffn_moe_gate", "per chosen expert slot: gate_exps[e] . m [n_expert_used][n_ff]"},
+    {"ffn_moe_up", "per slot: up_exps[e] . m"},
+    {"ffn_moe_swiglu", "per slot: SiLU(ffn_moe_gate) * ffn_moe_up"},
+    {"ffn_moe_down", "per slot: down_exps[e] . ffn_moe_swiglu [n_expert_used][n_embd]"},
+    {"ffn_moe_weighted", "per slot: ffn_moe_down * ffn_moe_weights_norm"},
+    {"ffn_moe_out", "sum over slots of ffn_moe_weighted, in slot order"},
+    {"ffn_gate", "shared expert: gate_shexp . m"},
+    {"ffn_up", "shared expert: up_shexp . m"},
+    {"ffn_swiglu", "shared expert: SiLU(ffn_gate) * ffn_up"},
+    {"ffn_shexp", "shared expert: down_shexp . ffn_swiglu"},
+    {"shared_expert_gate", "shared expert gate logit ffn_gate_inp_shexp . m [1]"},
+    {"shared_expert_gate_sigmoid", "sigmoid(shared_expert_gate)"},
+    {"ffn_shexp_gated", "ffn_shexp * shared_expert_gate_sigmoid"},
+    {"ffn_out", "ffn_moe_out + ffn_shexp_gated"},
+    {"l_out", "attn_residual + ffn_out: the residual stream leaving the layer"},
+    /* head */
+    {"result_norm", "RMSNorm(l_out of the last layer) * output_norm, for the rows that get logits"},
+    {"result_output", "logits output . result_norm [n_vocab]"},
+};
+
+typedef struct { char tag[96]; bool i32; int ne[3]; long rows; } DumpEntry;
+typedef struct Dumps {
+    DumpEntry *e;
+    int n, cap;
+    float *buf[10];                 /* scratch for values only the dumps need */
+    size_t buf_n[10];
+} Dumps;
+
+static bool dumping(const Ctx *ctx) { return ctx->dump_dir != NULL; }
+
+/* dump scratch slot i with room for n floats (ints) */
+static float *dump_buf(const Ctx *ctx, int i, size_t n) {
+    Dumps *d = ctx->dumps;
+    if (d->buf_n[i] < n) {
+        free(d->buf[i]);
+        d->buf[i] = xmalloc(n * sizeof(float));
+        d->buf_n[i] = n;
+    }
+    return d->buf[i];
+}
+
+/* Write `rows` blocks of ne2 x ne1 x ne0 values (row-major; ggml ne = {ne0, ne1, ne2, rows}) as
+ * DIR/<name>-<il>.bin (il < 0: DIR/<name>.bin). */
+static void dump_nd(const Ctx *ctx, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0) {
     if (!ctx->dump_dir) return;
     char tag[96], path[1024];
-    if (il >= 0) snprintf(tag, sizeof tag, "%s-%d", name, il);
-    else snprintf(tag, sizeof tag, "%s", name);
+    snprintf(tag, sizeof tag, il >= 0 ? "%s%s-%d" : "%s%s", ctx->dump_preview ? "preview." : "", name, il);
     if (regexec(&ctx->dump_filter, tag, 0, NULL, 0) != 0) return;
+    Dumps *d = ctx->dumps;
+    DumpEntry *e = NULL;
+    for (int i = d->n - 1; i >= 0 && !e; i--)
+        if (!strcmp(d->e[i].tag, tag)) e = &d->e[i];
+    if (!e) {
+        if (d->n == d->cap) {
+            d->cap = d->cap ? 2 * d->cap : 256;
+            d->e = realloc(d->e, (size_t)d->cap * sizeof *d->e);
+            if (!d->e) fatal("out of memory");
+        }
+        e = &d->e[d->n++];
+        *e = (DumpEntry){"", i32, {ne0, ne1, ne2}, 0};
+        snprintf(e->tag, sizeof e->tag, "%s", tag);
+    }
     snprintf(path, sizeof path, "%s/%s.bin", ctx->dump_dir, tag);
-    FILE *f = fopen(path, ctx->st.n_past > 0 ? "ab" : "wb");
-    if (!f || fwrite(x, sizeof(float), n, f) != n || fclose(f) != 0) fatal("cannot write tensor dump '%s': %s", path, strerror(errno));
+    size_t n = (size_t)rows * ne2 * ne1 * ne0;
+    FILE *f = fopen(path, e->rows ? "ab" : "wb");
+    if (!f || fwrite(x, 4, n, f) != n || fclose(f) != 0) fatal("cannot write tensor dump '%s': %s", path, strerror(errno));
+    e->rows += rows;
+}
+
+/* T rows of n floats, or of n1 x n0 */
+static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n) { dump_nd(ctx, name, il, x, false, T, 1, 1, n); }
+static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0) {
+    dump_nd(ctx, name, il, x, false, T, 1, n1, n0);
+}
+
+/* DIR/index.tsv: one line per file written in this run. */
+static void dump_index(const Ctx *ctx) {
+    if (!ctx->dump_dir) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/index.tsv", ctx->dump_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) fatal("cannot write '%s': %s", path, strerror(errno));
+    fprintf(f, "# name\tdtype\tshape (row-major, outermost first; first axis: tokens, or batches where the meaning says per batch)\tmeaning\n");
+    const Dumps *d = ctx->dumps;
+    for (int i = 0; i < d->n; i++) {
+        const DumpEntry *e = &d->e[i];
+        char base[96], shape[96];
+        const char *b = strncmp(e->tag, "preview.", 8) ? e->tag : e->tag + 8;
+        snprintf(base, sizeof base, "%s", b);
+        char *dash = strrchr(base, '-');
+        if (dash && dash[1] >= '0' && dash[1] <= '9') *dash = 0;
+        const char *meaning = "?";
+        for (size_t k = 0; k < sizeof DUMP_NAMES / sizeof DUMP_NAMES[0]; k++)
+            if (!strcmp(DUMP_NAMES[k].name, base)) meaning = DUMP_NAMES[k].meaning;
+        int n = snprintf(shape, sizeof shape, "%ld", e->rows);
+        for (int k = 2; k >= 0; k--)
+            if (e->ne[k] > 1 || k == 0) n += snprintf(shape + n, sizeof shape - (size_t)n, "x%d", e->ne[k]);
+        fprintf(f, "%s\t%s\t%s\t%s%s\n", e->tag, e->i32 ? "i32" : "f32", shape, b != e->tag ? "preview pass: " : "", meaning);
+    }
+    if (fclose(f) != 0) fatal("cannot write '%s': %s", path, strerror(errno));
 }
 
 /* attention scores of one thread: n_ctx rounded up to whole groups of 16 (see attn_softmax) */
@@ -1642,11 +1787,40 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
     matmul(&ctx->pool, &L->gate, s->xn, T, s->z, s->xq, ctx->tile_order);
     matmul(&ctx->pool, &L->beta, s->xn, T, s->beta, s->xq, ctx->tile_order);
     matmul(&ctx->pool, &L->alpha, s->xn, T, s->g, s->xq, ctx->tile_order);
+    int H = c->n_v_heads, C = c->conv_dim, d = c->d_state, R = c->d_conv - 1;
+    float *alpha = NULL;
+    if (dumping(ctx)) {
+        dump3(ctx, "beta", il, s->beta, T, H, 1);
+        dump(ctx, "alpha", il, s->g, T, H);
+        alpha = memcpy(dump_buf(ctx, 0, (size_t)T * H), s->g, (size_t)T * H * sizeof(float));
+    }
     gdn_gates(c, L->a, L->dt, s->g, s->beta, T);
-    dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, (size_t)T * c->conv_dim);
-    dump(ctx, "z", il, s->z, (size_t)T * c->value_dim);
-    dump(ctx, "beta_sigmoid", il, s->beta, (size_t)T * c->n_v_heads);
-    dump(ctx, "gate", il, s->g, (size_t)T * c->n_v_heads);
+    dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, T, C);
+    dump(ctx, "z", il, s->z, T, c->value_dim);
+    dump3(ctx, "beta_sigmoid", il, s->beta, T, H, 1);
+    if (alpha) {   /* a_softplus, as gdn_gates computes it on the way to g */
+        for (int i = 0; i < T * H; i++) alpha[i] = softplus(alpha[i] + L->dt[i % H]);
+        dump(ctx, "a_softplus", il, alpha, T, H);
+    }
+    dump(ctx, "gate", il, s->g, T, H);
+    if (dumping(ctx) && !preview) {
+        /* the causal conv recomputed on a copy of the ring, with the function gdn_advance uses */
+        float *ring = memcpy(dump_buf(ctx, 1, ring_floats(c)), ctx->st.ring[il], ring_floats(c) * sizeof(float));
+        float *in = dump_buf(ctx, 2, (size_t)(R + T) * C), *raw = dump_buf(ctx, 3, (size_t)T * C);
+        for (int ch = 0; ch < C; ch++)
+            for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : s->qkv[(size_t)(j - R) * C + ch];
+        dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
+        for (int t = 0; t < T; t++) gdn_conv(c, L, ring, s->qkv + (size_t)t * C, raw + (size_t)t * C);
+        dump(ctx, "conv_output_raw", il, raw, T, C);
+        for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
+        dump(ctx, "conv_output_silu", il, raw, T, C);
+        float *q = dump_buf(ctx, 4, (size_t)T * c->key_dim);
+        for (int part = 0; part < 2; part++) {
+            for (int t = 0; t < T; t++) memcpy(q + (size_t)t * c->key_dim, raw + (size_t)t * C + part * c->key_dim, (size_t)c->key_dim * sizeof(float));
+            dump3(ctx, part ? "k_conv" : "q_conv", il, q, T, c->n_k_heads, d);
+        }
+        dump_nd(ctx, "state_predelta", il, ctx->st.S[il], false, 1, H, d, d);
+    }
     if (log) {
         memcpy(log->u[il], s->qkv, (size_t)T * c->conv_dim * sizeof(float));
         memcpy(log->g[il], s->g, (size_t)T * c->n_v_heads * sizeof(float));
@@ -1654,10 +1828,20 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
     }
     if (!preview) gdn_advance(&ctx->pool, c, L, ctx->st.ring[il], ctx->st.S[il], T, s->qkv, s->g, s->beta, s->conv, s->o);
     else gdn_preview(ctx, L, il, T);
+    if (dumping(ctx)) {
+        float *q = dump_buf(ctx, 4, (size_t)T * c->value_dim);
+        for (int part = 0; part < 3; part++) {
+            int n = part < 2 ? c->key_dim : c->value_dim;
+            for (int t = 0; t < T; t++) memcpy(q + (size_t)t * n, s->conv + (size_t)t * C + part * c->key_dim, (size_t)n * sizeof(float));
+            dump3(ctx, part == 0 ? "q_conv_predelta" : part == 1 ? "k_conv_predelta" : "v_conv_predelta", il, q, T, n / d, d);
+        }
+        if (!preview) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
+        dump3(ctx, "attn_output", il, s->o, T, H, d);
+    }
     gdn_gated_norm(c, L, s->o, s->z, T);
-    dump(ctx, "final_output", il, s->o, (size_t)T * c->value_dim);
+    dump(ctx, "final_output", il, s->o, T, c->value_dim);
     matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq, ctx->tile_order);
-    dump(ctx, "linear_attn_out", il, s->mix, (size_t)T * c->n_embd);
+    dump(ctx, "linear_attn_out", il, s->mix, T, c->n_embd);
 }
 
 /* --- gated attention -------------------------------------------------------------------------- */
@@ -1669,6 +1853,7 @@ typedef struct {
     int n_keys;
     int causal_from;         /* row t sees keys < causal_from + t + 1 (causal), or all n_keys if < 0 */
     bool tile;               /* prompt batch: the V sum in tinyBLAS order */
+    float *pregate;          /* --dump-tensors: the head outputs before the gate [T][n_head*head_dim], or NULL */
 } AttnTask;
 
 /* soft_max_ext over one row of scores, as ggml_vec_soft_max_f32 sees it: llama.cpp's row spans the
@@ -1721,26 +1906,43 @@ static void attn_task(void *p, int ith, int nth) {
                 o[i0 + i] = fold(col, lanes);
             }
         }
+        if (at->pregate) memcpy(at->pregate + (size_t)t * c->n_head * hd + (size_t)h * hd, o, (size_t)hd * sizeof(float));
         const float *gate = q + hd;
         for (int i = 0; i < hd; i++) o[i] *= sigmoid(gate[i]);
     }
 }
 
-/* q/k RMSNorm and RoPE for T rows at positions pos.. (q in place inside qg, k in kr). */
-static void attn_qk_prepare(const Config *c, const Layer *L, Scratch *s, int T, int pos) {
+/* q/k RMSNorm (q in place inside qg, k in kr), then RoPE at positions pos.. */
+static void attn_qk_prepare(const Config *c, const Layer *L, Scratch *s, int T, int pos, bool do_rope) {
     int hd = c->head_dim;
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < c->n_head; h++) {
             float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
-            rmsnorm(q, q, L->q_norm, hd, c->eps);
-            rope(q, c->n_rot, pos + t, c->rope_base);
+            if (!do_rope) rmsnorm(q, q, L->q_norm, hd, c->eps);
+            else rope(q, c->n_rot, pos + t, c->rope_base);
         }
         for (int g = 0; g < c->n_head_kv; g++) {
             float *k = s->kr + ((size_t)t * c->n_head_kv + g) * hd;
-            rmsnorm(k, k, L->k_norm, hd, c->eps);
-            rope(k, c->n_rot, pos + t, c->rope_base);
+            if (!do_rope) rmsnorm(k, k, L->k_norm, hd, c->eps);
+            else rope(k, c->n_rot, pos + t, c->rope_base);
         }
     }
+}
+
+/* --dump-tensors: the q (part 0) or gate (part 1) halves of qg as [T][n_head][head_dim] */
+static void dump_qg(const Ctx *ctx, const char *name, int il, int T, int part, bool sigm) {
+    if (!dumping(ctx)) return;
+    const Config *c = &ctx->m->c;
+    int hd = c->head_dim, H = c->n_head;
+    float *b = dump_buf(ctx, 5, (size_t)T * H * hd);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < hd; i++) {
+                float v = ctx->sc.qg[((size_t)t * H + h) * 2 * hd + (size_t)part * hd + i];
+                b[((size_t)t * H + h) * hd + i] = sigm ? sigmoid(v) : v;
+            }
+    if (part) dump(ctx, name, il, b, T, H * hd);
+    else dump3(ctx, name, il, b, T, H, hd);
 }
 
 /* Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
@@ -1755,17 +1957,27 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos, bool preview) {
     matmul(&ctx->pool, &L->wq, s->xn, T, s->qg, s->xq, ctx->tile_order);
     matmul(&ctx->pool, &L->wk, s->xn, T, s->kr, s->xq, ctx->tile_order);
     matmul(&ctx->pool, &L->wv, s->xn, T, s->vr, s->xq, ctx->tile_order);
-    dump(ctx, "Qcur_full", il, s->qg, (size_t)T * 2 * c->n_head * c->head_dim);
-    dump(ctx, "Vcur", il, s->vr, (size_t)T * kvd);
-    attn_qk_prepare(c, L, s, T, pos);
+    int hd = c->head_dim;
+    dump(ctx, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
+    dump_qg(ctx, "Qcur_reshaped", il, T, 0, false);
+    dump_qg(ctx, "gate_reshaped", il, T, 1, false);
+    dump_qg(ctx, "gate_sigmoid", il, T, 1, true);
+    dump(ctx, "Vcur", il, s->vr, T, kvd);
+    attn_qk_prepare(c, L, s, T, pos, false);
+    dump_qg(ctx, "Qcur_normed", il, T, 0, false);
+    dump3(ctx, "Kcur_normed", il, s->kr, T, c->n_head_kv, hd);
+    attn_qk_prepare(c, L, s, T, pos, true);
+    dump_qg(ctx, "Qcur", il, T, 0, false);
+    dump3(ctx, "Kcur", il, s->kr, T, c->n_head_kv, hd);
     for (int t = 0; t < T; t++) {
         store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
         store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
     }
     AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, preview ? -1 : pos,
-                   ctx->tile_order && T >= 2 && c->head_dim % 4 == 0};
+                   ctx->tile_order && T >= 2 && c->head_dim % 4 == 0, dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * c->n_head * hd) : NULL};
     pool_run(&ctx->pool, attn_task, &at);
-    dump(ctx, "attn_gated", il, s->ao, (size_t)T * c->n_head * c->head_dim);
+    if (at.pregate) dump(ctx, "attn_pregate", il, at.pregate, T, c->n_head * hd);
+    dump(ctx, "attn_gated", il, s->ao, T, c->n_head * hd);
     matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq, ctx->tile_order);
 }
 
@@ -1800,6 +2012,12 @@ static void moe_experts(Ctx *ctx, const Layer *L, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
+    /* --dump-tensors: per (row, slot) gate, up, swiglu [T][K][F] and down [T][K][E] */
+    float *dg = NULL, *du = NULL, *ds = NULL, *dd = NULL;
+    if (dumping(ctx)) {
+        dg = dump_buf(ctx, 6, (size_t)T * K * F), du = dump_buf(ctx, 7, (size_t)T * K * F);
+        ds = dump_buf(ctx, 8, (size_t)T * K * F), dd = dump_buf(ctx, 9, (size_t)T * K * E);
+    }
     for (int e = 0; e < c->n_expert; e++) {
         int n = 0;
         for (int i = 0; i < T * K; i++)
@@ -1809,12 +2027,27 @@ static void moe_experts(Ctx *ctx, const Layer *L, int T) {
         Mat gate = mat_expert(&L->gate_exps, e), up = mat_expert(&L->up_exps, e), down = mat_expert(&L->down_exps, e);
         matmul(&ctx->pool, &up, s->xe, n, s->ue, s->xq, false);
         matmul(&ctx->pool, &gate, s->xe, n, s->ge, s->xq, false);
+        for (int r = 0; dg && r < n; r++) {
+            memcpy(dg + (size_t)s->rows[r] * F, s->ge + (size_t)r * F, (size_t)F * sizeof(float));
+            memcpy(du + (size_t)s->rows[r] * F, s->ue + (size_t)r * F, (size_t)F * sizeof(float));
+        }
         for (size_t i = 0; i < (size_t)n * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
         matmul(&ctx->pool, &down, s->ge, n, s->xe, s->xq, false);
+        for (int r = 0; dg && r < n; r++) {
+            memcpy(ds + (size_t)s->rows[r] * F, s->ge + (size_t)r * F, (size_t)F * sizeof(float));
+            memcpy(dd + (size_t)s->rows[r] * E, s->xe + (size_t)r * E, (size_t)E * sizeof(float));
+        }
         for (int r = 0; r < n; r++) {
             float *y = s->ye + (size_t)s->rows[r] * E, w = s->w[s->rows[r]];
             for (int i = 0; i < E; i++) y[i] = s->xe[(size_t)r * E + i] * w;
         }
+    }
+    if (dg) {
+        dump3(ctx, "ffn_moe_gate", ctx->dump_il, dg, T, K, F);
+        dump3(ctx, "ffn_moe_up", ctx->dump_il, du, T, K, F);
+        dump3(ctx, "ffn_moe_swiglu", ctx->dump_il, ds, T, K, F);
+        dump3(ctx, "ffn_moe_down", ctx->dump_il, dd, T, K, E);
+        dump3(ctx, "ffn_moe_weighted", ctx->dump_il, s->ye, T, K, E);
     }
     for (int t = 0; t < T; t++) {   /* rank -1 (a coreset smaller than n_used) adds nothing */
         float *out = s->mix + (size_t)t * E;
@@ -1830,14 +2063,29 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
     int E = c->n_embd, F = c->n_ff_shexp;
+    int il = ctx->dump_il;
     matmul(&ctx->pool, &L->up_shexp, s->xn, T, s->ue, s->xq, ctx->tile_order);
     matmul(&ctx->pool, &L->gate_shexp, s->xn, T, s->ge, s->xq, ctx->tile_order);
+    dump(ctx, "ffn_gate", il, s->ge, T, F);
+    dump(ctx, "ffn_up", il, s->ue, T, F);
     for (size_t i = 0; i < (size_t)T * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
+    dump(ctx, "ffn_swiglu", il, s->ge, T, F);
     matmul(&ctx->pool, &L->down_shexp, s->ge, T, s->sh, s->xq, ctx->tile_order);
+    dump(ctx, "ffn_shexp", il, s->sh, T, E);
+    float *dgl = dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * (E + 2)) : NULL;   /* logit, sigmoid, gated rows */
     for (int t = 0; t < T; t++) {
         /* a one-row mul_mat: tinyBLAS declines it (rows % 4 != 0), so ggml_vec_dot_f32 order */
-        float gate = sigmoid(dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E));
+        float logit = dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E), gate = sigmoid(logit);
         for (int i = 0; i < E; i++) s->mix[(size_t)t * E + i] += s->sh[(size_t)t * E + i] * gate;
+        if (!dgl) continue;
+        dgl[t] = logit;
+        dgl[T + t] = gate;
+        for (int i = 0; i < E; i++) dgl[2 * (size_t)T + (size_t)t * E + i] = s->sh[(size_t)t * E + i] * gate;
+    }
+    if (dgl) {
+        dump(ctx, "shared_expert_gate", il, dgl, T, 1);
+        dump(ctx, "shared_expert_gate_sigmoid", il, dgl + T, T, 1);
+        dump(ctx, "ffn_shexp_gated", il, dgl + 2 * (size_t)T, T, E);
     }
 }
 
@@ -1869,20 +2117,37 @@ static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
     matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq, ctx->tile_order);
-    dump(ctx, "ffn_moe_logits", il, s->router, (size_t)T * c->n_expert);
+    dump(ctx, "ffn_moe_logits", il, s->router, T, c->n_expert);
     for (int t = 0; t < T; t++) softmax(s->router + (size_t)t * c->n_expert, c->n_expert);
     bool use_coreset = preview && c->coreset_top_p > 0;
     if (use_coreset) coreset(c, s->router, T, s->coreset);
     for (int t = 0; t < T; t++)
         route_top_k(c, s->router + (size_t)t * c->n_expert, use_coreset ? s->coreset : NULL,
                     s->sel + (size_t)t * c->n_expert_used, s->w + (size_t)t * c->n_expert_used);
-    dump(ctx, "ffn_moe_probs", il, s->router, (size_t)T * c->n_expert);
-    dump(ctx, "ffn_moe_weights_norm", il, s->w, (size_t)T * c->n_expert_used);
+    int K = c->n_expert_used;
+    dump(ctx, "ffn_moe_probs", il, s->router, T, c->n_expert);
+    if (dumping(ctx)) {   /* the routing steps inside route_top_k, recomputed from its inputs and outputs */
+        dump_nd(ctx, "ffn_moe_topk", il, s->sel, true, T, 1, 1, K);
+        float *w = dump_buf(ctx, 0, (size_t)T * (K + 2));
+        for (int t = 0; t < T; t++) {
+            float sum = 0;
+            for (int r = 0; r < K; r++) {
+                int e = s->sel[(size_t)t * K + r];
+                sum += w[(size_t)t * K + r] = e >= 0 ? s->router[(size_t)t * c->n_expert + e] : 0;
+            }
+            w[(size_t)T * K + t] = sum;
+            w[(size_t)T * (K + 1) + t] = fmaxf(sum, 6.103515625e-5f);
+        }
+        dump3(ctx, "ffn_moe_weights", il, w, T, K, 1);
+        dump(ctx, "ffn_moe_weights_sum", il, w + (size_t)T * K, T, 1);
+        dump(ctx, "ffn_moe_weights_sum_clamped", il, w + (size_t)T * (K + 1), T, 1);
+    }
+    dump(ctx, "ffn_moe_weights_norm", il, s->w, T, K);
+    ctx->dump_il = il;
     moe_experts(ctx, L, T);
-    dump(ctx, "ffn_moe_out", il, s->mix, (size_t)T * c->n_embd);
+    dump(ctx, "ffn_moe_out", il, s->mix, T, c->n_embd);
     moe_shared(ctx, L, T);
-    dump(ctx, "ffn_shexp", il, s->sh, (size_t)T * c->n_embd);
-    dump(ctx, "ffn_out", il, s->mix, (size_t)T * c->n_embd);
+    dump(ctx, "ffn_out", il, s->mix, T, c->n_embd);
 }
 
 /* --- the whole pass ---------------------------------------------------------------------------- */
@@ -1893,9 +2158,9 @@ static void lm_head(Ctx *ctx, int T, const int *rows, int n_rows, float *logits)
     (void)T;
     for (int r = 0; r < n_rows; r++)
         rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)rows[r] * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
-    dump(ctx, "result_norm", -1, s->xn, (size_t)n_rows * c->n_embd);
+    dump(ctx, "result_norm", -1, s->xn, n_rows, c->n_embd);
     matmul(&ctx->pool, &ctx->m->output, s->xn, n_rows, logits, s->xq, ctx->tile_order);
-    dump(ctx, "result_output", -1, logits, (size_t)n_rows * c->n_vocab);
+    dump(ctx, "result_output", -1, logits, n_rows, c->n_vocab);
 }
 
 /* Evaluate T <= cap tokens at positions n_past..n_past+T-1.
@@ -1909,19 +2174,24 @@ static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, boo
     int E = c->n_embd, pos = ctx->st.n_past;
     ctx->pool.active = T == 1 ? ctx->n_threads : ctx->n_threads_batch;
     for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], s->x + (size_t)t * E);
+    ctx->dump_preview = preview;
+    dump(ctx, "model.input_embed", -1, s->x, T, E);
     for (int il = 0; il < c->n_layer; il++) {
         const Layer *L = &ctx->m->layers[il];
         for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->eps);
-        dump(ctx, "attn_norm", il, s->xn, (size_t)T * E);
-        if (L->recurrent) gdn_layer(ctx, il, T, log, preview);
-        else attn_layer(ctx, il, T, pos, preview);
-        dump(ctx, "attn_output", il, s->mix, (size_t)T * E);
+        dump(ctx, "attn_norm", il, s->xn, T, E);
+        if (L->recurrent) gdn_layer(ctx, il, T, log, preview);   /* dumps its own attn_output: the delta-rule o */
+        else {
+            attn_layer(ctx, il, T, pos, preview);
+            dump(ctx, "attn_output", il, s->mix, T, E);
+        }
         for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
+        dump(ctx, "attn_residual", il, s->x, T, E);
         for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->post_norm, E, c->eps);
-        dump(ctx, "attn_post_norm", il, s->xn, (size_t)T * E);
+        dump(ctx, "attn_post_norm", il, s->xn, T, E);
         moe_layer(ctx, il, T, preview);
         for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
-        dump(ctx, "l_out", il, s->x, (size_t)T * E);
+        dump(ctx, "l_out", il, s->x, T, E);
     }
     if (!preview) ctx->st.n_past += T;
     if (!logits) return;
@@ -3609,6 +3879,8 @@ int main(int argc, char **argv) {
     ctx.n_threads = a.n_threads;
     ctx.n_threads_batch = a.n_threads_batch;
     ctx.dump_dir = a.dump_tensors;
+    static Dumps dumps;
+    ctx.dumps = &dumps;
     if (regcomp(&ctx.dump_filter, a.dump_filter ? a.dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
         fatal("--dump-filter '%s' is not a valid regular expression", a.dump_filter);
     int cap = a.n_ubatch;   /* rows per batch: a ubatch, a verify batch, a diffusion block */
@@ -3630,6 +3902,7 @@ int main(int argc, char **argv) {
             if (fwrite(logits, sizeof(float) * (size_t)c->n_vocab, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
         }
         if (fclose(fp) != 0) fatal("writing '%s': %s", a.dump_logits, strerror(errno));
+        dump_index(&ctx);
         return 0;
     }
 
@@ -3676,6 +3949,7 @@ int main(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     print_stats(&a, &stats);
+    dump_index(&ctx);
     return 0;
 }
 #endif

@@ -181,23 +181,51 @@ struct opts {
     const char *model;
     int n_ctx, n_threads;
     bool no_repack;
-    const char *dump_dir;   // --dump-tensors DIR: every contiguous F32 graph tensor as DIR/<name>.bin
+    const char *dump_dir;   // --dump-tensors DIR: every named F32/I32 graph tensor as DIR/<name>.bin (+ index.tsv)
     int n_ubatch;           // -ub N: physical batch (default: n_ctx, one batch)
 };
 
 // Graph callback: asked once per tensor whether we want its data (yes), then called with the data.
-// Writes contiguous F32 tensors named like "attn_norm-0" to DIR/<name>.bin (float32, ggml order).
+// Writes every F32 or I32 tensor named by the model's graph (like "attn_norm-0"; auto-named views
+// such as "Kcur-3 (view)" are skipped) to DIR/<name>.bin in ggml order, ne0 fastest: a
+// non-contiguous view (e.g. v_conv-0) is gathered through its strides. A name evaluated twice
+// (e.g. Kcur-3 before and after RoPE) keeps the later value. DIR/index.tsv gets one line per name:
+// name, dtype (f32|i32), ne0,ne1,ne2,ne3, ggml op (of the value kept). Unnamed nodes (node_N) are skipped.
+static struct { char name[64], line[192]; } g_index[4096];
+static int g_n_index;
+
 static bool dump_cb(struct ggml_tensor *t, bool ask, void *user) {
     if (ask) return true;
     const char *dir = user;
-    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !t->data || !t->name[0]) return true;
+    if ((t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_I32) || !t->data || !t->name[0] || strstr(t->name, " (") ||
+        !strncmp(t->name, "node_", 5) || !strncmp(t->name, "leaf_", 5))
+        return true;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.bin", dir, t->name);
     for (char *p = path + strlen(dir) + 1; *p; p++) if (*p == '/' || *p == ' ') *p = '_';
     FILE *f = fopen(path, "wb");
     if (!f) die("cannot write %s", path);
-    fwrite(t->data, 1, ggml_nbytes(t), f);
-    fclose(f);
+    if (ggml_is_contiguous(t)) fwrite(t->data, 1, ggml_nbytes(t), f);
+    else
+        for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+                for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+                    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+                        fwrite((const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], 4, 1, f);
+    if (fclose(f)) die("cannot write %s", path);
+    int i = 0;
+    while (i < g_n_index && strcmp(g_index[i].name, t->name)) i++;
+    if (i == g_n_index) {
+        if (i == 4096) return true;
+        snprintf(g_index[g_n_index++].name, sizeof g_index[0].name, "%s", t->name);
+    }
+    snprintf(g_index[i].line, sizeof g_index[i].line, "%s\t%s\t%lld,%lld,%lld,%lld\t%s", t->name, t->type == GGML_TYPE_F32 ? "f32" : "i32",
+             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], ggml_op_desc(t));
+    snprintf(path, sizeof path, "%s/index.tsv", dir);
+    f = fopen(path, "w");
+    if (!f) die("cannot write %s", path);
+    for (int k = 0; k < g_n_index; k++) fprintf(f, "%s\n", g_index[k].line);
+    if (fclose(f)) die("cannot write %s", path);
     return true;
 }
 
@@ -227,6 +255,10 @@ static struct llama_context *new_ctx(const struct opts *o, struct llama_model *m
     cp.op_offload = false;
     cp.no_perf = true;
     if (o->dump_dir) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/index.tsv", o->dump_dir);
+        FILE *f = fopen(path, "w");
+        if (!f || fclose(f)) die("cannot write %s", path);
         cp.cb_eval = dump_cb;
         cp.cb_eval_user_data = (void *)o->dump_dir;
     }
