@@ -18,6 +18,8 @@
 #              has -ub), and vs one batch (-ub 512) for F32 weights (BATCH_TOL)
 #   smoke      default options (f16 cache), sampling with a seed, --chat
 #   draft      --spec-type draft-self (exact rule) prints the same text as plain greedy decoding
+#   dumps      --dump-tensors vs llama.cpp's graph callback tensors, name by name (test/dumpcmp.py)
+#   trace      --trace: per-round accepted/drafted counts add up to n_accept/n_drafted
 #   errors     bad files, bad flags, bad prompts: exit 1, one line "clover: error: ...", no crash
 set -u
 
@@ -436,6 +438,72 @@ test_draft() {
     fi
 }
 
+# --dump-tensors lines up with llama.cpp's graph callback, name by name (test/dumpcmp.py): every file
+# clover writes for a prompt exists in build/ref's dump with the same size and dtype and agrees
+# within DUMP_TOL of the tensor's max |value| (int32 ffn_moe_topk exactly). llama.cpp names clover
+# does not write are allowed only if they match DUMP_SKIP (README "Porting checklist" says why).
+DUMP_TOL=1e-4
+DUMP_SKIP='^(norm|conv_states|conv_states_reshaped|qkv_mixed_transposed|conv_state_last|conv_state_update|ffn_moe_argsort|kq|kq_soft_max|kqv)(-[0-9]+)?$|^h_nextn$'
+test_dumps() {
+    prompts || { fail dumps "cannot make the prompts"; return; }
+    local t m name out n
+    for t in f32 q8_0; do
+        name="dumps/$t: clover --dump-tensors vs llama.cpp's callback tensors (prompt p1)"
+        m=$(model "$t") || { fail "$name" "cannot generate the model"; continue; }
+        rm -rf "$TMP/dc_$t" "$TMP/dr_$t" && mkdir -p "$TMP/dc_$t" "$TMP/dr_$t"
+        if ! clover -m "$m" --tokens "$(cat "$TMP/p1.ids")" --dump-logits "$TMP/dl.bin" --dump-tensors "$TMP/dc_$t" -ctk f32 -ctv f32 > /dev/null ||
+            ! ref -m "$m" --logits "@$TMP/p1.ids" "$TMP/dlr.bin" --dump-tensors "$TMP/dr_$t" > /dev/null; then
+            fail "$name" "$(why)"
+        elif out=$(python3 test/dumpcmp.py "$TMP/dc_$t" "$TMP/dr_$t" --tol "$DUMP_TOL" --skip "$DUMP_SKIP" 2>&1); then
+            pass "$name ($out)"
+        else
+            fail "$name" "$(echo "$out" | tr '\n' ' ' | cut -c1-400)"
+        fi
+    done
+    name="dumps/the comparison catches a wrong model (f32 dumps vs q8_0 reference must disagree)"
+    if [ -f "$TMP/dc_f32/index.tsv" ] && [ -f "$TMP/dr_q8_0/index.tsv" ] &&
+        ! python3 test/dumpcmp.py "$TMP/dc_f32" "$TMP/dr_q8_0" --tol "$DUMP_TOL" --skip "$DUMP_SKIP" > "$TMP/dneg.txt" 2>&1 &&
+        grep -q disagree "$TMP/dneg.txt"; then
+        pass "$name ($(head -n 1 "$TMP/dneg.txt" | sed 's/;.*//'))"
+    else
+        fail "$name" "$(head -n 1 "$TMP/dneg.txt" 2>/dev/null)"
+    fi
+    name="dumps/--dump-filter '^l_out-' writes only l_out, index.tsv lists them"
+    rm -rf "$TMP/df" && mkdir "$TMP/df"
+    m=$(model q8_0)
+    if ! clover -m "$m" --tokens 1,2,3,4,5 --dump-logits "$TMP/dl.bin" --dump-tensors "$TMP/df" --dump-filter '^l_out-' > /dev/null; then
+        fail "$name" "$(why)"
+    elif n=$(ls "$TMP/df" | grep -c '\.bin$') && [ "$n" = 4 ] && [ "$(ls "$TMP/df" | grep -v '^l_out-[0-9]*\.bin$' )" = index.tsv ] &&
+        [ "$(grep -c '^l_out-' "$TMP/df/index.tsv")" = 4 ]; then
+        pass "$name"
+    else
+        fail "$name" "files: $(ls "$TMP/df" | tr '\n' ' ' | cut -c1-200)"
+    fi
+    name="dumps/batches append rows: -ub 3 gives the same files as one batch (f32 weights)"
+    rm -rf "$TMP/du" && mkdir "$TMP/du"
+    m=$(model f32)
+    if ! clover -m "$m" --tokens "$(cat "$TMP/p1.ids")" -ub 3 --dump-logits "$TMP/dl.bin" --dump-tensors "$TMP/du" -ctk f32 -ctv f32 --dump-filter '^(l_out|attn_output|ffn_moe_topk|result_output)' > /dev/null; then
+        fail "$name" "$(why)"
+    elif out=$(python3 test/dumpcmp.py "$TMP/du" "$TMP/dc_f32" --tol "$DUMP_TOL" --skip . 2>&1); then
+        pass "$name ($out)"
+    else
+        fail "$name" "$(echo "$out" | tr '\n' ' ' | cut -c1-400)"
+    fi
+    name="dumps/preview pass: --preview-block writes preview.* names with the block's rows"
+    rm -rf "$TMP/dp" && mkdir "$TMP/dp"
+    m=$(model q8_0 7 --arch clover_moe --mask)
+    local mask
+    mask=$($EDIT get "$m" tokenizer.ggml.mask_token_id)
+    if ! clover -m "$m" --tokens 1,2,3,4,5 --preview-block "5,$mask,$mask,$mask" --dump-logits "$TMP/dl.bin" --dump-tensors "$TMP/dp" > /dev/null; then
+        fail "$name" "$(why)"
+    elif grep -q "^preview.l_out-0	f32	4x" "$TMP/dp/index.tsv" && grep -q "^l_out-0	f32	5x" "$TMP/dp/index.tsv" &&
+        [ "$(stat -c %s "$TMP/dp/preview.result_output.bin")" = $((4 * 4 * N_VOCAB)) ]; then
+        pass "$name"
+    else
+        fail "$name" "index: $(grep 'l_out-0\|result_output' "$TMP/dp/index.tsv" | cut -f1-3 | tr '\n' ' ')"
+    fi
+}
+
 # expect_error NAME PATTERN ARGS... : clover ARGS must exit 1 with exactly one stderr line that
 # starts with "clover: error:" and matches PATTERN (extended regex, case-insensitive).
 expect_error() {
@@ -587,7 +655,7 @@ EOF
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy twin threads batch smoke draft errors; do
+for t in unit tokenizer logits greedy twin threads batch smoke draft dumps trace errors; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
