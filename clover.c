@@ -3271,6 +3271,7 @@ typedef struct {
     long long seed;
     uint32_t k_type, v_type;
     bool tokenize, chat, color, diffusion;
+    bool trace;                /* --trace: one block per draft-self round on stderr */
     float diffusion_threshold;
 } Args;
 
@@ -3288,6 +3289,7 @@ static void usage(void) {
         "  --diffusion --diffusion-threshold P       native block-diffusion generation\n"
         "  --chat                    wrap the prompt in the chat template (thinking on)\n"
         "  --color on|off            mark accepted drafts in the output\n"
+        "  --trace                   draft-self: print each round (drafts, verifier tokens, why acceptance stopped)\n"
         "  -ngl N, --flash-attn on|off|auto          accepted for compatibility (CPU build: no effect)\n"
         "  --tokenize                print the prompt's token ids and exit\n"
         "  --dump-logits FILE        write float32 logits of every prompt position and exit\n"
@@ -3378,6 +3380,7 @@ static Args parse_args(int argc, char **argv) {
             else if (!strcmp(f, "--chat")) a.chat = true;
             else if (!strcmp(f, "--diffusion")) a.diffusion = true;
             else if (!strcmp(f, "--test-check-state")) a.test_check_state = true;
+            else if (!strcmp(f, "--trace")) a.trace = true;
             else fatal("unknown argument '%s'; see --help", f);
         }
         if (takes) {
@@ -3670,6 +3673,109 @@ static void check_state(StateCheck *chk, const Ctx *ctx, const int *tokens, int 
     chk->rounds++;
 }
 
+/* --trace: a token's text, quoted and escaped so that one token is one cell: printable ASCII and
+ * whole valid UTF-8 characters as they are; \n \t \' \\ ; any other byte \xNN; cut at ~20 bytes. */
+static void trace_token(const Tokenizer *tok, int id, char *out, size_t cap) {
+    char buf[256];
+    int n = tokenizer_decode(tok, id, buf, sizeof buf);
+    size_t o = 0;
+    out[o++] = '\'';
+    for (int i = 0; i < n && o + 12 < cap; ) {
+        unsigned char ch = (unsigned char)buf[i];
+        int len = ch < 0x80 ? 1 : (ch & 0xE0) == 0xC0 ? 2 : (ch & 0xF0) == 0xE0 ? 3 : (ch & 0xF8) == 0xF0 ? 4 : 0;
+        bool valid = len > 1 && i + len <= n;
+        for (int k = 1; valid && k < len; k++) valid = ((unsigned char)buf[i + k] & 0xC0) == 0x80;
+        if (o > 22) { o += (size_t)snprintf(out + o, cap - o, "..."); break; }
+        if (ch == '\n') o += (size_t)snprintf(out + o, cap - o, "\\n");
+        else if (ch == '\t') o += (size_t)snprintf(out + o, cap - o, "\\t");
+        else if (ch == '\'' || ch == '\\') o += (size_t)snprintf(out + o, cap - o, "\\%c", ch);
+        else if (ch >= 0x20 && ch < 0x7f) out[o++] = (char)ch;
+        else if (valid) { memcpy(out + o, buf + i, (size_t)len); o += (size_t)len; i += len; continue; }
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02X", ch);
+        i++;
+    }
+    out[o++] = '\'';
+    out[o] = 0;
+}
+
+/* s padded with spaces to w columns (one column per UTF-8 character) */
+static const char *trace_pad(const char *s, int w, char *out, size_t cap) {
+    int cols = 0;
+    for (const char *p = s; *p; p++) cols += ((unsigned char)*p & 0xC0) != 0x80;
+    snprintf(out, cap, "%s%*s", s, cols < w ? w - cols : 0, "");
+    return out;
+}
+
+/* What one round did, for --trace (draft-self.md 1-3). */
+typedef struct {
+    int round, pos, id_last;     /* id_last: the last committed token, fed at pos (not yet in the state) */
+    int n, m, acc;               /* n: drafts asked for; m: drafts verified; acc: accepted */
+    const Draft *d;              /* [m] */
+    const int *t;                /* [visited rows] verifier tokens */
+    int rows;                    /* verify rows walked (acc + 1, or acc if an accepted EOG ended it) */
+    const bool *relaxed;         /* [rows] accepted by the relaxed rule */
+    bool eog_stop;
+} TraceRound;
+
+/* One block per round on stderr: a header with the counts, one line per drafted position (the
+ * draft, its drafter probability p_q and entropy H_q in nats; the verifier's token at that
+ * position, the verifier's entropy H_p, and log p(d)/p(t) = z[d] - z[t]; the decision), the
+ * position after the last draft when the last row gave a bonus token, and the committed tokens. */
+static void trace_round(const TraceRound *r, const float *logits, int V, const Tokenizer *tok, const Args *a, const EogSet *eog) {
+    char dt[96], tt[96], p1[128], p2[128];
+    bool relaxed_rule = a->accept_ratio > 0 && a->accept_ratio < 1 && a->accept_delta >= 0;
+    const char *cut = "";
+    if (r->m < r->n) {
+        if (r->m == 0 && a->draft_n_min > 0 && a->draft_p_min <= 0) cut = ", dropped: shorter than --spec-draft-n-min";
+        else if (r->m > 0 && is_eog(eog, r->d[r->m - 1].id)) cut = ", cut after an end-of-generation draft";
+        else cut = ", cut by --spec-draft-p-min or dropped by --spec-draft-n-min";
+    }
+    trace_token(tok, r->id_last, tt, sizeof tt);
+    fprintf(stderr, "round %d @pos %d %s: drafted %d (asked %d%s), accepted %d, %s -> %d new token%s\n", r->round, r->pos, tt, r->m, r->n,
+            cut, r->acc, r->eog_stop ? "stopped at an accepted end-of-generation draft" : r->m == 0 ? "+1 verifier token (no drafts: a plain step)"
+            : r->acc == r->m ? "+1 bonus token" : "+1 verifier token",
+            r->acc + !r->eog_stop, r->acc + !r->eog_stop == 1 ? "" : "s");
+    if (r->m > 0)
+        fprintf(stderr, "  %6s  %-24s %5s %6s | %-24s %6s %9s | %s\n", "pos", "draft", "p_q", "H_q", "verifier", "H_p", "z[d]-z[t]", "decision");
+    for (int j = 0; r->m > 0 && j <= r->m; j++) {
+        const float *z = logits + (size_t)j * V;
+        if (j < r->m) trace_token(tok, r->d[j].id, dt, sizeof dt);
+        if (j >= r->rows) {   /* past the stop: drafted, never compared */
+            if (j < r->m) fprintf(stderr, "  %6d  %s %5.2f %6.2f | %-24s %6s %9s | not reached\n", r->pos + 1 + j, trace_pad(dt, 24, p1, sizeof p1), r->d[j].p, r->d[j].H, "", "", "");
+            continue;
+        }
+        float p_top, Hp;
+        best_token(z, V, -1, &p_top, &Hp);
+        trace_token(tok, r->t[j], tt, sizeof tt);
+        if (j == r->m) {
+            fprintf(stderr, "  %6d  %-24s %5s %6s | %s %6.2f %9s | bonus token (every draft accepted)\n", r->pos + 1 + j, "-", "", "", trace_pad(tt, 24, p2, sizeof p2), Hp, "");
+            continue;
+        }
+        float lr = z[r->d[j].id] - z[r->t[j]];
+        char why[200];
+        if (r->d[j].id == r->t[j]) snprintf(why, sizeof why, "accept: same token");
+        else if (r->relaxed[j])
+            snprintf(why, sizeof why, "accept (relaxed): p(d)/p(t) %.3f >= %.3g and H_q %.2f <= %.3g", expf(lr), a->accept_ratio, r->d[j].H, a->accept_delta);
+        else if (!relaxed_rule) snprintf(why, sizeof why, "STOP: draft != verifier (exact rule); commit the verifier's token");
+        else {
+            bool r_ok = lr >= logf(a->accept_ratio), h_ok = r->d[j].H <= a->accept_delta;
+            char rs[64] = "", hs[64] = "";
+            if (!r_ok) snprintf(rs, sizeof rs, "p(d)/p(t) %.3f < %.3g", expf(lr), a->accept_ratio);
+            if (!h_ok) snprintf(hs, sizeof hs, "H_q %.2f > %.3g", r->d[j].H, a->accept_delta);
+            snprintf(why, sizeof why, "STOP: draft != verifier, %s%s%s; commit the verifier's token", rs, !r_ok && !h_ok ? ", " : "", hs);
+        }
+        if (j < r->acc && is_eog(eog, r->d[j].id)) strncat(why, "; end of generation", sizeof why - strlen(why) - 1);
+        fprintf(stderr, "  %6d  %s %5.2f %6.2f | %s %6.2f %9.3f | %s\n", r->pos + 1 + j, trace_pad(dt, 24, p1, sizeof p1), r->d[j].p, r->d[j].H,
+                trace_pad(tt, 24, p2, sizeof p2), Hp, lr, why);
+    }
+    fputs("  commit:", stderr);
+    for (int j = 0; j < r->acc + !r->eog_stop; j++) {
+        trace_token(tok, j < r->acc ? r->d[j].id : r->t[j], tt, sizeof tt);
+        fprintf(stderr, " %s", tt);
+    }
+    fputc('\n', stderr);
+}
+
 static void generate_draft_self(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt,
                                 const Args *a, Stats *stats, TestDrafts *td, StateCheck *chk) {
     const Model *m = ctx->m;
@@ -3680,6 +3786,8 @@ static void generate_draft_self(Ctx *ctx, Sampler *smp, const EogSet *eog, Print
     float *logits = xmalloc(mul_size((size_t)(n_max + 1) * V, sizeof(float), "draft logits"));
     int *batch = xmalloc((size_t)(n_max + 1) * sizeof(int)), *out = xmalloc((size_t)(n_max + 1) * sizeof(int));
     Draft *d = xmalloc((size_t)(n_max + 1) * sizeof(Draft));
+    int *tv = xmalloc((size_t)(n_max + 1) * sizeof(int));            /* --trace: verifier token per row */
+    bool *rel = xmalloc((size_t)(n_max + 1) * sizeof(bool));         /* --trace: row accepted by the relaxed rule */
     GdnLog log = {xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
     GdnSave save = {xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
     for (int il = 0; il < c->n_layer; il++) {
@@ -3721,24 +3829,33 @@ static void generate_draft_self(Ctx *ctx, Sampler *smp, const EogSet *eog, Print
         gdn_save(m, &ctx->st, &save, false);
         forward_batch(ctx, batch, m_drafts + 1, logits, true, &log, false);
         /* 3. accept */
-        int n_out = 0, acc = 0;
+        int n_out = 0, acc = 0, rows = 0;
+        bool eog_stop = false;
         for (int j = 0; j <= m_drafts; j++) {
             const float *z = logits + (size_t)j * V;
             int t = sample(smp, z, V);
             bool relaxed = false;
+            tv[j] = t;
+            rel[j] = false;
+            rows = j + 1;
             if (j < m_drafts && accept_draft(z, t, &d[j], a->accept_ratio, a->accept_delta, &relaxed)) {
                 out[n_out++] = d[j].id;
                 acc++;
+                rel[j] = relaxed;
                 if (relaxed) {
                     stats->n_relaxed++;
                     fprintf(stderr, "clover: relaxed accept: row %d draft %d target %d ratio %.3f entropy %.3f\n", j, d[j].id, t,
                             expf(z[d[j].id] - z[t]), d[j].H);
                 }
-                if (is_eog(eog, d[j].id)) break;
+                if (is_eog(eog, d[j].id)) { eog_stop = true; break; }
                 continue;
             }
             out[n_out++] = t;
             break;
+        }
+        if (a->trace) {
+            TraceRound tr = {stats->n_rounds + 1, n_past0, id_last, n, m_drafts, acc, d, tv, rows, rel, eog_stop};
+            trace_round(&tr, logits, V, pr->tok, a, eog);
         }
         /* 4. commit */
         if (acc < m_drafts) rollback(ctx, &save, &log, n_past0, acc);
