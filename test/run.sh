@@ -504,6 +504,59 @@ test_dumps() {
     fi
 }
 
+# --trace prints one block per draft-self round (README "One draft-self round"): the per-round
+# counts must add up to the final statistics, the text must not change, and tokens are escaped.
+test_trace() {
+    local m name ids out mode
+    m=$(model q8_0 1 --arch clover_moe --mask) || { fail trace "cannot generate the model"; return; }
+    ids=1,2,3,4,5,6,7,8,9,10,11,12
+    for mode in model random truth relaxed; do
+        local extra=()
+        case $mode in
+            random|truth) extra=(--test-drafts "$mode") ;;
+            relaxed) extra=(--spec-accept-ratio 0.3 --spec-accept-delta 10) ;;
+        esac
+        name="trace/$mode drafts: per-round accepted and drafted counts sum to n_accept and n_drafted"
+        if ! clover -m "$m" --tokens "$ids" -n 24 --temp 0 --spec-type draft-self --spec-draft-n-max 7 "${extra[@]}" > "$TMP/tr0.txt" ||
+            ! clover -m "$m" --tokens "$ids" -n 24 --temp 0 --spec-type draft-self --spec-draft-n-max 7 "${extra[@]}" --trace > "$TMP/tr.txt"; then
+            fail "$name" "$(why)"
+            continue
+        fi
+        if ! cmp -s "$TMP/tr0.txt" "$TMP/tr.txt"; then
+            fail "$name" "--trace changed the text: $(text_diff "$TMP/tr.txt" "$TMP/tr0.txt")"
+        elif out=$(python3 - "$TMP/err" "$mode" <<'EOF'
+import re, sys
+err = open(sys.argv[1], 'rb').read()
+mode = sys.argv[2]
+bad = [l for l in err.split(b'\n') if any(c < 0x20 and c != 0x09 for c in l)]
+if bad:
+    sys.exit('raw control bytes in the trace: %r' % bad[0][:80])
+text = err.decode('utf-8', 'replace')
+heads = re.findall(r'^round (\d+) @pos (\d+) .*?: drafted (\d+) \(asked (\d+).*?\), accepted (\d+),', text, re.M)
+stat = lambda k: int(re.search(r'^%s *= *(\d+)' % k, text, re.M).group(1))
+rounds = int(re.search(r'\((\d+) rounds\)', text).group(1))
+dr, ac = sum(int(h[2]) for h in heads), sum(int(h[4]) for h in heads)
+relaxed = len(re.findall(r'\| accept \(relaxed\)', text))
+stops = len(re.findall(r'\| STOP: draft != verifier', text))
+msgs = []
+if len(heads) != rounds: msgs.append('%d round blocks, %d rounds' % (len(heads), rounds))
+if dr != stat('n_drafted'): msgs.append('drafted %d vs n_drafted %d' % (dr, stat('n_drafted')))
+if ac != stat('n_accept'): msgs.append('accepted %d vs n_accept %d' % (ac, stat('n_accept')))
+if relaxed != stat('n_relaxed'): msgs.append('%d relaxed lines vs n_relaxed %d' % (relaxed, stat('n_relaxed')))
+if [int(h[0]) for h in heads] != list(range(1, len(heads) + 1)): msgs.append('round numbers not 1..n')
+if mode == 'truth' and any(h[2] != h[4] for h in heads): msgs.append('a true-continuation draft was rejected')
+if stops + sum(1 for h in heads if h[2] == h[4]) != len(heads): msgs.append('rounds without a stop or full acceptance')
+if msgs: sys.exit('; '.join(msgs))
+print('%d rounds, %d drafted, %d accepted, %d relaxed, %d stops' % (rounds, dr, ac, relaxed, stops))
+EOF
+        ); then
+            pass "$name ($out)"
+        else
+            fail "$name" "$out"
+        fi
+    done
+}
+
 # expect_error NAME PATTERN ARGS... : clover ARGS must exit 1 with exactly one stderr line that
 # starts with "clover: error:" and matches PATTERN (extended regex, case-insensitive).
 expect_error() {
