@@ -3294,8 +3294,9 @@ static void usage(void) {
         "  --tokenize                print the prompt's token ids and exit\n"
         "  --dump-logits FILE        write float32 logits of every prompt position and exit\n"
         "  --preview-block IDS       with --dump-logits: logits of one preview pass over IDS after the prompt\n"
-        "  --dump-tensors DIR        write every intermediate activation as DIR/<llama.cpp name>.bin (float32)\n"
-        "  --dump-filter REGEX       only the names matching REGEX (POSIX extended)\n");
+        "  --dump-tensors DIR        write every intermediate activation as DIR/<llama.cpp name>.bin (float32;\n"
+        "                            ffn_moe_topk int32), listed with shape and meaning in DIR/index.tsv\n"
+        "  --dump-filter REGEX       only the names matching REGEX (POSIX extended; preview passes: preview.<name>)\n");
 }
 
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi) {
