@@ -18,6 +18,13 @@
 #              has -ub), and vs one batch (-ub 512) for F32 weights (BATCH_TOL)
 #   smoke      default options (f16 cache), sampling with a seed, --chat
 #   draft      --spec-type draft-self (exact rule) prints the same text as plain greedy decoding
+#   preview    clover --preview-block vs build/preview_ref (test/preview_ref.c), an independent
+#              float64 evaluation of the preview pass, every combination of the clover_moe extras
+#   drafts     draft-self.md section 6: exact rule == none for every n_max and into -c, with and
+#              without reverse / coreset; --test-check-state; --test-drafts truth / random; relaxed rule
+#   stats      the statistics lines: upstream's formats and their arithmetic
+#   diffusion  --diffusion terminates, prints text, its blocks/passes report adds up; threshold 0
+#              gives the argmax of one preview pass (shift_logits: position 0 from the last committed row)
 #   errors     bad files, bad flags, bad prompts: exit 1, one line "clover: error: ...", no crash
 set -u
 
@@ -509,6 +516,18 @@ test_preview() {
     # copy of S, plain top-k
     m=$(model f32 52 --arch clover_moe --mask) || { fail preview "cannot generate the model"; return; }
     preview_check "f32 seed 52 no extras: p12 b8" "$m" "$P3" "$B8"
+    # threads and ubatch size do not change the preview pass (one batch, whatever -ub)
+    m=$(model f32 51 --arch clover_moe --mask --right-conv --reverse --coreset 0.5 --shift-logits --block-size 8)
+    name="preview/-t 1 -ub 512 vs -t 2 -ub 2: bit-identical (f32 seed 51, p12 b16)"
+    if ! clover -m "$m" --tokens "$P3" --preview-block "$B16" --dump-logits "$TMP/pv_a.bin" -ctk f32 -ctv f32 -t 1 > /dev/null ||
+        ! clover -m "$m" --tokens "$P3" --preview-block "$B16" --dump-logits "$TMP/pv_b.bin" -ctk f32 -ctv f32 -t 2 -tb 2 -ub 2 > /dev/null; then
+        fail "$name" "$(why)"
+    elif cmp -s "$TMP/pv_a.bin" "$TMP/pv_b.bin"; then
+        pass "$name"
+    else
+        fail "$name" "$("$CMP" "$TMP/pv_a.bin" "$TMP/pv_b.bin" $N_VOCAB 2>&1)"
+    fi
+    m=$(model f32 52 --arch clover_moe --mask)
     # preview_ref's causal pass against clover --dump-logits: the committed state it builds is right
     name="preview/preview_ref causal logits == clover --dump-logits (f32 seed 52, p12)"
     if ! clover -m "$m" --tokens "$P3" --dump-logits "$TMP/pv_c.bin" -ctk f32 -ctv f32 > /dev/null; then
@@ -590,6 +609,15 @@ test_drafts() {
         done
     done
 
+    # several denoising steps, the p-min cut and the n-min rule change the drafts, never the text
+    clover -m "$DM_B" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 -ctk f32 -ctv f32 > "$TMP/ds.want" || fail "drafts/B" "$(why)"
+    for args in "--spec-draft-steps 3" "--spec-draft-p-min 0.014 --spec-draft-n-min 2"; do
+        name="drafts/model B exact rule, n_max 7 $args == none"
+        # shellcheck disable=SC2086
+        same_as_none "$name" "$DM_B" "$TMP/ds.want" -n 20 --spec-draft-n-max 7 $args &&
+            pass "$name ($(stat_of n_accept) of $(stat_of n_drafted) accepted)"
+    done
+
     # 2. the committed state equals plain decoding's after every round, bit for bit
     for tn in "A 3" "B 15" "C 3"; do
         set -- $tn
@@ -611,7 +639,7 @@ test_drafts() {
     # partial acceptance through the relaxed rule with random drafts (entropy 0), f16 KV rows
     name="drafts/model C --test-check-state, relaxed rule with random drafts, f16 cache"
     if clover -m "$DM_C" --tokens "$DRAFT_PROMPT" -n 16 --temp 0 --spec-type draft-self --spec-draft-n-max 7 \
-        --test-drafts random --spec-accept-ratio 0.05 --spec-accept-delta 0 --test-check-state > /dev/null; then
+        --test-drafts random --seed 5 --spec-accept-ratio 0.05 --spec-accept-delta 0 --test-check-state > /dev/null; then
         cp "$TMP/err" "$TMP/ds.err"
         rounds=$(rounds_of)
         if [ -n "$rounds" ] && grep -q "^state check: $rounds rounds identical" "$TMP/ds.err" && [ "$(stat_of n_relaxed)" -gt 0 ]; then
