@@ -27,6 +27,10 @@ build/cmp: test/cmp.c | build
 build/ref: test/ref.c | build
 	$(CC) $(CFLAGS) -I$(LLAMA_INC) -I$(GGML_INC) -o $@ test/ref.c $(LLAMA_LIBS) $(LDLIBS)
 
+# an independent float64 evaluation of the preview pass (links ggml only for its dequantisers)
+build/preview_ref: test/preview_ref.c | build
+	$(CC) $(CFLAGS) -I$(GGML_INC) -o $@ test/preview_ref.c $(LLAMA_LIBS) $(LDLIBS)
+
 build/unit: test/unit.c clover.c | build
 	$(CC) $(CFLAGS) -I$(GGML_INC) -o $@ test/unit.c $(LLAMA_LIBS) $(LDLIBS)
 
@@ -37,7 +41,7 @@ clover-cuda: clover.c clover.cu | build
 	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-cuda.o
 	$(NVCC) -o $@ build/clover-cuda.o build/clover-cu.o $(LDLIBS)
 
-tools: build/gen build/cmp build/ref build/unit
+tools: build/gen build/cmp build/ref build/unit build/preview_ref
 
 test: clover tools
 	test/run.sh

@@ -3885,8 +3885,10 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
     int V = c->n_vocab, B = c->block_size < ctx->sc.cap ? c->block_size : ctx->sc.cap;
     float *logits = xmalloc(mul_size((size_t)B * V, sizeof(float), "diffusion logits"));
     int *block = xmalloc((size_t)B * sizeof(int));
+    /* the last committed row's logits: with shift_logits they predict block position 0 */
+    float *last = xmalloc((size_t)V * sizeof(float));
     double t0 = now_seconds();
-    prefill(ctx, prompt, n_prompt, logits, NULL);
+    prefill(ctx, prompt, n_prompt, last, NULL);
     stats->t_encode = now_seconds() - t0;
     stats->n_encoded = n_prompt;
     t0 = now_seconds();
@@ -3904,8 +3906,8 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
             float best_p = -1, p[n], H;
             for (int j = 0; j < n; j++) {
                 if (block[j] != c->mask_id) continue;
-                int row = c->shift_logits ? (j > 0 ? j - 1 : 0) : j;
-                ids[j] = best_token(logits + (size_t)row * V, V, c->mask_id, &p[j], &H);
+                int row = c->shift_logits ? j - 1 : j;   /* shifted: row j-1 predicts position j */
+                ids[j] = best_token(row < 0 ? last : logits + (size_t)row * V, V, c->mask_id, &p[j], &H);
                 if (p[j] > best_p) { best_p = p[j]; best_j = j; best_id = ids[j]; }
             }
             for (int j = 0; j < n; j++)
@@ -3915,7 +3917,7 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
         int keep = n;
         for (int j = 0; j < n; j++)
             if (is_eog(eog, block[j]) || (a->n_predict >= 0 && stats->n_predict + j >= a->n_predict)) { keep = j; done = true; break; }
-        prefill(ctx, block, keep, NULL, NULL);
+        prefill(ctx, block, keep, last, NULL);
         for (int j = 0; j < keep; j++) print_token(pr, block[j]);
         stats->n_predict += keep;
         blocks++;
@@ -3925,6 +3927,7 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
             blocks ? (double)passes / blocks : 0.0, passes ? (double)stats->n_predict / passes : 0.0);
     free(logits);
     free(block);
+    free(last);
 }
 
 #ifdef CLOVER_CUDA

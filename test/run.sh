@@ -20,6 +20,13 @@
 #   draft      --spec-type draft-self (exact rule) prints the same text as plain greedy decoding
 #   dumps      --dump-tensors vs llama.cpp's graph callback tensors, name by name (test/dumpcmp.py)
 #   trace      --trace: per-round accepted/drafted counts add up to n_accept/n_drafted
+#   preview    clover --preview-block vs build/preview_ref (test/preview_ref.c), an independent
+#              float64 evaluation of the preview pass, every combination of the clover_moe extras
+#   drafts     draft-self.md section 6: exact rule == none for every n_max and into -c, with and
+#              without reverse / coreset; --test-check-state; --test-drafts truth / random; relaxed rule
+#   stats      the statistics lines: upstream's formats and their arithmetic
+#   diffusion  --diffusion terminates, prints text, its blocks/passes report adds up; threshold 0
+#              gives the argmax of one preview pass (shift_logits: position 0 from the last committed row)
 #   errors     bad files, bad flags, bad prompts: exit 1, one line "clover: error: ...", no crash
 set -u
 
@@ -557,6 +564,476 @@ EOF
     done
 }
 
+# ------------------------------------------------------------------------------------------------
+# The preview pass (shared/notes/clover.md section 3) against build/preview_ref, an independent
+# float64 evaluation written from the notes (test/preview_ref.c): clover --preview-block commits
+# the prompt causally and runs one preview pass over the block right after it. F32 models with
+# every combination of the extras (right conv taps, reverse GDN branch, coreset routing with
+# p = 0.5 / 0.9 / 0.1, the last one smaller than top-k); blocks with and without mask ids, of 1 to
+# 32 rows; prompts of 1, 2 (conv ring partly zero) and 12 tokens. The limit is on the largest
+# |delta log-softmax| over all rows and the vocabulary; clover's float orders (llama.cpp's)
+# leave about 2e-6.
+PREVIEW_TOL=1e-4
+PREVIEW_REF=build/preview_ref
+
+# preview_check NAME MODEL PROMPT_IDS BLOCK_IDS
+preview_check() {
+    local name="preview/$1" m=$2 p=$3 b=$4 out mx
+    if ! clover -m "$m" --tokens "$p" --preview-block "$b" --dump-logits "$TMP/pv_a.bin" -ctk f32 -ctv f32 > /dev/null; then
+        fail "$name" "$(why)"
+        return
+    fi
+    if ! $TO "$PREVIEW_REF" "$m" "$p" "$b" "$TMP/pv_b.bin" -v 2> "$TMP/pv_ref.err"; then
+        fail "$name" "preview_ref failed: $(first_line "$TMP/pv_ref.err")"
+        return
+    fi
+    out=$("$CMP" "$TMP/pv_a.bin" "$TMP/pv_b.bin" $N_VOCAB 2>&1)
+    mx=$(echo "$out" | sed -n 's/.* max \([^ ]*\) .*/\1/p')
+    if [ -n "$mx" ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "$mx" "$PREVIEW_TOL"; then
+        pass "$name (max $mx)"
+    else
+        fail "$name" "$out; limit max $PREVIEW_TOL; $(grep -o 'smallest.*' "$TMP/pv_ref.err")"
+    fi
+}
+
+test_preview() {
+    if [ ! -x "$PREVIEW_REF" ]; then
+        fail preview "$PREVIEW_REF is missing (make build/preview_ref)"
+        return
+    fi
+    local M=$((N_VOCAB - 1))   # build/gen's <|mask|> is the last id
+    local P1=7 P2=7,300 P3 B1 B4 B8 B16 B32 m name rc rev core seed i out
+    P3=$(python3 -c "import random; r = random.Random(21); print(','.join(str(r.randrange($M)) for _ in range(12)))")
+    B1=12                                           # one row, no mask
+    B4=12,$M,$M,$M                                  # a draft-self block: id_last and masks
+    B8=5,$M,77,$M,$M,900,$M,3                       # masks and ids mixed
+    B16=$(python3 -c "import random; r = random.Random(22); print(','.join(str(r.randrange($M)) for _ in range(16)))")
+    B32=9$(printf ",$M%.0s" $(seq 31))              # a full 32-row block: id_last and 31 masks
+    local prompts=("$P1" "$P2" "$P3") blocks=("$B1" "$B4" "$B8" "$B16" "$B32")
+    local pnames=(p1 p2 p12) bnames=(b1 b4 b8 b16 b32)
+    # every combination of the extras, one model each (a seed of its own), with a multi-row block
+    # (the extras only act across rows); prompts and blocks rotate
+    i=0
+    for rc in "" --right-conv; do
+        for rev in "" --reverse; do
+            for core in 0 0.5 0.9 0.1; do
+                seed=$((31 + i))
+                m=$(model f32 "$seed" --arch clover_moe --mask $rc $rev --coreset "$core") || { fail preview "cannot generate the model"; return; }
+                local pi=$(( i % 3 )) bi=$(( 1 + i % 4 ))
+                name="f32 seed $seed ${rc:---no-right-conv} ${rev:---no-reverse} coreset $core ${pnames[$pi]} ${bnames[$bi]}"
+                preview_check "$name" "$m" "${prompts[$pi]}" "${blocks[$bi]}"
+                i=$((i + 1))
+            done
+        done
+    done
+    # everything at once, shifted logits (the logits are the same, only their reading changes) and
+    # a block size of 8, with blocks up to 32 rows (a preview pass is not limited to block_size)
+    m=$(model f32 51 --arch clover_moe --mask --right-conv --reverse --coreset 0.5 --shift-logits --block-size 8) || { fail preview "cannot generate the model"; return; }
+    for pb in "0 0" "1 2" "2 1" "2 2" "2 3" "2 4"; do
+        set -- $pb
+        preview_check "f32 seed 51 all extras, shift-logits, block-size 8: ${pnames[$1]} ${bnames[$2]}" "$m" "${prompts[$1]}" "${blocks[$2]}"
+    done
+    # no extras: bidirectional attention, the causal conv over [ring | block], a forward scan from a
+    # copy of S, plain top-k
+    m=$(model f32 52 --arch clover_moe --mask) || { fail preview "cannot generate the model"; return; }
+    preview_check "f32 seed 52 no extras: p12 b8" "$m" "$P3" "$B8"
+    # threads and ubatch size do not change the preview pass (one batch, whatever -ub)
+    m=$(model f32 51 --arch clover_moe --mask --right-conv --reverse --coreset 0.5 --shift-logits --block-size 8)
+    name="preview/-t 1 -ub 512 vs -t 2 -ub 2: bit-identical (f32 seed 51, p12 b16)"
+    if ! clover -m "$m" --tokens "$P3" --preview-block "$B16" --dump-logits "$TMP/pv_a.bin" -ctk f32 -ctv f32 -t 1 > /dev/null ||
+        ! clover -m "$m" --tokens "$P3" --preview-block "$B16" --dump-logits "$TMP/pv_b.bin" -ctk f32 -ctv f32 -t 2 -tb 2 -ub 2 > /dev/null; then
+        fail "$name" "$(why)"
+    elif cmp -s "$TMP/pv_a.bin" "$TMP/pv_b.bin"; then
+        pass "$name"
+    else
+        fail "$name" "$("$CMP" "$TMP/pv_a.bin" "$TMP/pv_b.bin" $N_VOCAB 2>&1)"
+    fi
+    m=$(model f32 52 --arch clover_moe --mask)
+    # preview_ref's causal pass against clover --dump-logits: the committed state it builds is right
+    name="preview/preview_ref causal logits == clover --dump-logits (f32 seed 52, p12)"
+    if ! clover -m "$m" --tokens "$P3" --dump-logits "$TMP/pv_c.bin" -ctk f32 -ctv f32 > /dev/null; then
+        fail "$name" "$(why)"
+    elif ! $TO "$PREVIEW_REF" "$m" "$P3" "$B1" "$TMP/pv_b.bin" --causal "$TMP/pv_d.bin" 2> "$TMP/pv_ref.err"; then
+        fail "$name" "preview_ref failed: $(first_line "$TMP/pv_ref.err")"
+    elif out=$("$CMP" "$TMP/pv_c.bin" "$TMP/pv_d.bin" $N_VOCAB --median $PREVIEW_TOL --p99 $PREVIEW_TOL 2>&1); then
+        pass "$name ($out)"
+    else
+        fail "$name" "$out"
+    fi
+}
+
+# ------------------------------------------------------------------------------------------------
+# draft-self, the checks of shared/notes/draft-self.md section 6 beyond group draft, on clover_moe
+# models with several extras. A 3-layer model has no attention layer; with shift_logits its
+# first draft comes from preview row 0, which then sees exactly what causal row 0 sees, so about
+# one draft per round is accepted and the rest rejected: partial acceptance and rollback in most
+# rounds. The other models accept (almost) nothing on their own, so test-only drafts cover
+# acceptance there: --test-drafts truth (every draft must be accepted), random (text unchanged)
+# and the relaxed rule with random drafts (partial acceptance).
+DRAFT_PROMPT=1,2,3,4,5,6,7,8,9,10,11,12
+
+# draft_models: sets DM_A (3 layers, shift), DM_B (3 layers, shift, reverse, coreset 0.5),
+# DM_C (4 layers, right conv, reverse, coreset 0.9, block size 16)
+draft_models() {
+    DM_A=$(model q8_0 71 --arch clover_moe --mask --layers 3 --shift-logits) &&
+        DM_B=$(model q8_0 72 --arch clover_moe --mask --layers 3 --shift-logits --reverse --coreset 0.5) &&
+        DM_C=$(model q8_0 73 --arch clover_moe --mask --right-conv --reverse --coreset 0.9 --block-size 16)
+}
+
+# same_as_none NAME MODEL WANT_FILE ARGS... : clover --spec-type draft-self ARGS must print
+# WANT_FILE (fails NAME otherwise); its stderr is left in $TMP/ds.err
+same_as_none() {
+    local name=$1 m=$2 want=$3
+    shift 3
+    if ! clover -m "$m" --tokens "$DRAFT_PROMPT" --temp 0 -ctk f32 -ctv f32 --spec-type draft-self "$@" > "$TMP/ds.txt"; then
+        fail "$name" "$(why)"
+        return 1
+    fi
+    cp "$TMP/err" "$TMP/ds.err"
+    if ! cmp -s "$TMP/ds.txt" "$want"; then
+        fail "$name" "$(text_diff "$TMP/ds.txt" "$want")"
+        return 1
+    fi
+    return 0
+}
+
+stat_of() { sed -n "s/^$1 *= *//p" "$TMP/ds.err" | head -n 1; }   # stat_of n_accept -> 12
+rounds_of() { sed -n 's/^mean accepted length.*(\([0-9]*\) rounds).*/\1/p' "$TMP/ds.err"; }
+
+test_drafts() {
+    draft_models || { fail drafts "cannot generate the models"; return; }
+    local m tag n name ctx acc drf rounds args out
+    # 1. exact rule == --spec-type none, every n_max, also into -c (the 3-layer models)
+    for tag in A B C; do
+        eval "m=\$DM_$tag"
+        for ctx in 0 28; do
+            [ "$tag" = C ] && [ "$ctx" = 28 ] && continue
+            if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 20 -c "$ctx" --temp 0 -ctk f32 -ctv f32 > "$TMP/ds.want"; then
+                fail "drafts/$tag -c $ctx" "$(why)"
+                continue
+            fi
+            for n in 1 2 3 7 15 31; do
+                [ "$ctx" = 28 ] && [ "$n" != 3 ] && [ "$n" != 31 ] && continue
+                [ "$tag" = C ] && [ "$n" != 3 ] && [ "$n" != 31 ] && continue
+                name="drafts/model $tag exact rule, --spec-draft-n-max $n == none (-n 20 -c $ctx)"
+                if same_as_none "$name" "$m" "$TMP/ds.want" -n 20 -c "$ctx" --spec-draft-n-max "$n"; then
+                    acc=$(stat_of n_accept) drf=$(stat_of n_drafted)
+                    # model A must really accept some drafts and reject others, or the rollback
+                    # after a partial acceptance goes untested
+                    if [ "$tag" = A ] && [ "$n" -gt 1 ] && ! { [ "${acc:-0}" -gt 0 ] && [ "${acc:-0}" -lt "${drf:-0}" ]; }; then
+                        fail "$name" "expected partial acceptance: n_accept $acc of n_drafted $drf"
+                    else
+                        pass "$name ($acc of $drf accepted)"
+                    fi
+                fi
+            done
+        done
+    done
+
+    # several denoising steps, the p-min cut and the n-min rule change the drafts, never the text
+    clover -m "$DM_B" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 -ctk f32 -ctv f32 > "$TMP/ds.want" || fail "drafts/B" "$(why)"
+    for args in "--spec-draft-steps 3" "--spec-draft-p-min 0.014 --spec-draft-n-min 2"; do
+        name="drafts/model B exact rule, n_max 7 $args == none"
+        # shellcheck disable=SC2086
+        same_as_none "$name" "$DM_B" "$TMP/ds.want" -n 20 --spec-draft-n-max 7 $args &&
+            pass "$name ($(stat_of n_accept) of $(stat_of n_drafted) accepted)"
+    done
+
+    # 2. the committed state equals plain decoding's after every round, bit for bit
+    for tn in "A 3" "B 15" "C 3"; do
+        set -- $tn
+        tag=$1
+        eval "m=\$DM_$tag"
+        clover -m "$m" --tokens "$DRAFT_PROMPT" -n 16 --temp 0 -ctk f32 -ctv f32 > "$TMP/cs.want" || { fail "drafts/state $tag" "$(why)"; continue; }
+        for n in $2; do
+            name="drafts/model $tag --test-check-state, n_max $n"
+            if same_as_none "$name" "$m" "$TMP/cs.want" -n 16 --spec-draft-n-max "$n" --test-check-state; then
+                rounds=$(rounds_of)
+                if [ -n "$rounds" ] && grep -q "^state check: $rounds rounds identical" "$TMP/ds.err"; then
+                    pass "$name ($rounds rounds identical, $(stat_of n_accept) accepted)"
+                else
+                    fail "$name" "$(grep '^state check' "$TMP/ds.err") vs ${rounds:-?} rounds"
+                fi
+            fi
+        done
+    done
+    # partial acceptance through the relaxed rule with random drafts (entropy 0), f16 KV rows
+    name="drafts/model C --test-check-state, relaxed rule with random drafts, f16 cache"
+    if clover -m "$DM_C" --tokens "$DRAFT_PROMPT" -n 16 --temp 0 --spec-type draft-self --spec-draft-n-max 7 \
+        --test-drafts random --seed 5 --spec-accept-ratio 0.05 --spec-accept-delta 0 --test-check-state > /dev/null; then
+        cp "$TMP/err" "$TMP/ds.err"
+        rounds=$(rounds_of)
+        if [ -n "$rounds" ] && grep -q "^state check: $rounds rounds identical" "$TMP/ds.err" && [ "$(stat_of n_relaxed)" -gt 0 ]; then
+            pass "$name ($rounds rounds, $(stat_of n_relaxed) relaxed accepts)"
+        else
+            fail "$name" "$(grep '^state check' "$TMP/ds.err"); n_relaxed $(stat_of n_relaxed)"
+        fi
+    else
+        fail "$name" "$(why)"
+    fi
+
+    # 3. true-continuation drafts: all accepted; random drafts: the text is unchanged
+    for tn in "A 2 15" "C 7"; do
+        set -- $tn
+        tag=$1
+        shift
+        eval "m=\$DM_$tag"
+        clover -m "$m" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 -ctk f32 -ctv f32 > "$TMP/tr.want" || { fail "drafts/truth $tag" "$(why)"; continue; }
+        for n in "$@"; do
+            name="drafts/model $tag --test-drafts truth, n_max $n: every draft accepted"
+            if same_as_none "$name" "$m" "$TMP/tr.want" -n 20 --spec-draft-n-max "$n" --test-drafts truth; then
+                acc=$(stat_of n_accept) drf=$(stat_of n_drafted)
+                if [ "${drf:-0}" -gt 0 ] && [ "$acc" = "$drf" ]; then pass "$name ($acc of $drf)"; else fail "$name" "n_accept $acc of n_drafted $drf"; fi
+            fi
+            name="drafts/model $tag --test-drafts random, n_max $n: text unchanged"
+            same_as_none "$name" "$m" "$TMP/tr.want" -n 20 --spec-draft-n-max "$n" --test-drafts random &&
+                pass "$name ($(stat_of n_accept) of $(stat_of n_drafted) accepted)"
+        done
+    done
+    name="drafts/model A --test-drafts truth into -c 28: every draft accepted"
+    if clover -m "$DM_A" --tokens "$DRAFT_PROMPT" -n 40 -c 28 --temp 0 -ctk f32 -ctv f32 > "$TMP/tr.want" &&
+        same_as_none "$name" "$DM_A" "$TMP/tr.want" -n 40 -c 28 --spec-draft-n-max 7 --test-drafts truth; then
+        acc=$(stat_of n_accept) drf=$(stat_of n_drafted)
+        if [ "${drf:-0}" -gt 0 ] && [ "$acc" = "$drf" ]; then pass "$name ($acc of $drf)"; else fail "$name" "n_accept $acc of n_drafted $drf"; fi
+    elif [ ! -s "$TMP/tr.want" ]; then
+        fail "$name" "$(why)"
+    fi
+
+    # 4. the relaxed rule: deterministic, and every logged relaxed acceptance satisfies it
+    for args in "A --spec-accept-ratio 0.02 --spec-accept-delta 6.47" "C --spec-accept-ratio 0.05 --spec-accept-delta 0.5 --test-drafts random --seed 5"; do
+        set -- $args
+        tag=$1
+        shift
+        eval "m=\$DM_$tag"
+        name="drafts/model $tag relaxed rule ($*): deterministic, every logged acceptance satisfies it"
+        if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 --spec-type draft-self --spec-draft-n-max 7 "$@" > "$TMP/rl1.txt"; then
+            fail "$name" "$(why)"
+            continue
+        fi
+        cp "$TMP/err" "$TMP/rl1.err"
+        if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 --spec-type draft-self --spec-draft-n-max 7 "$@" > "$TMP/rl2.txt"; then
+            fail "$name" "$(why)"
+        elif ! cmp -s "$TMP/rl1.txt" "$TMP/rl2.txt"; then
+            fail "$name" "not deterministic: $(text_diff "$TMP/rl1.txt" "$TMP/rl2.txt")"
+        elif out=$(python3 - "$TMP/rl1.err" "$@" <<'EOF'
+import re, sys
+err = open(sys.argv[1]).read()
+args = sys.argv[2:]
+ratio = float(args[args.index('--spec-accept-ratio') + 1])
+delta = float(args[args.index('--spec-accept-delta') + 1])
+lines = re.findall(r'^clover: relaxed accept: row (\d+) draft (\d+) target (\d+) ratio ([0-9.]+) entropy ([0-9.]+)$', err, re.M)
+n_relaxed = int(re.search(r'^n_relaxed = (\d+)$', err, re.M).group(1))
+# the printed ratio and entropy are rounded to 1e-3
+bad = [l for l in lines if l[1] == l[2] or float(l[3]) < ratio - 5e-4 or float(l[3]) > 1 + 5e-4 or float(l[4]) > delta + 5e-4]
+if len(lines) != n_relaxed or n_relaxed == 0 or bad:
+    print('%d logged lines, n_relaxed %d, violations %s' % (len(lines), n_relaxed, bad[:3]))
+    sys.exit(1)
+print('%d relaxed acceptances, min ratio %.3f, max entropy %.3f' % (n_relaxed, min(float(l[3]) for l in lines), max(float(l[4]) for l in lines)))
+EOF
+        ); then
+            pass "$name ($out)"
+        else
+            fail "$name" "$out"
+        fi
+    done
+}
+
+# The statistics (draft-self.md section 5): upstream's line formats, and their arithmetic. The
+# number of generated tokens comes from llama.cpp (build/ref --greedy on the qwen35moe twin).
+test_stats() {
+    local m tw g name out spec
+    m=$(model q8_0 73 --arch clover_moe --mask --right-conv --reverse --coreset 0.9 --block-size 16) &&
+        tw=$(model q8_0 73 --arch qwen35moe) || { fail stats "cannot generate the models"; return; }
+    if ! g=$(ref -m "$tw" --greedy "$DRAFT_PROMPT" 17); then
+        fail stats "$(why)"
+        return
+    fi
+    for spec in "none" "draft-self --spec-draft-n-max 7 --test-drafts truth" "draft-self --spec-draft-n-max 3" "draft-self --spec-draft-n-max 2 --test-drafts random"; do
+        name="stats/--spec-type $spec -n 16"
+        # shellcheck disable=SC2086
+        if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 16 --temp 0 -ctk f32 -ctv f32 --spec-type $spec > /dev/null; then
+            fail "$name" "$(why)"
+            continue
+        fi
+        if out=$(python3 - "$TMP/err" "$g" "$(eog_ids "$tw")" "$spec" <<'EOF'
+import re, sys
+err = open(sys.argv[1]).read()
+gen = sys.argv[2].strip().split(','); eog = set(sys.argv[3].split(',')); spec = sys.argv[4]
+problems = []
+# upstream's formats: "encoded %4d tokens in %8.3f seconds, speed: %8.3f t/s", then the n_* lines
+F = r'[ 0-9]{3}[0-9]+'; T = r'[ 0-9.]{8,}'
+enc = re.search(r'^encoded (%s) tokens in (%s) seconds, speed: (%s) t/s$' % (F, T, T), err, re.M)
+dec = re.search(r'^decoded (%s) tokens in (%s) seconds, speed: (%s) t/s$' % (F, T, T), err, re.M)
+kv = dict(re.findall(r'^(n_draft|n_predict|n_drafted|n_accept|accept) +=  ?(\S+)$', err, re.M))
+order = re.findall(r'^(encoded|decoded|n_draft |n_predict|n_drafted|n_accept |accept  )', err, re.M)
+if not enc or not dec: problems.append('encoded/decoded line missing or malformed')
+if len(kv) != 5: problems.append('n_draft..accept lines: found %s' % sorted(kv))
+if order[:7] != ['encoded', 'decoded', 'n_draft ', 'n_predict', 'n_drafted', 'n_accept ', 'accept  ']: problems.append('line order %s' % order)
+for line in ('n_draft   = ', 'n_predict = ', 'n_drafted = ', 'n_accept  = ', 'accept    = '):
+    if not re.search('^' + re.escape(line) + r'\S', err, re.M): problems.append('no line %r' % line)
+if not problems:
+    for m in (enc, dec):
+        for x in (m.group(2), m.group(3)):
+            if not re.fullmatch(r' *[0-9]+\.[0-9]{3}', x) or (len(x) != 8 and x[0] == ' '): problems.append('%r is not %%8.3f' % x)
+        if len(m.group(1)) < 4 or (len(m.group(1)) > 4 and m.group(1)[0] == ' '): problems.append('%r is not %%4d' % m.group(1))
+    n_pred, n_drafted, n_acc = int(kv['n_predict']), int(kv['n_drafted']), int(kv['n_accept'])
+    acc = kv['accept']
+    want_acc = 100.0 * n_acc / n_drafted if n_drafted else 0.0
+    if acc != '%.3f%%' % want_acc: problems.append('accept %s != 100*%d/%d' % (acc, n_acc, n_drafted))
+    # generated tokens: llama.cpp's greedy ids up to and including the first end-of-generation one
+    n_gen = next((i + 1 for i, t in enumerate(gen) if t in eog), len(gen))
+    if n_pred != n_gen: problems.append('n_predict %d != %d generated tokens' % (n_pred, n_gen))
+    if int(dec.group(1)) != n_pred: problems.append('decoded %s != n_predict %d' % (dec.group(1), n_pred))
+    if int(enc.group(1)) != 12: problems.append('encoded %s != 12 prompt tokens' % enc.group(1))
+    for m, n in ((enc, int(enc.group(1))), (dec, n_pred)):
+        t, sp = float(m.group(2)), float(m.group(3))
+        if t >= 0.002:   # the printed seconds are rounded to 1e-3: bound the speed
+            lo, hi = n / (t + 5e-4) - 5e-4, n / (t - 5e-4) + 5e-4
+            if not lo <= sp <= hi: problems.append('speed %s is not %d tokens / %s s' % (sp, n, t))
+    if spec == 'none':
+        if n_drafted or n_acc or acc != '0.000%': problems.append('drafts counted without draft-self')
+    else:
+        if int(kv['n_draft']) != int(spec.split()[2]): problems.append('n_draft %s != the configured n_max' % kv['n_draft'])
+        rounds = re.search(r'^mean accepted length = ([0-9.]+) tokens per round \((\d+) rounds\)$', err, re.M)
+        if not rounds: problems.append('no mean accepted length line')
+        else:
+            r = int(rounds.group(2))
+            if rounds.group(1) != '%.3f' % (n_pred / r): problems.append('mean accepted length %s != %d/%d' % (rounds.group(1), n_pred, r))
+            # per round n_predict += a + 1 (unless an end-of-generation token cut the round)
+            if n_gen == len(gen) and n_pred != n_acc + r: problems.append('n_predict %d != n_accept %d + rounds %d' % (n_pred, n_acc, r))
+        if 'truth' in spec and not (n_drafted > 0 and n_acc == n_drafted): problems.append('truth drafts: %d of %d accepted' % (n_acc, n_drafted))
+if problems:
+    print('; '.join(problems)); sys.exit(1)
+print('n_predict %s, n_drafted %s, n_accept %s, accept %s' % (kv['n_predict'], kv['n_drafted'], kv['n_accept'], kv['accept']))
+EOF
+        ); then
+            pass "$name ($out)"
+        else
+            fail "$name" "$out"
+        fi
+    done
+}
+
+# ------------------------------------------------------------------------------------------------
+# --diffusion (shared/notes/clover.md section 4): it terminates, prints the prompt and new text,
+# and its report "diffusion: B blocks, P passes, X passes per block, Y tokens per pass" adds up
+# with n_predict. Threshold 0 unmasks every position in the first pass (P == B), so the first
+# block must be the rows' argmax (the mask excluded) of one preview pass over block_size masks
+# (clover --preview-block, itself checked by group preview) — with shift_logits, position 0 is
+# predicted by the last committed row (the prompt's causal logits, llama.cpp's greedy token) and
+# position j by block row j-1. Threshold 1 unmasks one position per pass (P == 8 per block).
+
+# diffusion_report NAME N_MAX_TOKENS [EXPECT_PASSES_PER_BLOCK]: checks $TMP/df.err of a --diffusion
+# run with block size 8; prints a summary or fails
+diffusion_report() {
+    python3 - "$TMP/df.err" "$@" <<'EOF'
+import math, re, sys
+err, name, n_max = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3])
+ppb_want = int(sys.argv[4]) if len(sys.argv) > 4 else None
+B = 8
+m = re.search(r'^diffusion: (\d+) blocks, (\d+) passes, ([0-9.]+) passes per block, ([0-9.]+) tokens per pass$', err, re.M)
+n = re.search(r'^n_predict = (\d+)$', err, re.M)
+dec = re.search(r'^decoded +(\d+) tokens', err, re.M)
+if not m or not n or not dec:
+    print('no diffusion / n_predict / decoded line'); sys.exit(1)
+blocks, passes, n_pred = int(m.group(1)), int(m.group(2)), int(n.group(1))
+p = []
+if m.group(3) != '%.2f' % (passes / blocks if blocks else 0): p.append('passes per block %s != %d/%d' % (m.group(3), passes, blocks))
+if m.group(4) != '%.2f' % (n_pred / passes if passes else 0): p.append('tokens per pass %s != %d/%d' % (m.group(4), n_pred, passes))
+if int(dec.group(1)) != n_pred: p.append('decoded %s != n_predict %d' % (dec.group(1), n_pred))
+if not (blocks <= passes <= blocks * B): p.append('%d passes for %d blocks of %d' % (passes, blocks, B))
+if not (0 < n_pred <= n_max): p.append('n_predict %d not in 1..%d' % (n_pred, n_max))
+# every block but the last is committed whole; the last may stop early (limit or end of generation)
+if blocks != math.ceil(n_pred / B) and not (n_pred < n_max and blocks == n_pred // B + 1): p.append('%d blocks for %d tokens' % (blocks, n_pred))
+if ppb_want is not None and passes != ppb_want * blocks: p.append('%d passes for %d blocks, expected %d per block' % (passes, blocks, ppb_want))
+if p:
+    print('; '.join(p)); sys.exit(1)
+print('%d tokens, %d blocks, %d passes' % (n_pred, blocks, passes))
+EOF
+}
+
+test_diffusion() {
+    local M=$((N_VOCAB - 1)) m tw sh ids=$DRAFT_PROMPT name out blk want g
+    m=$(model q8_0 81 --arch clover_moe --mask --block-size 8 --right-conv --reverse --coreset 0.5) &&
+        sh=$(model q8_0 81 --arch clover_moe --mask --block-size 8 --right-conv --reverse --coreset 0.5 --shift-logits) &&
+        tw=$(model q8_0 81 --arch qwen35moe) || { fail diffusion "cannot generate the models"; return; }
+    # defaults (threshold 0.9), -n 20: 3 blocks of 8 (the last cut to 4), the prompt then new text
+    name="diffusion/-n 20, default threshold: terminates, prints text, the report adds up"
+    if ! clover -m "$m" --tokens "$ids" -n 20 --diffusion -ctk f32 -ctv f32 > "$TMP/df.txt" || ! cp "$TMP/err" "$TMP/df.err"; then
+        fail "$name" "$(why)"
+    elif ! ref -m "$tw" --detok "$ids" > "$TMP/df.prompt"; then
+        fail "$name" "$(why)"
+    elif ! cmp -s "$TMP/df.prompt" <(head -c "$(wc -c < "$TMP/df.prompt")" "$TMP/df.txt"); then
+        fail "$name" "the output does not start with the prompt text"
+    elif [ "$(wc -c < "$TMP/df.txt")" -le "$(wc -c < "$TMP/df.prompt")" ]; then
+        fail "$name" "no text after the prompt"
+    elif out=$(diffusion_report "$name" 20); then
+        pass "$name ($out)"
+    else
+        fail "$name" "$out"
+    fi
+    # into -c: 30 - 12 = 18 positions left, blocks of 8, 8 and 2
+    name="diffusion/into -c 30: stops at the context, the report adds up"
+    if ! clover -m "$m" --tokens "$ids" -n -1 -c 30 --diffusion --diffusion-threshold 0.5 -ctk f32 -ctv f32 > /dev/null || ! cp "$TMP/err" "$TMP/df.err"; then
+        fail "$name" "$(why)"
+    elif out=$(diffusion_report "$name" 18); then
+        pass "$name ($out)"
+    else
+        fail "$name" "$out"
+    fi
+    name="diffusion/threshold 1: one position per pass"
+    if ! clover -m "$m" --tokens "$ids" -n 12 --diffusion --diffusion-threshold 1 -ctk f32 -ctv f32 > /dev/null || ! cp "$TMP/err" "$TMP/df.err"; then
+        fail "$name" "$(why)"
+    elif out=$(diffusion_report "$name" 12 8); then
+        pass "$name ($out)"
+    else
+        fail "$name" "$out"
+    fi
+    # threshold 0: one pass per block, the first block is the argmax of one preview pass
+    blk=$M$(printf ",$M%.0s" $(seq 7))
+    local f shift
+    for f in "$m" "$sh"; do
+        shift=0
+        [ "$f" = "$sh" ] && shift=1
+        name="diffusion/threshold 0, -n 8 (shift_logits $shift): one pass, the argmax of the preview rows"
+        if ! clover -m "$f" --tokens "$ids" --preview-block "$blk" --dump-logits "$TMP/df.bin" -ctk f32 -ctv f32 > /dev/null ||
+            ! clover -m "$f" --tokens "$ids" -n 8 --diffusion --diffusion-threshold 0 -ctk f32 -ctv f32 > "$TMP/df.txt" || ! cp "$TMP/err" "$TMP/df.err"; then
+            fail "$name" "$(why)"
+            continue
+        fi
+        if ! out=$(diffusion_report "$name" 8 1); then
+            fail "$name" "$out"
+            continue
+        fi
+        if ! g=$(ref -m "$tw" --greedy "$ids" 1); then
+            fail "$name" "$(why)"
+            continue
+        fi
+        want=$(python3 - "$TMP/df.bin" $N_VOCAB "$M" "$shift" "$g" <<'EOF'
+import array, sys
+z = array.array('f'); z.frombytes(open(sys.argv[1], 'rb').read())
+V, mask, shift, greedy = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == '1', sys.argv[5].strip()
+def argmax(row):
+    best = None
+    for i, v in enumerate(row):
+        if i != mask and (best is None or v > row[best]): best = i
+    return best
+rows = [z[r * V:(r + 1) * V] for r in range(len(z) // V)]
+ids = [argmax(r) for r in rows]
+if shift: ids = [int(greedy)] + ids[:-1]   # row j-1 predicts position j; the last committed row position 0
+print(','.join(map(str, ids)))
+EOF
+        )
+        if ! expected_text "$tw" "$ids" "$want" "$TMP/df.want"; then
+            fail "$name" "ref --detok failed: $(first_line "$TMP/df.want.err")"
+        elif cmp -s "$TMP/df.txt" "$TMP/df.want"; then
+            pass "$name ($out; ids $want)"
+        else
+            fail "$name" "expected ids $want: $(text_diff "$TMP/df.txt" "$TMP/df.want")"
+        fi
+    done
+}
+
 # expect_error NAME PATTERN ARGS... : clover ARGS must exit 1 with exactly one stderr line that
 # starts with "clover: error:" and matches PATTERN (extended regex, case-insensitive).
 expect_error() {
@@ -708,7 +1185,7 @@ EOF
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy twin threads batch smoke draft dumps trace errors; do
+for t in unit tokenizer logits greedy twin threads batch smoke draft dumps trace preview drafts stats diffusion errors; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
