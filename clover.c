@@ -677,9 +677,8 @@ static float dot_bf16_tile(const void *x, const void *y, int64_t n) {
     return fold(acc, 16);
 }
 
-static float dot_f32(const void *w, const void *a, int64_t n) { return dot_float_row(f32_at, w, a, n); }
-static float dot_f16(const void *w, const void *a, int64_t n) { return dot_float_row(f16_at, w, a, n); }
-static float dot_bf16(const void *w, const void *a, int64_t n) { return dot_bf16_row(w, a, n); }
+static float dot_f32_row(const void *w, const void *a, int64_t n) { return dot_float_row(f32_at, w, a, n); }
+static float dot_f16_row(const void *w, const void *a, int64_t n) { return dot_float_row(f16_at, w, a, n); }
 static float dot_f32_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f32_at, w, a, n); }
 static float dot_f16_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f16_at, w, a, n); }
 
@@ -862,25 +861,368 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
     return acc;
 }
 
-/* The dot product for weights of type wtype; tile: the order of a dense batch (see above). */
+/* --- The same dot products with x86-64 SIMD ---------------------------------------------------
+ * Each function below performs the per-lane operations of its scalar definition above, in the same
+ * order: the 8 float lanes of the quantized dots are one 256-bit register, the 64 accumulators of
+ * the row order are eight, the 16 of the tile order two. Integer sums inside a block are exact
+ * whatever their grouping (no pair sum of maddubs can saturate: |q| <= 128, |a| <= 127, and the
+ * unsigned K-quant values are at most 63), and fp16 scales convert exactly with F16C, so every
+ * float operation sees the same operands as the scalar code and the results are bit-identical
+ * (checked by test/unit.c and the `simd` group of test/run.sh). CLOVER_SIMD=scalar forces the
+ * scalar definitions. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define SIMD __attribute__((target("avx2,fma,f16c")))
+
+SIMD static float f16c(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
+
+/* fold(acc, 8) of one register: lanes l += l+4, then l += l+2, then 0 += 1 */
+SIMD static float fold8_avx2(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* fold(acc, 64) of eight registers (register r holds accumulators 8r..8r+7) */
+SIMD static float fold64_avx2(__m256 a[8]) {
+    for (int r = 0; r < 4; r++) a[r] = _mm256_add_ps(a[r], a[r + 4]);
+    for (int r = 0; r < 2; r++) a[r] = _mm256_add_ps(a[r], a[r + 2]);
+    return fold8_avx2(_mm256_add_ps(a[0], a[1]));
+}
+
+SIMD static int32_t hsum_i32_avx2(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* 8 fp32 values from 8 fp16 or bf16 values */
+SIMD static __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+SIMD static __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
+
+SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
+    const float *x = w, *y = a;
+    __m256 acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f32_avx2(x + i + 8 * r), load_f32_avx2(y + i + 8 * r), acc[r]);
+    double sum = fold64_avx2(acc);
+    for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
+    return (float)sum;
+}
+
+SIMD static float dot_f16_avx2(const void *w, const void *a, int64_t n) {
+    const uint16_t *x = w, *y = a;
+    __m256 acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(x + i + 8 * r), load_f16_avx2(y + i + 8 * r), acc[r]);
+    double sum = fold64_avx2(acc);
+    for (int64_t i = np; i < n; i++) sum += f16c(x[i]) * f16c(y[i]);
+    return (float)sum;
+}
+
+SIMD static float dot_f32_tile_avx2(const void *w, const void *a, int64_t n) {
+    if (n % 16) return dot_f32_avx2(w, a, n);
+    const float *x = w, *y = a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int r = 0; r < 2; r++) acc[r] = _mm256_fmadd_ps(load_f32_avx2(x + i + 8 * r), load_f32_avx2(y + i + 8 * r), acc[r]);
+    return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+SIMD static float dot_f16_tile_avx2(const void *w, const void *a, int64_t n) {
+    if (n % 16) return dot_f16_avx2(w, a, n);
+    const uint16_t *x = w, *y = a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int r = 0; r < 2; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(x + i + 8 * r), load_f16_avx2(y + i + 8 * r), acc[r]);
+    return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* bf16_pairs on 16 lanes in two registers: a 32-bit word l holds elements 2l (low half) and 2l+1
+ * (high half), so masking gives the odd element and shifting the even one, as fp32. Products of
+ * two bf16 are exact, so fma equals the scalar multiply-then-add. */
+SIMD static void bf16_pairs_avx2(__m256 acc[2], const uint16_t *x, const uint16_t *y) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int r = 0; r < 2; r++) {
+        __m256i vx = _mm256_loadu_si256((const __m256i *)(x + 16 * r)), vy = _mm256_loadu_si256((const __m256i *)(y + 16 * r));
+        acc[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(vx, hi)), _mm256_castsi256_ps(_mm256_and_si256(vy, hi)), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(vx, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(vy, 16)), acc[r]);
+    }
+}
+
+SIMD static float dot_bf16_avx2(const void *w, const void *a, int64_t n) {
+    const uint16_t *x = w, *y = a;
+    __m256 c1[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, c2[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64) {
+        bf16_pairs_avx2(c1, x + i, y + i);
+        bf16_pairs_avx2(c2, x + i + 32, y + i + 32);
+    }
+    double sum = (double)fold8_avx2(_mm256_add_ps(c1[0], c1[1])) + (double)fold8_avx2(_mm256_add_ps(c2[0], c2[1]));
+    for (int64_t i = np; i < n; i++) sum += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
+    return (float)sum;
+}
+
+SIMD static float dot_bf16_tile_avx2(const void *w, const void *a, int64_t n) {
+    if (n % 32) return dot_bf16_avx2(w, a, n);
+    const uint16_t *x = w, *y = a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n; i += 32) bf16_pairs_avx2(acc, x + i, y + i);
+    return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* 8 int32 lanes, lane l = sum of elements 4l..4l+3 of q*a (q, a signed: ggml's mul_sum_i8_pairs) */
+SIMD static __m256i lanes_i8_avx2(__m256i q, __m256i a) {
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* the same with q unsigned (0..63) and a per-pair int16 scale s: lane l = sum s * q * a */
+SIMD static __m256i lanes_u8i8_avx2(__m256i q, __m256i a, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), s);
+}
+
+/* unpack_q4_0: low nibbles are elements 0..15, high nibbles 16..31, minus 8 */
+SIMD static __m256i unpack_q4_0_avx2(const BlockQ4_0 *b) {
+    __m128i x = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(15));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+}
+
+SIMD static float dot_q8_0_avx2(const void *w, const void *a, int64_t n) {
+    const BlockQ8_0 *x = w, *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i l = lanes_i8_avx2(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16c(x[b].d) * f16c(y[b].d)), _mm256_cvtepi32_ps(l), acc);
+    }
+    return fold8_avx2(acc);
+}
+
+SIMD static float dot_q4_0_avx2(const void *w, const void *a, int64_t n) {
+    const BlockQ4_0 *x = w;
+    const BlockQ8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i l = lanes_i8_avx2(unpack_q4_0_avx2(&x[b]), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16c(x[b].d) * f16c(y[b].d)), _mm256_cvtepi32_ps(l), acc);
+    }
+    return fold8_avx2(acc);
+}
+
+SIMD static float dot_q4_0_8x8_avx2(const void *w, const void *a, int64_t n) {
+    const BlockQ4_0 *x = w;
+    const BlockQ8_0 *y = a;
+    float acc = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int32_t s = hsum_i32_avx2(lanes_i8_avx2(unpack_q4_0_avx2(&x[b]), _mm256_loadu_si256((const __m256i *)y[b].qs)));
+        acc = fmaf((float)s, f16c(x[b].d) * f16c(y[b].d), acc);
+    }
+    return acc;
+}
+
+/* Sub-blocks j = 0..7 of a Q4_K/Q5_K block as 32 unsigned bytes each (unpack_q4_K, unpack_q5_K):
+ * the low (j even) or high nibbles of qs[32 (j/2) ..], plus bit j of qh as the fifth bit for Q5_K. */
+SIMD static void unpack_k4_avx2(const uint8_t *qs, const uint8_t *qh, __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        q[2 * p] = _mm256_and_si256(v, m4);
+        q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    if (qh)
+        for (int j = 0; j < 8; j++)
+            q[j] = _mm256_or_si256(q[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, j), one), 4));
+}
+
+/* k4_lanes: lane l = sum_j sc_j (elements 4l..4l+3 of sub-block j) */
+SIMD static __m256i k4_lanes_avx2(const __m256i q[8], const uint8_t sc[8], const int8_t *a) {
+    __m256i lane = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++)
+        lane = _mm256_add_epi32(lane, lanes_u8i8_avx2(q[j], _mm256_loadu_si256((const __m256i *)(a + 32 * j)), _mm256_set1_epi16(sc[j])));
+    return lane;
+}
+
+SIMD static float dot_q4_K_avx2(const void *w, const void *a, int64_t n) {
+    const BlockQ4_K *x = w;
+    const BlockQ8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float accm[4] = {0};
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, NULL, q);
+        float d = y[b].d * f16c(x[b].d), dmin = -y[b].d * f16c(x[b].dmin);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, sc, y[b].qs)), acc);
+        for (int m = 0; m < 4; m++) {
+            int32_t p = 0;
+            for (int k = 2 * m; k < 2 * m + 2; k++) p += mn[k] * (y[b].bsums[2 * k] + y[b].bsums[2 * k + 1]);
+            accm[m] = fmaf(dmin, (float)p, accm[m]);
+        }
+    }
+    return fold8_avx2(acc) + fold(accm, 4);
+}
+
+SIMD static float dot_q4_K_8x8_avx2(const void *w, const void *a, int64_t n) {
+    const BlockQ4_K *x = w;
+    const BlockQ8_K *y = a;
+    float acc = 0, accm = 0;
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, NULL, q);
+        int32_t sumi = hsum_i32_avx2(k4_lanes_avx2(q, sc, y[b].qs));
+        acc = fmaf((float)sumi, f16c(x[b].d) * y[b].d, acc);
+        accm = fmaf((float)k4_summ(mn, &y[b]), f16c(x[b].dmin) * y[b].d, accm);
+    }
+    return acc - accm;
+}
+
+SIMD static float dot_q4_K_8x8_gemm_avx2(const void *w, const void *a, int64_t n) {
+    const BlockQ4_K *x = w;
+    const BlockQ8_K *y = a;
+    float acc = 0, accm = 0;
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, NULL, q);
+        float d = f16c(x[b].d) * y[b].d, dmin = f16c(x[b].dmin) * y[b].d;
+        for (int sb = 0; sb < 4; sb++) {
+            int32_t si = 0, sm = 0;
+            for (int j = 2 * sb; j < 2 * sb + 2; j++) {
+                si += hsum_i32_avx2(lanes_u8i8_avx2(q[j], _mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * j)), _mm256_set1_epi16(sc[j])));
+                sm += mn[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+            }
+            acc = fmaf((float)si, d, acc);
+            accm = fmaf((float)sm, dmin, accm);
+        }
+    }
+    return acc - accm;
+}
+
+SIMD static float dot_q5_K_avx2(const void *w, const void *a, int64_t n) {
+    const BlockQ5_K *x = w;
+    const BlockQ8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, x[b].qh, q);
+        float d = y[b].d * f16c(x[b].d), dmin = -y[b].d * f16c(x[b].dmin);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, sc, y[b].qs)), acc);
+        summs = fmaf(dmin, (float)k4_summ(mn, &y[b]), summs);
+    }
+    return fold8_avx2(acc) + summs;
+}
+
+/* dot_q6_K: chunk c (32 elements) of u = q + 32 is a nibble of ql with two bits of qh above it;
+ * its first 16 elements take scale 2c, the last 16 scale 2c+1 (int16 lanes 0..7 and 8..15 of madd) */
+SIMD static float dot_q6_K_avx2(const void *w, const void *a, int64_t n) {
+    const BlockQ6_K *x = w;
+    const BlockQ8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        const int8_t *sc = x[b].scales;
+        __m256i lane = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            __m256i la = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half));
+            __m256i lb = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half + 32));
+            __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
+            __m256i u[4] = {
+                _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2)),
+                _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(h, m2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2)),
+            };
+            for (int k = 0; k < 4; k++) {
+                int c = 4 * half + k;
+                __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
+                lane = _mm256_add_epi32(lane, lanes_u8i8_avx2(u[k], _mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * c)), s));
+            }
+        }
+        /* the offset: lane l -= 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
+        __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums), s16);
+        lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(off, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16c(x[b].d)), _mm256_cvtepi32_ps(lane), acc);
+    }
+    return fold8_avx2(acc);
+}
+#undef SIMD
+#endif
+
+/* --- Choosing a dot product --------------------------------------------------------------- */
+/* The kernels by summation order and layout, each as the scalar definition and its SIMD twin. */
 typedef float (*DotFn)(const void *w, const void *a, int64_t n);
+enum { K_F32, K_F32_TILE, K_F16, K_F16_TILE, K_BF16, K_BF16_TILE, K_Q8_0, K_Q4_0, K_Q4_0_8X8,
+       K_Q4_K, K_Q4_K_8X8, K_Q4_K_8X8_GEMM, K_Q5_K, K_Q6_K, N_KERNELS };
+static const DotFn DOT_SCALAR[N_KERNELS] = {
+    dot_f32_row, dot_f32_tile, dot_f16_row, dot_f16_tile, dot_bf16_row, dot_bf16_tile, dot_q8_0, dot_q4_0,
+    dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K,
+};
+#if defined(__x86_64__)
+static const DotFn DOT_AVX2[N_KERNELS] = {
+    dot_f32_avx2, dot_f32_tile_avx2, dot_f16_avx2, dot_f16_tile_avx2, dot_bf16_avx2, dot_bf16_tile_avx2,
+    dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_0_8x8_avx2, dot_q4_K_avx2, dot_q4_K_8x8_avx2, dot_q4_K_8x8_gemm_avx2,
+    dot_q5_K_avx2, dot_q6_K_avx2,
+};
+#endif
+
+/* The kernel table for this CPU, chosen once: AVX2 with FMA and F16C where the CPU has them, unless
+ * CLOVER_SIMD=scalar asks for the scalar definitions (the tests compare the two). */
+static const DotFn *dot_kernels = DOT_SCALAR;
+static pthread_once_t dot_kernels_once = PTHREAD_ONCE_INIT;
+
+static void choose_dot_kernels(void) {
+    const char *env = getenv("CLOVER_SIMD");
+    if (env && !strcmp(env, "scalar")) return;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) dot_kernels = DOT_AVX2;
+#endif
+}
+
+static const DotFn *dots(void) {
+    pthread_once(&dot_kernels_once, choose_dot_kernels);
+    return dot_kernels;
+}
+
 /* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
  * multiple of 8 (ggml_repack_get_optimal_repack_type on AVX2), which changes their float order. */
-static DotFn dot_fn(uint32_t wtype, bool tile, int64_t n_rows) {
+static int dot_kernel(uint32_t wtype, bool tile, int64_t n_rows) {
     bool repacked = n_rows % 8 == 0;
     switch (wtype) {
-    case T_F32: return tile ? dot_f32_tile : dot_f32;
-    case T_F16: return tile ? dot_f16_tile : dot_f16;
-    case T_BF16: return tile ? dot_bf16_tile : dot_bf16;
-    case T_Q8_0: return dot_q8_0;
-    case T_Q4_0: return repacked ? dot_q4_0_8x8 : dot_q4_0;
-    case T_Q4_K: return repacked ? dot_q4_K_8x8 : dot_q4_K;
-    case T_Q5_K: return dot_q5_K;
-    case T_Q6_K: return dot_q6_K;
+    case T_F32: return tile ? K_F32_TILE : K_F32;
+    case T_F16: return tile ? K_F16_TILE : K_F16;
+    case T_BF16: return tile ? K_BF16_TILE : K_BF16;
+    case T_Q8_0: return K_Q8_0;
+    case T_Q4_0: return repacked ? K_Q4_0_8X8 : K_Q4_0;
+    case T_Q4_K: return repacked ? K_Q4_K_8X8 : K_Q4_K;
+    case T_Q5_K: return K_Q5_K;
+    case T_Q6_K: return K_Q6_K;
     }
     fatal("internal: no dot product for type %u", wtype);
-    return NULL;
+    return 0;
 }
+
+/* The dot product for weights of type wtype; tile: the order of a dense batch (see above). */
+static DotFn dot_fn(uint32_t wtype, bool tile, int64_t n_rows) { return dots()[dot_kernel(wtype, tile, n_rows)]; }
+
+/* Row order F32 (single rows, the GDN recurrence). */
+static float dot_f32(const void *w, const void *a, int64_t n) { return dots()[K_F32](w, a, n); }
 
 /* ============================================================================================== */
 /* 6. Thread pool and matmul                                                                      */
@@ -987,7 +1329,7 @@ static void matmul_task(void *p, int ith, int nth) {
     DotFn dot4 = dot;
     int T4 = 0;
     if (mt->tile && mt->T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
-        dot4 = dot_q4_K_8x8_gemm;
+        dot4 = dots()[K_Q4_K_8X8_GEMM];
         T4 = mt->T - mt->T % 4;
     }
     int64_t o0 = w->n_out * ith / nth, o1 = w->n_out * (ith + 1) / nth;
