@@ -870,14 +870,17 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
  * float operation sees the same operands as the scalar code and the results are bit-identical
  * (checked by test/unit.c and the `simd` group of test/run.sh). CLOVER_SIMD=scalar forces the
  * scalar definitions. */
+enum { MAX_ROWS = 4 };   /* activation rows one multi-row kernel call takes (see below) */
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define SIMD __attribute__((target("avx2,fma,f16c")))
+#define SIMD_INLINE __attribute__((target("avx2,fma,f16c"), always_inline))   /* small helpers: keep vectors in registers */
 
-SIMD static float f16c(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
+static inline SIMD_INLINE float f16c(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
 /* fold(acc, 8) of one register: lanes l += l+4, then l += l+2, then 0 += 1 */
-SIMD static float fold8_avx2(__m256 v) {
+static inline SIMD_INLINE float fold8_avx2(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     x = _mm_add_ss(x, _mm_movehdup_ps(x));
@@ -885,13 +888,13 @@ SIMD static float fold8_avx2(__m256 v) {
 }
 
 /* fold(acc, 64) of eight registers (register r holds accumulators 8r..8r+7) */
-SIMD static float fold64_avx2(__m256 a[8]) {
+static inline SIMD_INLINE float fold64_avx2(__m256 a[8]) {
     for (int r = 0; r < 4; r++) a[r] = _mm256_add_ps(a[r], a[r + 4]);
     for (int r = 0; r < 2; r++) a[r] = _mm256_add_ps(a[r], a[r + 2]);
     return fold8_avx2(_mm256_add_ps(a[0], a[1]));
 }
 
-SIMD static int32_t hsum_i32_avx2(__m256i v) {
+static inline SIMD_INLINE int32_t hsum_i32_avx2(__m256i v) {
     __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
     x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
@@ -899,8 +902,8 @@ SIMD static int32_t hsum_i32_avx2(__m256i v) {
 }
 
 /* 8 fp32 values from 8 fp16 or bf16 values */
-SIMD static __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-SIMD static __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
+static inline SIMD_INLINE __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline SIMD_INLINE __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
 
 SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
     const float *x = w, *y = a;
@@ -947,7 +950,7 @@ SIMD static float dot_f16_tile_avx2(const void *w, const void *a, int64_t n) {
 /* bf16_pairs on 16 lanes in two registers: a 32-bit word l holds elements 2l (low half) and 2l+1
  * (high half), so masking gives the odd element and shifting the even one, as fp32. Products of
  * two bf16 are exact, so fma equals the scalar multiply-then-add. */
-SIMD static void bf16_pairs_avx2(__m256 acc[2], const uint16_t *x, const uint16_t *y) {
+static inline SIMD_INLINE void bf16_pairs_avx2(__m256 acc[2], const uint16_t *x, const uint16_t *y) {
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int r = 0; r < 2; r++) {
         __m256i vx = _mm256_loadu_si256((const __m256i *)(x + 16 * r)), vy = _mm256_loadu_si256((const __m256i *)(y + 16 * r));
@@ -978,190 +981,276 @@ SIMD static float dot_bf16_tile_avx2(const void *w, const void *a, int64_t n) {
 }
 
 /* 8 int32 lanes, lane l = sum of elements 4l..4l+3 of q*a (q, a signed: ggml's mul_sum_i8_pairs) */
-SIMD static __m256i lanes_i8_avx2(__m256i q, __m256i a) {
+static inline SIMD_INLINE __m256i lanes_i8_avx2(__m256i q, __m256i a) {
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 /* the same with q unsigned (0..63) and a per-pair int16 scale s: lane l = sum s * q * a */
-SIMD static __m256i lanes_u8i8_avx2(__m256i q, __m256i a, __m256i s) {
+static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i q, __m256i a, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), s);
 }
 
 /* unpack_q4_0: low nibbles are elements 0..15, high nibbles 16..31, minus 8 */
-SIMD static __m256i unpack_q4_0_avx2(const BlockQ4_0 *b) {
+static inline SIMD_INLINE __m256i unpack_q4_0_avx2(const BlockQ4_0 *b) {
     __m128i x = _mm_loadu_si128((const __m128i *)b->qs);
     __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(15));
     return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
 
-SIMD static float dot_q8_0_avx2(const void *w, const void *a, int64_t n) {
-    const BlockQ8_0 *x = w, *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 32; b++) {
-        __m256i l = lanes_i8_avx2(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16c(x[b].d) * f16c(y[b].d)), _mm256_cvtepi32_ps(l), acc);
-    }
-    return fold8_avx2(acc);
+/* The quantized kernels take R <= 4 activation rows at once (a, a + stride, ...) against one weight
+ * row: the weight block is unpacked once and dotted with every row, each row keeping its own
+ * accumulators, so each result is exactly the single-row dot (the wrappers below, R = 1). */
+static inline SIMD_INLINE const void *act_block(const void *a, size_t stride, int r, size_t block_bytes, int64_t b) {
+    return (const uint8_t *)a + r * stride + (size_t)b * block_bytes;
 }
 
-SIMD static float dot_q4_0_avx2(const void *w, const void *a, int64_t n) {
-    const BlockQ4_0 *x = w;
-    const BlockQ8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
+SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ8_0 *x = w;
+    __m256 acc[MAX_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++) {
-        __m256i l = lanes_i8_avx2(unpack_q4_0_avx2(&x[b]), _mm256_loadu_si256((const __m256i *)y[b].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16c(x[b].d) * f16c(y[b].d)), _mm256_cvtepi32_ps(l), acc);
+        __m256i q = _mm256_loadu_si256((const __m256i *)x[b].qs);
+        float dw = f16c(x[b].d);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
+            __m256i l = lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(y->d)), _mm256_cvtepi32_ps(l), acc[r]);
+        }
     }
-    return fold8_avx2(acc);
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
-SIMD static float dot_q4_0_8x8_avx2(const void *w, const void *a, int64_t n) {
+SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     const BlockQ4_0 *x = w;
-    const BlockQ8_0 *y = a;
-    float acc = 0;
+    __m256 acc[MAX_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++) {
-        int32_t s = hsum_i32_avx2(lanes_i8_avx2(unpack_q4_0_avx2(&x[b]), _mm256_loadu_si256((const __m256i *)y[b].qs)));
-        acc = fmaf((float)s, f16c(x[b].d) * f16c(y[b].d), acc);
+        __m256i q = unpack_q4_0_avx2(&x[b]);
+        float dw = f16c(x[b].d);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
+            __m256i l = lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(y->d)), _mm256_cvtepi32_ps(l), acc[r]);
+        }
     }
-    return acc;
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
+}
+
+SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ4_0 *x = w;
+    float acc[MAX_ROWS] = {0};
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = unpack_q4_0_avx2(&x[b]);
+        float dw = f16c(x[b].d);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
+            int32_t s = hsum_i32_avx2(lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs)));
+            acc[r] = fmaf((float)s, dw * f16c(y->d), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = acc[r];
 }
 
 /* Sub-blocks j = 0..7 of a Q4_K/Q5_K block as 32 unsigned bytes each (unpack_q4_K, unpack_q5_K):
- * the low (j even) or high nibbles of qs[32 (j/2) ..], plus bit j of qh as the fifth bit for Q5_K. */
-SIMD static void unpack_k4_avx2(const uint8_t *qs, const uint8_t *qh, __m256i q[8]) {
+ * the low (j even) or high nibbles of qs[32 (j/2) ..], plus bit j of qh as the fifth bit for Q5_K;
+ * and the eight sub-block scales as int16 vectors. */
+static inline SIMD_INLINE void unpack_k4_avx2(const uint8_t *qs, const uint8_t *qh, const uint8_t sc[8], __m256i q[8], __m256i s16[8]) {
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
         q[2 * p] = _mm256_and_si256(v, m4);
         q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
-    if (qh)
+    if (qh) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)qh);
         for (int j = 0; j < 8; j++)
             q[j] = _mm256_or_si256(q[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, j), one), 4));
+    }
+    for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
+}
+
+/* sc_j (q_j . a_j) for sub-block j in 8 lanes (lane l: elements 4l..4l+3) */
+static inline SIMD_INLINE __m256i k4_sub_avx2(const __m256i q[8], const __m256i s16[8], const int8_t *a, int j) {
+    return lanes_u8i8_avx2(q[j], _mm256_loadu_si256((const __m256i *)(a + 32 * j)), s16[j]);
 }
 
 /* k4_lanes: lane l = sum_j sc_j (elements 4l..4l+3 of sub-block j) */
-SIMD static __m256i k4_lanes_avx2(const __m256i q[8], const uint8_t sc[8], const int8_t *a) {
+static inline SIMD_INLINE __m256i k4_lanes_avx2(const __m256i q[8], const __m256i s16[8], const int8_t *a) {
     __m256i lane = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++)
-        lane = _mm256_add_epi32(lane, lanes_u8i8_avx2(q[j], _mm256_loadu_si256((const __m256i *)(a + 32 * j)), _mm256_set1_epi16(sc[j])));
+    for (int j = 0; j < 8; j++) lane = _mm256_add_epi32(lane, k4_sub_avx2(q, s16, a, j));
     return lane;
 }
 
-SIMD static float dot_q4_K_avx2(const void *w, const void *a, int64_t n) {
+SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     const BlockQ4_K *x = w;
-    const BlockQ8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    float accm[4] = {0};
+    __m256 acc[MAX_ROWS];
+    float accm[MAX_ROWS][4] = {{0}};
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         uint8_t sc[8], mn[8];
-        __m256i q[8];
+        __m256i q[8], s16[8];
         unpack_scales_k4(x[b].scales, sc, mn);
-        unpack_k4_avx2(x[b].qs, NULL, q);
-        float d = y[b].d * f16c(x[b].d), dmin = -y[b].d * f16c(x[b].dmin);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, sc, y[b].qs)), acc);
-        for (int m = 0; m < 4; m++) {
-            int32_t p = 0;
-            for (int k = 2 * m; k < 2 * m + 2; k++) p += mn[k] * (y[b].bsums[2 * k] + y[b].bsums[2 * k + 1]);
-            accm[m] = fmaf(dmin, (float)p, accm[m]);
-        }
-    }
-    return fold8_avx2(acc) + fold(accm, 4);
-}
-
-SIMD static float dot_q4_K_8x8_avx2(const void *w, const void *a, int64_t n) {
-    const BlockQ4_K *x = w;
-    const BlockQ8_K *y = a;
-    float acc = 0, accm = 0;
-    for (int64_t b = 0; b < n / 256; b++) {
-        uint8_t sc[8], mn[8];
-        __m256i q[8];
-        unpack_scales_k4(x[b].scales, sc, mn);
-        unpack_k4_avx2(x[b].qs, NULL, q);
-        int32_t sumi = hsum_i32_avx2(k4_lanes_avx2(q, sc, y[b].qs));
-        acc = fmaf((float)sumi, f16c(x[b].d) * y[b].d, acc);
-        accm = fmaf((float)k4_summ(mn, &y[b]), f16c(x[b].dmin) * y[b].d, accm);
-    }
-    return acc - accm;
-}
-
-SIMD static float dot_q4_K_8x8_gemm_avx2(const void *w, const void *a, int64_t n) {
-    const BlockQ4_K *x = w;
-    const BlockQ8_K *y = a;
-    float acc = 0, accm = 0;
-    for (int64_t b = 0; b < n / 256; b++) {
-        uint8_t sc[8], mn[8];
-        __m256i q[8];
-        unpack_scales_k4(x[b].scales, sc, mn);
-        unpack_k4_avx2(x[b].qs, NULL, q);
-        float d = f16c(x[b].d) * y[b].d, dmin = f16c(x[b].dmin) * y[b].d;
-        for (int sb = 0; sb < 4; sb++) {
-            int32_t si = 0, sm = 0;
-            for (int j = 2 * sb; j < 2 * sb + 2; j++) {
-                si += hsum_i32_avx2(lanes_u8i8_avx2(q[j], _mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * j)), _mm256_set1_epi16(sc[j])));
-                sm += mn[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
+        float dw = f16c(x[b].d), dmw = f16c(x[b].dmin);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            float d = y->d * dw, dmin = -y->d * dmw;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, s16, y->qs)), acc[r]);
+            for (int m = 0; m < 4; m++) {
+                int32_t p = 0;
+                for (int k = 2 * m; k < 2 * m + 2; k++) p += mn[k] * (y->bsums[2 * k] + y->bsums[2 * k + 1]);
+                accm[r][m] = fmaf(dmin, (float)p, accm[r][m]);
             }
-            acc = fmaf((float)si, d, acc);
-            accm = fmaf((float)sm, dmin, accm);
         }
     }
-    return acc - accm;
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]) + fold(accm[r], 4);
 }
 
-SIMD static float dot_q5_K_avx2(const void *w, const void *a, int64_t n) {
-    const BlockQ5_K *x = w;
-    const BlockQ8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0;
+/* The repacked Q4_K kernels add one float term per row at a time (per block, or per pair of
+ * sub-blocks in the gemm order); four activation rows' accumulators sit in the four lanes of one
+ * register, each lane doing its row's scalar operations (missing rows repeat row 0, unused). */
+static inline SIMD_INLINE __m128i hsum4_i32_avx2(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {   /* [sum v0, .., sum v3] */
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* 4 int32 sums m_2s (b_4s + b_4s+1) + m_2s+1 (b_4s+2 + b_4s+3) over the bsums b of a Q8_K block:
+ * the mins of sub-block pair s (k4_summ taken by pairs) */
+static inline SIMD_INLINE __m128i k4_mins_avx2(const uint8_t mn[8], const BlockQ8_K *y) {
+    __m128i b = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+    return _mm_madd_epi16(b, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn)));
+}
+
+SIMD static void rows_q4_K_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ4_K *x = w;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         uint8_t sc[8], mn[8];
-        __m256i q[8];
+        __m256i q[8], s16[8], lanes[4];
+        __m128i mins[4];
+        float yd[4];
         unpack_scales_k4(x[b].scales, sc, mn);
-        unpack_k4_avx2(x[b].qs, x[b].qh, q);
-        float d = y[b].d * f16c(x[b].d), dmin = -y[b].d * f16c(x[b].dmin);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, sc, y[b].qs)), acc);
-        summs = fmaf(dmin, (float)k4_summ(mn, &y[b]), summs);
+        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
+        for (int r = 0; r < 4; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r < R ? r : 0, sizeof *y, b);
+            lanes[r] = k4_lanes_avx2(q, s16, y->qs);
+            mins[r] = k4_mins_avx2(mn, y);
+            yd[r] = y->d;
+        }
+        __m128i sumi = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);
+        __m128i summ = _mm_hadd_epi32(_mm_hadd_epi32(mins[0], mins[1]), _mm_hadd_epi32(mins[2], mins[3]));
+        __m128 d = _mm_loadu_ps(yd);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sumi), _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), d), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), d), accm);
     }
-    return fold8_avx2(acc) + summs;
+    float o[4];
+    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+    for (int r = 0; r < R; r++) out[r] = o[r];
+}
+
+/* the gemm order: one integer sum per pair of sub-blocks s (j = 2s, 2s+1) */
+SIMD static void rows_q4_K_8x8_gemm_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ4_K *x = w;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8], s16[8];
+        __m128i si[4], sm[4];   /* [row][pair], transposed below to [pair][row] */
+        float yd[4];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
+        for (int r = 0; r < 4; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r < R ? r : 0, sizeof *y, b);
+            __m256i v[4];
+            for (int s = 0; s < 4; s++) v[s] = _mm256_add_epi32(k4_sub_avx2(q, s16, y->qs, 2 * s), k4_sub_avx2(q, s16, y->qs, 2 * s + 1));
+            si[r] = hsum4_i32_avx2(v[0], v[1], v[2], v[3]);
+            sm[r] = k4_mins_avx2(mn, y);
+            yd[r] = y->d;
+        }
+        __m128 fi[4], fm[4];
+        for (int r = 0; r < 4; r++) fi[r] = _mm_cvtepi32_ps(si[r]), fm[r] = _mm_cvtepi32_ps(sm[r]);
+        _MM_TRANSPOSE4_PS(fi[0], fi[1], fi[2], fi[3]);
+        _MM_TRANSPOSE4_PS(fm[0], fm[1], fm[2], fm[3]);
+        __m128 yd4 = _mm_loadu_ps(yd), d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
+        for (int s = 0; s < 4; s++) {
+            acc = _mm_fmadd_ps(fi[s], d, acc);
+            accm = _mm_fmadd_ps(fm[s], dmin, accm);
+        }
+    }
+    float o[4];
+    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+    for (int r = 0; r < R; r++) out[r] = o[r];
+}
+
+SIMD static void rows_q5_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ5_K *x = w;
+    __m256 acc[MAX_ROWS];
+    float summs[MAX_ROWS] = {0};
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8], s16[8];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, x[b].qh, sc, q, s16);
+        float dw = f16c(x[b].d), dmw = f16c(x[b].dmin);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            float d = y->d * dw, dmin = -y->d * dmw;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, s16, y->qs)), acc[r]);
+            summs[r] = fmaf(dmin, (float)k4_summ(mn, y), summs[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]) + summs[r];
 }
 
 /* dot_q6_K: chunk c (32 elements) of u = q + 32 is a nibble of ql with two bits of qh above it;
  * its first 16 elements take scale 2c, the last 16 scale 2c+1 (int16 lanes 0..7 and 8..15 of madd) */
-SIMD static float dot_q6_K_avx2(const void *w, const void *a, int64_t n) {
+SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     const BlockQ6_K *x = w;
-    const BlockQ8_K *y = a;
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[MAX_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         const int8_t *sc = x[b].scales;
-        __m256i lane = _mm256_setzero_si256();
+        __m256i u[8], s[8];
         for (int half = 0; half < 2; half++) {
             __m256i la = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half));
             __m256i lb = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half + 32));
             __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
-            __m256i u[4] = {
-                _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2)),
-                _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(h, m2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2)),
-            };
-            for (int k = 0; k < 4; k++) {
-                int c = 4 * half + k;
-                __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
-                lane = _mm256_add_epi32(lane, lanes_u8i8_avx2(u[k], _mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * c)), s));
-            }
+            u[4 * half + 0] = _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2));
+            u[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2));
+            u[4 * half + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(h, m2));
+            u[4 * half + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
         }
-        /* the offset: lane l -= 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
+        for (int c = 0; c < 8; c++) s[c] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
         __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums), s16);
-        lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(off, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16c(x[b].d)), _mm256_cvtepi32_ps(lane), acc);
+        float dw = f16c(x[b].d);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            __m256i lane = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++)
+                lane = _mm256_add_epi32(lane, lanes_u8i8_avx2(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s[c]));
+            /* the offset: lane l -= 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
+            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), s16);
+            lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(off, 5));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lane), acc[r]);
+        }
     }
-    return fold8_avx2(acc);
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
+
+/* single rows */
+SIMD static float dot_q8_0_avx2(const void *w, const void *a, int64_t n) { float o; rows_q8_0_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_0_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_0_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_0_8x8_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_0_8x8_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_K_8x8_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_K_8x8_gemm_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_gemm_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q5_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q5_K_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q6_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q6_K_avx2(w, a, 0, 1, n, &o); return o; }
 #undef SIMD
+#undef SIMD_INLINE
 #endif
 
 /* --- Choosing a dot product --------------------------------------------------------------- */
@@ -1173,7 +1262,15 @@ static const DotFn DOT_SCALAR[N_KERNELS] = {
     dot_f32_row, dot_f32_tile, dot_f16_row, dot_f16_tile, dot_bf16_row, dot_bf16_tile, dot_q8_0, dot_q4_0,
     dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K,
 };
+/* Quantized kernels that also take up to MAX_ROWS activation rows at once (none in scalar code). */
+typedef void (*DotRowsFn)(const void *w, const void *a, size_t stride, int R, int64_t n, float *out);
+static const DotRowsFn ROWS_SCALAR[N_KERNELS] = {0};
 #if defined(__x86_64__)
+static const DotRowsFn ROWS_AVX2[N_KERNELS] = {
+    [K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2, [K_Q4_K] = rows_q4_K_avx2,
+    [K_Q4_K_8X8] = rows_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = rows_q4_K_8x8_gemm_avx2, [K_Q5_K] = rows_q5_K_avx2,
+    [K_Q6_K] = rows_q6_K_avx2,
+};
 static const DotFn DOT_AVX2[N_KERNELS] = {
     dot_f32_avx2, dot_f32_tile_avx2, dot_f16_avx2, dot_f16_tile_avx2, dot_bf16_avx2, dot_bf16_tile_avx2,
     dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_0_8x8_avx2, dot_q4_K_avx2, dot_q4_K_8x8_avx2, dot_q4_K_8x8_gemm_avx2,
@@ -1184,6 +1281,7 @@ static const DotFn DOT_AVX2[N_KERNELS] = {
 /* The kernel table for this CPU, chosen once: AVX2 with FMA and F16C where the CPU has them, unless
  * CLOVER_SIMD=scalar asks for the scalar definitions (the tests compare the two). */
 static const DotFn *dot_kernels = DOT_SCALAR;
+static const DotRowsFn *dot_rows_kernels = ROWS_SCALAR;
 static pthread_once_t dot_kernels_once = PTHREAD_ONCE_INIT;
 
 static void choose_dot_kernels(void) {
@@ -1191,13 +1289,21 @@ static void choose_dot_kernels(void) {
     if (env && !strcmp(env, "scalar")) return;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) dot_kernels = DOT_AVX2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        dot_kernels = DOT_AVX2;
+        dot_rows_kernels = ROWS_AVX2;
+    }
 #endif
 }
 
 static const DotFn *dots(void) {
     pthread_once(&dot_kernels_once, choose_dot_kernels);
     return dot_kernels;
+}
+
+static const DotRowsFn *dot_rows(void) {
+    pthread_once(&dot_kernels_once, choose_dot_kernels);
+    return dot_rows_kernels;
 }
 
 /* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
@@ -1318,25 +1424,46 @@ typedef struct {
     bool tile;
 } MatmulTask;
 
-/* Each thread takes a contiguous range of output rows and multiplies every row with all T
- * activations while the row is in cache: a weight row is read once per batch. */
+/* Each thread takes a contiguous range of output rows and multiplies them with all T activations:
+ *   y[t][o] = dot(W[o], x[t])     for o in the thread's range, t = 0..T-1
+ * in tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2) against
+ * TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
+ * activations (once for decoding). Where a kernel takes several activation rows at once, each weight
+ * block is unpacked once for MAX_ROWS of them. The order of tiles changes no sum. */
+enum { TILE_T = 64, TILE_O = 16 };
+
 static void matmul_task(void *p, int ith, int nth) {
     const MatmulTask *mt = p;
     const Mat *w = mt->w;
-    DotFn dot = dot_fn(w->type, mt->tile, w->n_out);
+    int k = dot_kernel(w->type, mt->tile, w->n_out), k4 = k;
     /* repacked Q4_K in a prompt batch of T > 3 rows: the first T - T % 4 rows go through the 4-row
      * gemm (ggml_gemm_q4_K_8x8_q8_K), the rest through gemv (forward_mul_mat_one_chunk, repack.cpp) */
-    DotFn dot4 = dot;
     int T4 = 0;
     if (mt->tile && mt->T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
-        dot4 = dots()[K_Q4_K_8X8_GEMM];
+        k4 = K_Q4_K_8X8_GEMM;
         T4 = mt->T - mt->T % 4;
     }
     int64_t o0 = w->n_out * ith / nth, o1 = w->n_out * (ith + 1) / nth;
-    for (int64_t o = o0; o < o1; o++) {
-        const uint8_t *row = w->data + (size_t)o * w->row_bytes;
-        for (int t = 0; t < mt->T; t++)
-            mt->y[(size_t)t * w->n_out + o] = (t < T4 ? dot4 : dot)(row, mt->xq + t * mt->xq_stride, w->n_in);
+    for (int t0 = 0; t0 < mt->T; t0 += TILE_T) {
+        int t1 = t0 + TILE_T < mt->T ? t0 + TILE_T : mt->T;
+        for (int64_t ob = o0; ob < o1; ob += TILE_O) {
+            int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
+            for (int t = t0; t < t1;) {
+                int kt = t < T4 ? k4 : k;
+                DotRowsFn rows = dot_rows()[kt];
+                /* R rows of the same kernel: T4 is a multiple of MAX_ROWS, so no group straddles it */
+                int R = rows ? (t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS) : 1;
+                const uint8_t *x = mt->xq + t * mt->xq_stride;
+                for (int64_t o = ob; o < oe; o++) {
+                    const uint8_t *row = w->data + (size_t)o * w->row_bytes;
+                    float out[MAX_ROWS];
+                    if (rows) rows(row, x, mt->xq_stride, R, w->n_in, out);
+                    else out[0] = dots()[kt](row, x, w->n_in);
+                    for (int r = 0; r < R; r++) mt->y[(size_t)(t + r) * w->n_out + o] = out[r];
+                }
+                t += R;
+            }
+        }
     }
 }
 

@@ -369,6 +369,7 @@ static void test_simd_dots(void) {
     const int64_t sizes[] = {4096, 2048, 512, 256, 1000, 96, 80, 64, 37};
     float *x = xmalloc(4096 * 4);
     void *w = xmalloc(4096 * 4), *act = xmalloc(4096 * 4 + 1024);
+    uint8_t *rows_act = xmalloc(MAX_ROWS * (4096 * 4 + 1024));
     for (int k = 0; k < N_KERNELS; k++) {
         uint32_t type = 0;
         for (int t = 0; t < N_WEIGHT_TYPES; t++)
@@ -390,13 +391,32 @@ static void test_simd_dots(void) {
                 n_checks++;
                 if (memcmp(&a, &b, 4) && bad++ == 0)
                     snprintf(detail, sizeof detail, "n=%lld: scalar %.9g, simd %.9g", (long long)n, a, b);
+                /* the multi-row kernel on R rows (row r: this activation scaled by r + 1, requantized) */
+                DotRowsFn rows = dot_rows()[k];
+                size_t stride = row_bytes(dot_type(type), n);
+                for (int R = 1; rows && R <= MAX_ROWS; R++) {
+                    for (int r = 0; r < R; r++) {
+                        float *xr = xmalloc((size_t)n * 4);
+                        for (int64_t i = 0; i < n; i++) xr[i] = x[i] * (float)(r + 1);
+                        quantize_row(type, xr, rows_act + r * stride, n);
+                        free(xr);
+                    }
+                    float out[MAX_ROWS];
+                    rows(w, rows_act, stride, R, n, out);
+                    for (int r = 0; r < R; r++) {
+                        float want = DOT_SCALAR[k](w, rows_act + r * stride, n);
+                        n_checks++;
+                        if (memcmp(&want, &out[r], 4) && bad++ == 0)
+                            snprintf(detail, sizeof detail, "n=%lld, %d rows, row %d: scalar %.9g, simd %.9g", (long long)n, R, r, want, out[r]);
+                    }
+                }
             }
         }
         char name[96];
         snprintf(name, sizeof name, "SIMD dot kernel %d (%s) vs scalar, bit for bit", k, TYPES[type].name);
         check(bad == 0 && n_checks > 0, name, "%d of %d differ; %s", bad, n_checks, detail);
     }
-    free(x), free(w), free(act);
+    free(x), free(w), free(act), free(rows_act);
 }
 
 int main(void) {
