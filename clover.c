@@ -1334,39 +1334,53 @@ static float dot_f32(const void *w, const void *a, int64_t n) { return dots()[K_
 /* 6. Thread pool and matmul                                                                      */
 /* ============================================================================================== */
 /* A fixed set of worker threads; pool_run(fn) calls fn(arg, ith, nth) on nth threads (the caller is
- * thread 0) and returns when all are done. -t sets nth for single-token steps, -tb for batches. */
+ * thread 0) and returns when all are done. -t sets nth for single-token steps, -tb for batches.
+ * A decoding step runs hundreds of short tasks, so both sides first spin briefly on an atomic
+ * counter (a new task: `generation` moves; all done: `busy` reaches 0) and only then sleep on a
+ * condition variable; the counters change under the mutex's protection of the sleepers, so no
+ * wakeup is lost. Spinning is short so that an oversubscribed machine still makes progress. */
+#include <stdatomic.h>
 typedef void (*TaskFn)(void *arg, int ith, int nth);
+enum { POOL_SPIN = 500 };   /* pause instructions before sleeping: a few microseconds */
 typedef struct {
     int n_threads, active;
     pthread_t *threads;
-    int *ids;
     pthread_mutex_t mu;
     pthread_cond_t start, done;
     TaskFn fn;
     void *arg;
-    uint64_t generation;
-    int busy;
+    _Atomic uint64_t generation;
+    _Atomic int busy;
     bool quit;
 } Pool;
 typedef struct { Pool *pool; int ith; } Worker;
+
+static void cpu_relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void *pool_worker(void *p) {
     Worker *w = p;
     Pool *pool = w->pool;
     uint64_t seen = 0;
     for (;;) {
+        for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
         pthread_mutex_lock(&pool->mu);
-        while (pool->generation == seen && !pool->quit) pthread_cond_wait(&pool->start, &pool->mu);
+        while (atomic_load(&pool->generation) == seen && !pool->quit) pthread_cond_wait(&pool->start, &pool->mu);
         if (pool->quit) { pthread_mutex_unlock(&pool->mu); return NULL; }
-        seen = pool->generation;
+        seen = atomic_load(&pool->generation);
         TaskFn fn = pool->fn;
         void *arg = pool->arg;
         int nth = pool->active;
         pthread_mutex_unlock(&pool->mu);
         if (w->ith < nth) fn(arg, w->ith, nth);
-        pthread_mutex_lock(&pool->mu);
-        if (--pool->busy == 0) pthread_cond_signal(&pool->done);
-        pthread_mutex_unlock(&pool->mu);
+        if (atomic_fetch_sub(&pool->busy, 1) == 1) {
+            pthread_mutex_lock(&pool->mu);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->mu);
+        }
     }
 }
 
@@ -1389,14 +1403,17 @@ static void pool_run(Pool *p, TaskFn fn, void *arg) {
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
-    p->busy = p->n_threads - 1;
-    p->generation++;
+    atomic_store(&p->busy, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->active);
-    pthread_mutex_lock(&p->mu);
-    while (p->busy > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < POOL_SPIN && atomic_load(&p->busy) > 0; i++) cpu_relax();
+    if (atomic_load(&p->busy) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 /* A weight matrix in the file: n_out rows of n_in values, row o at data + o*row_bytes. */
