@@ -2,6 +2,7 @@
 #   make          ./clover (CPU)
 #   make cuda     ./clover-cuda (CPU + GPU, needs nvcc)
 #   make test     the whole suite (needs llama.cpp: test/setup-llama.sh)
+#   make bench    speed vs llama.cpp on real-shape slices of the 35B model (test/bench.sh; minutes)
 CC      ?= cc
 CFLAGS  ?= -O2 -march=native -g
 CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE
@@ -34,6 +35,9 @@ build/preview_ref: test/preview_ref.c | build
 build/unit: test/unit.c clover.c | build
 	$(CC) $(CFLAGS) -I$(GGML_INC) -o $@ test/unit.c $(LLAMA_LIBS) $(LDLIBS)
 
+build/bench: test/bench.c clover.c | build
+	$(CC) $(CFLAGS) -I$(LLAMA_INC) -I$(GGML_INC) -o $@ test/bench.c $(LLAMA_LIBS) $(LDLIBS)
+
 # clover-cuda: the same program with the GPU side (clover.cu), for sm_90 plus PTX for newer GPUs.
 cuda: clover-cuda
 clover-cuda: clover.c clover.cu | build
@@ -46,4 +50,7 @@ tools: build/gen build/cmp build/ref build/unit build/preview_ref
 test: clover tools
 	test/run.sh
 
-.PHONY: test tools cuda
+bench: build/gen build/bench
+	test/bench.sh
+
+.PHONY: test tools cuda bench

@@ -677,9 +677,8 @@ static float dot_bf16_tile(const void *x, const void *y, int64_t n) {
     return fold(acc, 16);
 }
 
-static float dot_f32(const void *w, const void *a, int64_t n) { return dot_float_row(f32_at, w, a, n); }
-static float dot_f16(const void *w, const void *a, int64_t n) { return dot_float_row(f16_at, w, a, n); }
-static float dot_bf16(const void *w, const void *a, int64_t n) { return dot_bf16_row(w, a, n); }
+static float dot_f32_row(const void *w, const void *a, int64_t n) { return dot_float_row(f32_at, w, a, n); }
+static float dot_f16_row(const void *w, const void *a, int64_t n) { return dot_float_row(f16_at, w, a, n); }
 static float dot_f32_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f32_at, w, a, n); }
 static float dot_f16_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f16_at, w, a, n); }
 
@@ -862,63 +861,526 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
     return acc;
 }
 
-/* The dot product for weights of type wtype; tile: the order of a dense batch (see above). */
+/* --- The same dot products with x86-64 SIMD ---------------------------------------------------
+ * Each function below performs the per-lane operations of its scalar definition above, in the same
+ * order: the 8 float lanes of the quantized dots are one 256-bit register, the 64 accumulators of
+ * the row order are eight, the 16 of the tile order two. Integer sums inside a block are exact
+ * whatever their grouping (no pair sum of maddubs can saturate: |q| <= 128, |a| <= 127, and the
+ * unsigned K-quant values are at most 63), and fp16 scales convert exactly with F16C, so every
+ * float operation sees the same operands as the scalar code and the results are bit-identical
+ * (checked by test/unit.c and the `simd` group of test/run.sh). CLOVER_SIMD=scalar forces the
+ * scalar definitions. */
+enum { MAX_ROWS = 4 };   /* activation rows one multi-row kernel call takes (see below) */
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define SIMD __attribute__((target("avx2,fma,f16c")))
+#define SIMD_INLINE __attribute__((target("avx2,fma,f16c"), always_inline))   /* small helpers: keep vectors in registers */
+
+static inline SIMD_INLINE float f16c(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
+
+/* fold(acc, 8) of one register: lanes l += l+4, then l += l+2, then 0 += 1 */
+static inline SIMD_INLINE float fold8_avx2(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* fold(acc, 64) of eight registers (register r holds accumulators 8r..8r+7) */
+static inline SIMD_INLINE float fold64_avx2(__m256 a[8]) {
+    for (int r = 0; r < 4; r++) a[r] = _mm256_add_ps(a[r], a[r + 4]);
+    for (int r = 0; r < 2; r++) a[r] = _mm256_add_ps(a[r], a[r + 2]);
+    return fold8_avx2(_mm256_add_ps(a[0], a[1]));
+}
+
+static inline SIMD_INLINE int32_t hsum_i32_avx2(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* 8 fp32 values from 8 fp16 or bf16 values */
+static inline SIMD_INLINE __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline SIMD_INLINE __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
+
+SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
+    const float *x = w, *y = a;
+    __m256 acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f32_avx2(x + i + 8 * r), load_f32_avx2(y + i + 8 * r), acc[r]);
+    double sum = fold64_avx2(acc);
+    for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
+    return (float)sum;
+}
+
+SIMD static float dot_f16_avx2(const void *w, const void *a, int64_t n) {
+    const uint16_t *x = w, *y = a;
+    __m256 acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(x + i + 8 * r), load_f16_avx2(y + i + 8 * r), acc[r]);
+    double sum = fold64_avx2(acc);
+    for (int64_t i = np; i < n; i++) sum += f16c(x[i]) * f16c(y[i]);
+    return (float)sum;
+}
+
+SIMD static float dot_f32_tile_avx2(const void *w, const void *a, int64_t n) {
+    if (n % 16) return dot_f32_avx2(w, a, n);
+    const float *x = w, *y = a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int r = 0; r < 2; r++) acc[r] = _mm256_fmadd_ps(load_f32_avx2(x + i + 8 * r), load_f32_avx2(y + i + 8 * r), acc[r]);
+    return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+SIMD static float dot_f16_tile_avx2(const void *w, const void *a, int64_t n) {
+    if (n % 16) return dot_f16_avx2(w, a, n);
+    const uint16_t *x = w, *y = a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int r = 0; r < 2; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(x + i + 8 * r), load_f16_avx2(y + i + 8 * r), acc[r]);
+    return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* bf16_pairs on 16 lanes in two registers: a 32-bit word l holds elements 2l (low half) and 2l+1
+ * (high half), so masking gives the odd element and shifting the even one, as fp32. Products of
+ * two bf16 are exact, so fma equals the scalar multiply-then-add. */
+static inline SIMD_INLINE void bf16_pairs_avx2(__m256 acc[2], const uint16_t *x, const uint16_t *y) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int r = 0; r < 2; r++) {
+        __m256i vx = _mm256_loadu_si256((const __m256i *)(x + 16 * r)), vy = _mm256_loadu_si256((const __m256i *)(y + 16 * r));
+        acc[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(vx, hi)), _mm256_castsi256_ps(_mm256_and_si256(vy, hi)), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(vx, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(vy, 16)), acc[r]);
+    }
+}
+
+SIMD static float dot_bf16_avx2(const void *w, const void *a, int64_t n) {
+    const uint16_t *x = w, *y = a;
+    __m256 c1[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, c2[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64) {
+        bf16_pairs_avx2(c1, x + i, y + i);
+        bf16_pairs_avx2(c2, x + i + 32, y + i + 32);
+    }
+    double sum = (double)fold8_avx2(_mm256_add_ps(c1[0], c1[1])) + (double)fold8_avx2(_mm256_add_ps(c2[0], c2[1]));
+    for (int64_t i = np; i < n; i++) sum += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
+    return (float)sum;
+}
+
+SIMD static float dot_bf16_tile_avx2(const void *w, const void *a, int64_t n) {
+    if (n % 32) return dot_bf16_avx2(w, a, n);
+    const uint16_t *x = w, *y = a;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n; i += 32) bf16_pairs_avx2(acc, x + i, y + i);
+    return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
+}
+
+/* 8 int32 lanes, lane l = sum of elements 4l..4l+3 of q*a (q, a signed: ggml's mul_sum_i8_pairs) */
+static inline SIMD_INLINE __m256i lanes_i8_avx2(__m256i q, __m256i a) {
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* the same with q unsigned (0..63) and a per-pair int16 scale s: lane l = sum s * q * a */
+static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i q, __m256i a, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), s);
+}
+
+/* unpack_q4_0: low nibbles are elements 0..15, high nibbles 16..31, minus 8 */
+static inline SIMD_INLINE __m256i unpack_q4_0_avx2(const BlockQ4_0 *b) {
+    __m128i x = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(15));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+}
+
+/* The quantized kernels take R <= 4 activation rows at once (a, a + stride, ...) against one weight
+ * row: the weight block is unpacked once and dotted with every row, each row keeping its own
+ * accumulators, so each result is exactly the single-row dot (the wrappers below, R = 1). */
+static inline SIMD_INLINE const void *act_block(const void *a, size_t stride, int r, size_t block_bytes, int64_t b) {
+    return (const uint8_t *)a + r * stride + (size_t)b * block_bytes;
+}
+
+SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ8_0 *x = w;
+    __m256 acc[MAX_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)x[b].qs);
+        float dw = f16c(x[b].d);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
+            __m256i l = lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(y->d)), _mm256_cvtepi32_ps(l), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
+}
+
+SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ4_0 *x = w;
+    __m256 acc[MAX_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = unpack_q4_0_avx2(&x[b]);
+        float dw = f16c(x[b].d);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
+            __m256i l = lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(y->d)), _mm256_cvtepi32_ps(l), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
+}
+
+SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ4_0 *x = w;
+    float acc[MAX_ROWS] = {0};
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = unpack_q4_0_avx2(&x[b]);
+        float dw = f16c(x[b].d);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
+            int32_t s = hsum_i32_avx2(lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs)));
+            acc[r] = fmaf((float)s, dw * f16c(y->d), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = acc[r];
+}
+
+/* Sub-blocks j = 0..7 of a Q4_K/Q5_K block as 32 unsigned bytes each (unpack_q4_K, unpack_q5_K):
+ * the low (j even) or high nibbles of qs[32 (j/2) ..], plus bit j of qh as the fifth bit for Q5_K;
+ * and the eight sub-block scales as int16 vectors. */
+static inline SIMD_INLINE void unpack_k4_avx2(const uint8_t *qs, const uint8_t *qh, const uint8_t sc[8], __m256i q[8], __m256i s16[8]) {
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        q[2 * p] = _mm256_and_si256(v, m4);
+        q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    if (qh) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+        for (int j = 0; j < 8; j++)
+            q[j] = _mm256_or_si256(q[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, j), one), 4));
+    }
+    for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
+}
+
+/* sc_j (q_j . a_j) for sub-block j in 8 lanes (lane l: elements 4l..4l+3) */
+static inline SIMD_INLINE __m256i k4_sub_avx2(const __m256i q[8], const __m256i s16[8], const int8_t *a, int j) {
+    return lanes_u8i8_avx2(q[j], _mm256_loadu_si256((const __m256i *)(a + 32 * j)), s16[j]);
+}
+
+/* k4_lanes: lane l = sum_j sc_j (elements 4l..4l+3 of sub-block j) */
+static inline SIMD_INLINE __m256i k4_lanes_avx2(const __m256i q[8], const __m256i s16[8], const int8_t *a) {
+    __m256i lane = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) lane = _mm256_add_epi32(lane, k4_sub_avx2(q, s16, a, j));
+    return lane;
+}
+
+SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ4_K *x = w;
+    __m256 acc[MAX_ROWS];
+    float accm[MAX_ROWS][4] = {{0}};
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8], s16[8];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
+        float dw = f16c(x[b].d), dmw = f16c(x[b].dmin);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            float d = y->d * dw, dmin = -y->d * dmw;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, s16, y->qs)), acc[r]);
+            for (int m = 0; m < 4; m++) {
+                int32_t p = 0;
+                for (int k = 2 * m; k < 2 * m + 2; k++) p += mn[k] * (y->bsums[2 * k] + y->bsums[2 * k + 1]);
+                accm[r][m] = fmaf(dmin, (float)p, accm[r][m]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]) + fold(accm[r], 4);
+}
+
+/* The repacked Q4_K kernels add one float term per row at a time (per block, or per pair of
+ * sub-blocks in the gemm order); four activation rows' accumulators sit in the four lanes of one
+ * register, each lane doing its row's scalar operations (missing rows repeat row 0, unused). */
+static inline SIMD_INLINE __m128i hsum4_i32_avx2(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {   /* [sum v0, .., sum v3] */
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* 4 int32 sums m_2s (b_4s + b_4s+1) + m_2s+1 (b_4s+2 + b_4s+3) over the bsums b of a Q8_K block:
+ * the mins of sub-block pair s (k4_summ taken by pairs) */
+static inline SIMD_INLINE __m128i k4_mins_avx2(const uint8_t mn[8], const BlockQ8_K *y) {
+    __m128i b = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+    return _mm_madd_epi16(b, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn)));
+}
+
+SIMD static void rows_q4_K_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ4_K *x = w;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8], s16[8], lanes[4];
+        __m128i mins[4];
+        float yd[4];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
+        for (int r = 0; r < 4; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r < R ? r : 0, sizeof *y, b);
+            lanes[r] = k4_lanes_avx2(q, s16, y->qs);
+            mins[r] = k4_mins_avx2(mn, y);
+            yd[r] = y->d;
+        }
+        __m128i sumi = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);
+        __m128i summ = _mm_hadd_epi32(_mm_hadd_epi32(mins[0], mins[1]), _mm_hadd_epi32(mins[2], mins[3]));
+        __m128 d = _mm_loadu_ps(yd);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sumi), _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), d), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), d), accm);
+    }
+    float o[4];
+    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+    for (int r = 0; r < R; r++) out[r] = o[r];
+}
+
+/* the gemm order: one integer sum per pair of sub-blocks s (j = 2s, 2s+1) */
+SIMD static void rows_q4_K_8x8_gemm_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ4_K *x = w;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8], s16[8];
+        __m128i si[4], sm[4];   /* [row][pair], transposed below to [pair][row] */
+        float yd[4];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
+        for (int r = 0; r < 4; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r < R ? r : 0, sizeof *y, b);
+            __m256i v[4];
+            for (int s = 0; s < 4; s++) v[s] = _mm256_add_epi32(k4_sub_avx2(q, s16, y->qs, 2 * s), k4_sub_avx2(q, s16, y->qs, 2 * s + 1));
+            si[r] = hsum4_i32_avx2(v[0], v[1], v[2], v[3]);
+            sm[r] = k4_mins_avx2(mn, y);
+            yd[r] = y->d;
+        }
+        __m128 fi[4], fm[4];
+        for (int r = 0; r < 4; r++) fi[r] = _mm_cvtepi32_ps(si[r]), fm[r] = _mm_cvtepi32_ps(sm[r]);
+        _MM_TRANSPOSE4_PS(fi[0], fi[1], fi[2], fi[3]);
+        _MM_TRANSPOSE4_PS(fm[0], fm[1], fm[2], fm[3]);
+        __m128 yd4 = _mm_loadu_ps(yd), d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
+        for (int s = 0; s < 4; s++) {
+            acc = _mm_fmadd_ps(fi[s], d, acc);
+            accm = _mm_fmadd_ps(fm[s], dmin, accm);
+        }
+    }
+    float o[4];
+    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+    for (int r = 0; r < R; r++) out[r] = o[r];
+}
+
+SIMD static void rows_q5_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ5_K *x = w;
+    __m256 acc[MAX_ROWS];
+    float summs[MAX_ROWS] = {0};
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t sc[8], mn[8];
+        __m256i q[8], s16[8];
+        unpack_scales_k4(x[b].scales, sc, mn);
+        unpack_k4_avx2(x[b].qs, x[b].qh, sc, q, s16);
+        float dw = f16c(x[b].d), dmw = f16c(x[b].dmin);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            float d = y->d * dw, dmin = -y->d * dmw;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, s16, y->qs)), acc[r]);
+            summs[r] = fmaf(dmin, (float)k4_summ(mn, y), summs[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]) + summs[r];
+}
+
+/* dot_q6_K: chunk c (32 elements) of u = q + 32 is a nibble of ql with two bits of qh above it;
+ * its first 16 elements take scale 2c, the last 16 scale 2c+1 (int16 lanes 0..7 and 8..15 of madd) */
+SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    const BlockQ6_K *x = w;
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+    __m256 acc[MAX_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        const int8_t *sc = x[b].scales;
+        __m256i u[8], s[8];
+        for (int half = 0; half < 2; half++) {
+            __m256i la = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half));
+            __m256i lb = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half + 32));
+            __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
+            u[4 * half + 0] = _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2));
+            u[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2));
+            u[4 * half + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(h, m2));
+            u[4 * half + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
+        }
+        for (int c = 0; c < 8; c++) s[c] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
+        __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        float dw = f16c(x[b].d);
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            __m256i lane = _mm256_setzero_si256();
+            for (int c = 0; c < 8; c++)
+                lane = _mm256_add_epi32(lane, lanes_u8i8_avx2(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s[c]));
+            /* the offset: lane l -= 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
+            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), s16);
+            lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(off, 5));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lane), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
+}
+
+/* single rows */
+SIMD static float dot_q8_0_avx2(const void *w, const void *a, int64_t n) { float o; rows_q8_0_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_0_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_0_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_0_8x8_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_0_8x8_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_K_8x8_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q4_K_8x8_gemm_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_gemm_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q5_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q5_K_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q6_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q6_K_avx2(w, a, 0, 1, n, &o); return o; }
+#undef SIMD
+#undef SIMD_INLINE
+#endif
+
+/* --- Choosing a dot product --------------------------------------------------------------- */
+/* The kernels by summation order and layout, each as the scalar definition and its SIMD twin. */
 typedef float (*DotFn)(const void *w, const void *a, int64_t n);
+enum { K_F32, K_F32_TILE, K_F16, K_F16_TILE, K_BF16, K_BF16_TILE, K_Q8_0, K_Q4_0, K_Q4_0_8X8,
+       K_Q4_K, K_Q4_K_8X8, K_Q4_K_8X8_GEMM, K_Q5_K, K_Q6_K, N_KERNELS };
+static const DotFn DOT_SCALAR[N_KERNELS] = {
+    dot_f32_row, dot_f32_tile, dot_f16_row, dot_f16_tile, dot_bf16_row, dot_bf16_tile, dot_q8_0, dot_q4_0,
+    dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K,
+};
+/* Quantized kernels that also take up to MAX_ROWS activation rows at once (none in scalar code). */
+typedef void (*DotRowsFn)(const void *w, const void *a, size_t stride, int R, int64_t n, float *out);
+static const DotRowsFn ROWS_SCALAR[N_KERNELS] = {0};
+#if defined(__x86_64__)
+static const DotRowsFn ROWS_AVX2[N_KERNELS] = {
+    [K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2, [K_Q4_K] = rows_q4_K_avx2,
+    [K_Q4_K_8X8] = rows_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = rows_q4_K_8x8_gemm_avx2, [K_Q5_K] = rows_q5_K_avx2,
+    [K_Q6_K] = rows_q6_K_avx2,
+};
+static const DotFn DOT_AVX2[N_KERNELS] = {
+    dot_f32_avx2, dot_f32_tile_avx2, dot_f16_avx2, dot_f16_tile_avx2, dot_bf16_avx2, dot_bf16_tile_avx2,
+    dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_0_8x8_avx2, dot_q4_K_avx2, dot_q4_K_8x8_avx2, dot_q4_K_8x8_gemm_avx2,
+    dot_q5_K_avx2, dot_q6_K_avx2,
+};
+#endif
+
+/* The kernel table for this CPU, chosen once: AVX2 with FMA and F16C where the CPU has them, unless
+ * CLOVER_SIMD=scalar asks for the scalar definitions (the tests compare the two). */
+static const DotFn *dot_kernels = DOT_SCALAR;
+static const DotRowsFn *dot_rows_kernels = ROWS_SCALAR;
+static pthread_once_t dot_kernels_once = PTHREAD_ONCE_INIT;
+
+static void choose_dot_kernels(void) {
+    const char *env = getenv("CLOVER_SIMD");
+    if (env && !strcmp(env, "scalar")) return;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        dot_kernels = DOT_AVX2;
+        dot_rows_kernels = ROWS_AVX2;
+    }
+#endif
+}
+
+static const DotFn *dots(void) {
+    pthread_once(&dot_kernels_once, choose_dot_kernels);
+    return dot_kernels;
+}
+
+static const DotRowsFn *dot_rows(void) {
+    pthread_once(&dot_kernels_once, choose_dot_kernels);
+    return dot_rows_kernels;
+}
+
 /* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
  * multiple of 8 (ggml_repack_get_optimal_repack_type on AVX2), which changes their float order. */
-static DotFn dot_fn(uint32_t wtype, bool tile, int64_t n_rows) {
+static int dot_kernel(uint32_t wtype, bool tile, int64_t n_rows) {
     bool repacked = n_rows % 8 == 0;
     switch (wtype) {
-    case T_F32: return tile ? dot_f32_tile : dot_f32;
-    case T_F16: return tile ? dot_f16_tile : dot_f16;
-    case T_BF16: return tile ? dot_bf16_tile : dot_bf16;
-    case T_Q8_0: return dot_q8_0;
-    case T_Q4_0: return repacked ? dot_q4_0_8x8 : dot_q4_0;
-    case T_Q4_K: return repacked ? dot_q4_K_8x8 : dot_q4_K;
-    case T_Q5_K: return dot_q5_K;
-    case T_Q6_K: return dot_q6_K;
+    case T_F32: return tile ? K_F32_TILE : K_F32;
+    case T_F16: return tile ? K_F16_TILE : K_F16;
+    case T_BF16: return tile ? K_BF16_TILE : K_BF16;
+    case T_Q8_0: return K_Q8_0;
+    case T_Q4_0: return repacked ? K_Q4_0_8X8 : K_Q4_0;
+    case T_Q4_K: return repacked ? K_Q4_K_8X8 : K_Q4_K;
+    case T_Q5_K: return K_Q5_K;
+    case T_Q6_K: return K_Q6_K;
     }
     fatal("internal: no dot product for type %u", wtype);
-    return NULL;
+    return 0;
 }
+
+/* The dot product for weights of type wtype; tile: the order of a dense batch (see above). */
+static DotFn dot_fn(uint32_t wtype, bool tile, int64_t n_rows) { return dots()[dot_kernel(wtype, tile, n_rows)]; }
+
+/* Row order F32 (single rows, the GDN recurrence). */
+static float dot_f32(const void *w, const void *a, int64_t n) { return dots()[K_F32](w, a, n); }
 
 /* ============================================================================================== */
 /* 6. Thread pool and matmul                                                                      */
 /* ============================================================================================== */
 /* A fixed set of worker threads; pool_run(fn) calls fn(arg, ith, nth) on nth threads (the caller is
- * thread 0) and returns when all are done. -t sets nth for single-token steps, -tb for batches. */
+ * thread 0) and returns when all are done. -t sets nth for single-token steps, -tb for batches.
+ * A decoding step runs hundreds of short tasks, so both sides first spin briefly on an atomic
+ * counter (a new task: `generation` moves; all done: `busy` reaches 0) and only then sleep on a
+ * condition variable; the counters change under the mutex's protection of the sleepers, so no
+ * wakeup is lost. Spinning is short so that an oversubscribed machine still makes progress. */
+#include <stdatomic.h>
 typedef void (*TaskFn)(void *arg, int ith, int nth);
+enum { POOL_SPIN = 500 };   /* pause instructions before sleeping: a few microseconds */
 typedef struct {
     int n_threads, active;
     pthread_t *threads;
-    int *ids;
     pthread_mutex_t mu;
     pthread_cond_t start, done;
     TaskFn fn;
     void *arg;
-    uint64_t generation;
-    int busy;
+    _Atomic uint64_t generation;
+    _Atomic int busy;
     bool quit;
 } Pool;
 typedef struct { Pool *pool; int ith; } Worker;
+
+static void cpu_relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void *pool_worker(void *p) {
     Worker *w = p;
     Pool *pool = w->pool;
     uint64_t seen = 0;
     for (;;) {
+        for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
         pthread_mutex_lock(&pool->mu);
-        while (pool->generation == seen && !pool->quit) pthread_cond_wait(&pool->start, &pool->mu);
+        while (atomic_load(&pool->generation) == seen && !pool->quit) pthread_cond_wait(&pool->start, &pool->mu);
         if (pool->quit) { pthread_mutex_unlock(&pool->mu); return NULL; }
-        seen = pool->generation;
+        seen = atomic_load(&pool->generation);
         TaskFn fn = pool->fn;
         void *arg = pool->arg;
         int nth = pool->active;
         pthread_mutex_unlock(&pool->mu);
         if (w->ith < nth) fn(arg, w->ith, nth);
-        pthread_mutex_lock(&pool->mu);
-        if (--pool->busy == 0) pthread_cond_signal(&pool->done);
-        pthread_mutex_unlock(&pool->mu);
+        if (atomic_fetch_sub(&pool->busy, 1) == 1) {
+            pthread_mutex_lock(&pool->mu);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->mu);
+        }
     }
 }
 
@@ -941,14 +1403,17 @@ static void pool_run(Pool *p, TaskFn fn, void *arg) {
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
-    p->busy = p->n_threads - 1;
-    p->generation++;
+    atomic_store(&p->busy, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->active);
-    pthread_mutex_lock(&p->mu);
-    while (p->busy > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < POOL_SPIN && atomic_load(&p->busy) > 0; i++) cpu_relax();
+    if (atomic_load(&p->busy) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 /* A weight matrix in the file: n_out rows of n_in values, row o at data + o*row_bytes. */
@@ -976,25 +1441,46 @@ typedef struct {
     bool tile;
 } MatmulTask;
 
-/* Each thread takes a contiguous range of output rows and multiplies every row with all T
- * activations while the row is in cache: a weight row is read once per batch. */
+/* Each thread takes a contiguous range of output rows and multiplies them with all T activations:
+ *   y[t][o] = dot(W[o], x[t])     for o in the thread's range, t = 0..T-1
+ * in tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2) against
+ * TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
+ * activations (once for decoding). Where a kernel takes several activation rows at once, each weight
+ * block is unpacked once for MAX_ROWS of them. The order of tiles changes no sum. */
+enum { TILE_T = 64, TILE_O = 16 };
+
 static void matmul_task(void *p, int ith, int nth) {
     const MatmulTask *mt = p;
     const Mat *w = mt->w;
-    DotFn dot = dot_fn(w->type, mt->tile, w->n_out);
+    int k = dot_kernel(w->type, mt->tile, w->n_out), k4 = k;
     /* repacked Q4_K in a prompt batch of T > 3 rows: the first T - T % 4 rows go through the 4-row
      * gemm (ggml_gemm_q4_K_8x8_q8_K), the rest through gemv (forward_mul_mat_one_chunk, repack.cpp) */
-    DotFn dot4 = dot;
     int T4 = 0;
     if (mt->tile && mt->T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
-        dot4 = dot_q4_K_8x8_gemm;
+        k4 = K_Q4_K_8X8_GEMM;
         T4 = mt->T - mt->T % 4;
     }
     int64_t o0 = w->n_out * ith / nth, o1 = w->n_out * (ith + 1) / nth;
-    for (int64_t o = o0; o < o1; o++) {
-        const uint8_t *row = w->data + (size_t)o * w->row_bytes;
-        for (int t = 0; t < mt->T; t++)
-            mt->y[(size_t)t * w->n_out + o] = (t < T4 ? dot4 : dot)(row, mt->xq + t * mt->xq_stride, w->n_in);
+    for (int t0 = 0; t0 < mt->T; t0 += TILE_T) {
+        int t1 = t0 + TILE_T < mt->T ? t0 + TILE_T : mt->T;
+        for (int64_t ob = o0; ob < o1; ob += TILE_O) {
+            int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
+            for (int t = t0; t < t1;) {
+                int kt = t < T4 ? k4 : k;
+                DotRowsFn rows = dot_rows()[kt];
+                /* R rows of the same kernel: T4 is a multiple of MAX_ROWS, so no group straddles it */
+                int R = rows ? (t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS) : 1;
+                const uint8_t *x = mt->xq + t * mt->xq_stride;
+                for (int64_t o = ob; o < oe; o++) {
+                    const uint8_t *row = w->data + (size_t)o * w->row_bytes;
+                    float out[MAX_ROWS];
+                    if (rows) rows(row, x, mt->xq_stride, R, w->n_in, out);
+                    else out[0] = dots()[kt](row, x, w->n_in);
+                    for (int r = 0; r < R; r++) mt->y[(size_t)(t + r) * w->n_out + o] = out[r];
+                }
+                t += R;
+            }
+        }
     }
 }
 

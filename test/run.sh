@@ -14,6 +14,7 @@
 #   greedy     64 greedy tokens, clover vs llama.cpp, every weight type
 #   twin       a clover_moe file and its qwen35moe twin give bit-identical logits
 #   threads    -t 1 and -t 2 give bit-identical logits and text
+#   simd       SIMD and scalar (CLOVER_SIMD=scalar) dot products give bit-identical logits, every type
 #   batch      prompts in ubatches of 1 and 7 rows: vs llama.cpp at the same ubatch (when build/ref
 #              has -ub), and vs one batch (-ub 512) for F32 weights (BATCH_TOL)
 #   smoke      default options (f16 cache), sampling with a seed, --chat
@@ -325,6 +326,32 @@ test_threads() {
         else
             fail "$name" "$(text_diff "$TMP/t1.txt" "$TMP/t2.txt")"
         fi
+    done
+}
+
+# The SIMD dot products (AVX2, chosen at run time) and the scalar definitions (CLOVER_SIMD=scalar)
+# give bit-identical logits: every weight type, in one batch (tile order, 4-row gemm), ubatches of 5
+# (gemm plus gemv rows) and of 1 (row order, as decoding); f16 and bf16 caches for attention.
+test_simd() {
+    prompts || { fail simd "cannot make the prompts"; return; }
+    local t m ub kv name ids
+    ids=$(cat "$TMP/p1.ids")
+    for t in $TYPES; do
+        m=$(model "$t") || { fail "simd/$t" "cannot generate the model"; continue; }
+        for ub in 512 5 1; do
+            for kv in f32 f16 bf16; do
+                [ "$kv" != f32 ] && [ "$t" != q8_0 ] && continue
+                name="simd/$t -ub $ub -ctk $kv: SIMD vs scalar logits"
+                if ! clover -m "$m" --tokens "$ids" -ub "$ub" --dump-logits "$TMP/s1.bin" -ctk "$kv" -ctv "$kv" > /dev/null ||
+                    ! CLOVER_SIMD=scalar clover -m "$m" --tokens "$ids" -ub "$ub" --dump-logits "$TMP/s2.bin" -ctk "$kv" -ctv "$kv" > /dev/null; then
+                    fail "$name" "$(why)"
+                elif cmp -s "$TMP/s1.bin" "$TMP/s2.bin"; then
+                    pass "$name"
+                else
+                    fail "$name" "not bit-identical: $("$CMP" "$TMP/s1.bin" "$TMP/s2.bin" $N_VOCAB 2>&1)"
+                fi
+            done
+        done
     done
 }
 
@@ -1185,7 +1212,7 @@ EOF
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy twin threads batch smoke draft dumps trace preview drafts stats diffusion errors; do
+for t in unit tokenizer logits greedy twin threads simd batch smoke draft dumps trace preview drafts stats diffusion errors; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"

@@ -358,6 +358,67 @@ static void test_dots(void) {
     free(x), free(wd), free(ad), free(w), free(act);
 }
 
+/* Every kernel's SIMD twin against its scalar definition, bit for bit, over lengths with and
+ * without tails and activations of every kind (the gemm kernel included). */
+static void test_simd_dots(void) {
+    const DotFn *simd = dots();
+    if (simd == DOT_SCALAR) {
+        check(true, "SIMD dots vs scalar (no SIMD kernels on this CPU or CLOVER_SIMD=scalar: skipped)", "");
+        return;
+    }
+    const int64_t sizes[] = {4096, 2048, 512, 256, 1000, 96, 80, 64, 37};
+    float *x = xmalloc(4096 * 4);
+    void *w = xmalloc(4096 * 4), *act = xmalloc(4096 * 4 + 1024);
+    uint8_t *rows_act = xmalloc(MAX_ROWS * (4096 * 4 + 1024));
+    for (int k = 0; k < N_KERNELS; k++) {
+        uint32_t type = 0;
+        for (int t = 0; t < N_WEIGHT_TYPES; t++)
+            for (int v = 0; v < 4; v++)
+                if (dot_kernel(WEIGHT_TYPES[t], v & 1, v & 2 ? 8 : 7) == k) type = WEIGHT_TYPES[t];
+        if (k == K_Q4_K_8X8_GEMM) type = T_Q4_K;
+        int bad = 0, n_checks = 0;
+        char detail[160] = "";
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            int64_t n = sizes[s];
+            if (n % TYPES[type].block || n % TYPES[dot_type(type)].block) continue;
+            for (int rep = 0; rep < 50; rep++) {
+                random_row(type, w, n);
+                if (type == T_BF16)
+                    for (int64_t i = 0; i < n; i++) ((uint16_t *)w)[i] = ggml_fp32_to_bf16(rnd_normal() * expf(rnd_uniform(-8, 8))).bits;
+                activation_row(x, n, rep % 5 == 3 ? 0 : rep % 5);
+                quantize_row(type, x, act, n);
+                float a = DOT_SCALAR[k](w, act, n), b = simd[k](w, act, n);
+                n_checks++;
+                if (memcmp(&a, &b, 4) && bad++ == 0)
+                    snprintf(detail, sizeof detail, "n=%lld: scalar %.9g, simd %.9g", (long long)n, a, b);
+                /* the multi-row kernel on R rows (row r: this activation scaled by r + 1, requantized) */
+                DotRowsFn rows = dot_rows()[k];
+                size_t stride = row_bytes(dot_type(type), n);
+                for (int R = 1; rows && R <= MAX_ROWS; R++) {
+                    for (int r = 0; r < R; r++) {
+                        float *xr = xmalloc((size_t)n * 4);
+                        for (int64_t i = 0; i < n; i++) xr[i] = x[i] * (float)(r + 1);
+                        quantize_row(type, xr, rows_act + r * stride, n);
+                        free(xr);
+                    }
+                    float out[MAX_ROWS];
+                    rows(w, rows_act, stride, R, n, out);
+                    for (int r = 0; r < R; r++) {
+                        float want = DOT_SCALAR[k](w, rows_act + r * stride, n);
+                        n_checks++;
+                        if (memcmp(&want, &out[r], 4) && bad++ == 0)
+                            snprintf(detail, sizeof detail, "n=%lld, %d rows, row %d: scalar %.9g, simd %.9g", (long long)n, R, r, want, out[r]);
+                    }
+                }
+            }
+        }
+        char name[96];
+        snprintf(name, sizeof name, "SIMD dot kernel %d (%s) vs scalar, bit for bit", k, TYPES[type].name);
+        check(bad == 0 && n_checks > 0, name, "%d of %d differ; %s", bad, n_checks, detail);
+    }
+    free(x), free(w), free(act), free(rows_act);
+}
+
 int main(void) {
     test_fp16_to_fp32();
     test_fp32_to_fp16();
@@ -366,6 +427,7 @@ int main(void) {
     test_quantize_q8_0();
     test_quantize_q8_K();
     test_dots();
+    test_simd_dots();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

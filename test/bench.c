@@ -1,0 +1,256 @@
+/* bench.c — clover.c vs llama.cpp speed on the same GGUF with the same threads (make bench).
+ *
+ *   build/bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY]
+ *
+ * One process holds both programs: clover.c itself (included with TESTING defined, as test/unit.c
+ * does) and llama.cpp's prebuilt library (as test/ref.c drives it). Each repetition runs clover
+ * and llama.cpp one after the other, alternating which goes first, on the same token ids:
+ *   prefill  a PROMPT-token prompt (default 512) in one batch                       -> tokens/s
+ *   decode   DECODE single-token steps after it (default 64), logits of every step    -> tokens/s
+ *   verify   one VERIFY-row batch (default 16) with logits of every row, after those -> seconds,
+ *            and its cost in decode steps (clover computes it in row order, as draft-self does)
+ * These machines drift by 30-50% between runs, so the summary gives medians over repetitions of
+ * each figure and of the per-repetition clover/llama.cpp ratios. It also measures the memory
+ * bandwidth (THREADS threads streaming a 1 GiB buffer, best of 3) and the fraction of it that
+ * decoding reaches: bytes of weights one decode step reads (every matrix, the n_used experts of
+ * each expert tensor, one embedding row) over the median step time.
+ * Both use an F16 KV cache and llama.cpp's flash attention is off (clover's attention is exact).
+ * The last line is one machine-readable summary: `BENCH key=value ...`. */
+#define TESTING
+#pragma GCC diagnostic ignored "-Wunused-function"   /* clover.c's command-line half is not used here */
+#include "../clover.c"
+
+#include <dlfcn.h>
+#include <limits.h>
+
+#include "ggml-backend.h"
+#include "llama.h"
+
+static void load_backends(void) {   /* the CPU variant for this machine, from libllama's folder */
+    Dl_info info;
+    if (!dladdr((void *)llama_backend_init, &info) || !info.dli_fname) fatal("cannot locate libllama");
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", info.dli_fname);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    ggml_backend_load_all_from_path(dir);
+}
+
+static void quiet_log(enum ggml_log_level level, const char *text, void *ud) {
+    (void)ud;
+    if (level == GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
+}
+
+typedef struct { double prefill, decode, verify; } Times;   /* seconds for each phase */
+
+/* --- clover ----------------------------------------------------------------------------------- */
+static void clover_reset(Ctx *ctx) {
+    const Config *c = &ctx->m->c;
+    ctx->st.n_past = 0;
+    for (int il = 0; il < c->n_layer; il++)
+        if (ctx->m->layers[il].recurrent) {
+            memset(ctx->st.ring[il], 0, ring_floats(c) * sizeof(float));
+            memset(ctx->st.S[il], 0, S_floats(c) * sizeof(float));
+        }
+}
+
+static Times clover_run(Ctx *ctx, const int *ids, int P, int N, int V, float *logits) {
+    Times t;
+    clover_reset(ctx);
+    double t0 = now_seconds();
+    prefill(ctx, ids, P, logits, NULL);
+    t.prefill = now_seconds() - t0;
+    t0 = now_seconds();
+    for (int i = 0; i < N; i++) forward_batch(ctx, ids + P + i, 1, logits, false, NULL, false);
+    t.decode = now_seconds() - t0;
+    t0 = now_seconds();
+    forward_batch(ctx, ids + P + N, V, logits, true, NULL, false);
+    t.verify = now_seconds() - t0;
+    return t;
+}
+
+/* --- llama.cpp -------------------------------------------------------------------------------- */
+static void llama_eval(struct llama_context *c, const int *ids, int n, int pos0, bool all_logits) {
+    struct llama_batch b = llama_batch_init(n, 0, 1);
+    for (int i = 0; i < n; i++) {
+        b.token[i] = ids[i];
+        b.pos[i] = pos0 + i;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = 0;
+        b.logits[i] = (int8_t)(all_logits || i == n - 1);
+    }
+    b.n_tokens = n;
+    if (llama_decode(c, b) != 0) fatal("llama_decode failed for %d tokens at position %d", n, pos0);
+    llama_batch_free(b);
+}
+
+static Times llama_run(struct llama_context *c, const int *ids, int P, int N, int V) {
+    Times t;
+    llama_memory_clear(llama_get_memory(c), true);
+    double t0 = now_seconds();
+    llama_eval(c, ids, P, 0, false);
+    t.prefill = now_seconds() - t0;
+    t0 = now_seconds();
+    for (int i = 0; i < N; i++) llama_eval(c, ids + P + i, 1, P + i, true);
+    t.decode = now_seconds() - t0;
+    t0 = now_seconds();
+    llama_eval(c, ids + P + N, V, P + N, true);
+    t.verify = now_seconds() - t0;
+    return t;
+}
+
+/* --- memory bandwidth and bytes per decode step ----------------------------------------------- */
+typedef struct { const uint64_t *p; size_t n; uint64_t sum; } StreamTask;
+
+static void stream_task(void *arg, int ith, int nth) {
+    StreamTask *st = arg;
+    size_t i0 = st->n * ith / nth, i1 = st->n * (ith + 1) / nth;
+    uint64_t s = 0;
+    for (size_t i = i0; i < i1; i++) s += st->p[i];
+    __atomic_fetch_add(&st->sum, s, __ATOMIC_RELAXED);
+}
+
+static double memory_bandwidth(Pool *pool) {   /* bytes/s, best of 3 reads of 1 GiB */
+    size_t n = (size_t)1 << 27;
+    uint64_t *p = xmalloc(n * 8);
+    for (size_t i = 0; i < n; i++) p[i] = i;
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        StreamTask st = {p, n, 0};
+        double t0 = now_seconds();
+        pool_run(pool, stream_task, &st);
+        double bw = n * 8.0 / (now_seconds() - t0);
+        if (st.sum == 1) fatal("impossible");   /* keeps the reads */
+        if (bw > best) best = bw;
+    }
+    free(p);
+    return best;
+}
+
+static double decode_bytes(const Model *m) {
+    const GGUF *f = &m->file;
+    const Config *c = &m->c;
+    double bytes = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const GGUFTensor *t = &f->tensors[i];
+        double b = (double)t->nbytes;
+        if (memmem(t->name.ptr, t->name.len, "_exps", 5)) b *= (double)c->n_expert_used / c->n_expert;
+        else if (t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) b /= c->n_vocab;
+        bytes += b;
+    }
+    return bytes;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL;
+    int threads = 2, reps = 5, P = 512, N = 64, V = 16;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) fatal("usage: bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY]");
+        const char *o = argv[i], *v = argv[++i];
+        if (!strcmp(o, "-m")) path = v;
+        else if (!strcmp(o, "-t")) threads = atoi(v);
+        else if (!strcmp(o, "-r")) reps = atoi(v);
+        else if (!strcmp(o, "-p")) P = atoi(v);
+        else if (!strcmp(o, "-n")) N = atoi(v);
+        else if (!strcmp(o, "-v")) V = atoi(v);
+        else fatal("unknown option %s", o);
+    }
+    if (!path || threads < 1 || reps < 1 || P < 2 || N < 1 || V < 1) fatal("bench: bad arguments");
+    int n_ctx = P + N + V;
+
+    static Model m;
+    model_load(&m, path);
+    const Config *c = &m.c;
+    static Ctx ctx;
+    ctx.m = &m;
+    ctx.n_threads = ctx.n_threads_batch = threads;
+    int cap = P > V ? P : V;
+    pool_init(&ctx.pool, threads);
+    state_init(&ctx.st, &m, n_ctx, T_F16, T_F16);
+    scratch_init(&ctx.sc, c, cap, n_ctx, threads);
+    float *logits = xmalloc((size_t)cap * c->n_vocab * sizeof(float));
+
+    llama_log_set(quiet_log, NULL);
+    llama_backend_init();
+    load_backends();
+    struct llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    struct llama_model *lm = llama_model_load_from_file(path, mp);
+    if (!lm) fatal("llama.cpp cannot load %s", path);
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t)n_ctx;
+    cp.n_batch = cp.n_ubatch = (uint32_t)cap;
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = threads;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = cp.type_v = GGML_TYPE_F16;
+    cp.no_perf = true;
+    struct llama_context *lc = llama_init_from_model(lm, cp);
+    if (!lc) fatal("llama.cpp cannot make a context of %d", n_ctx);
+
+    int *ids = xmalloc((size_t)(P + N + V) * sizeof(int));
+    uint64_t rng = 42;
+    for (int i = 0; i < P + N + V; i++) ids[i] = (int)(random_uniform(&rng) * (c->n_vocab - 1));
+
+    printf("model %s: %d layers, vocabulary %d, %d threads; prompt %d, decode %d, verify %d rows\n", path, c->n_layer,
+           c->n_vocab, threads, P, N, V);
+    printf("%-4s %-10s %12s %12s %12s %12s\n", "rep", "program", "prefill t/s", "decode t/s", "verify ms", "verify/step");
+    double *cr[3], *lr[3], *ratio[4];
+    for (int k = 0; k < 3; k++) cr[k] = xmalloc(reps * sizeof(double)), lr[k] = xmalloc(reps * sizeof(double));
+    for (int k = 0; k < 4; k++) ratio[k] = xmalloc(reps * sizeof(double));
+    for (int r = 0; r < reps; r++) {
+        Times tc, tl;
+        if (r % 2 == 0) {
+            tc = clover_run(&ctx, ids, P, N, V, logits);
+            tl = llama_run(lc, ids, P, N, V);
+        } else {
+            tl = llama_run(lc, ids, P, N, V);
+            tc = clover_run(&ctx, ids, P, N, V, logits);
+        }
+        const Times *tt[2] = {&tc, &tl};
+        double *out[2][3] = {{&cr[0][r], &cr[1][r], &cr[2][r]}, {&lr[0][r], &lr[1][r], &lr[2][r]}};
+        for (int k = 0; k < 2; k++) {
+            *out[k][0] = P / tt[k]->prefill;
+            *out[k][1] = N / tt[k]->decode;
+            *out[k][2] = tt[k]->verify;
+            printf("%-4d %-10s %12.2f %12.2f %12.1f %12.2f\n", r, k ? "llama.cpp" : "clover", *out[k][0], *out[k][1],
+                   1e3 * tt[k]->verify, tt[k]->verify / (tt[k]->decode / N));
+        }
+        ratio[0][r] = cr[0][r] / lr[0][r];
+        ratio[1][r] = cr[1][r] / lr[1][r];
+        ratio[2][r] = tc.verify / (tc.decode / N);   /* verify cost in decode steps */
+        ratio[3][r] = tl.verify / (tl.decode / N);
+        fflush(stdout);
+    }
+    double bw = memory_bandwidth(&ctx.pool), bytes = decode_bytes(&m);
+    double c_pre = median(cr[0], reps), c_dec = median(cr[1], reps), c_ver = median(cr[2], reps);
+    double l_pre = median(lr[0], reps), l_dec = median(lr[1], reps), l_ver = median(lr[2], reps);
+    double r_pre = median(ratio[0], reps), r_dec = median(ratio[1], reps);
+    double c_vs = median(ratio[2], reps), l_vs = median(ratio[3], reps);
+    printf("medians of %d runs:\n", reps);
+    printf("  prefill %d tokens: clover %.2f t/s, llama.cpp %.2f t/s, ratio %.2fx\n", P, c_pre, l_pre, r_pre);
+    printf("  decode  %d tokens: clover %.2f t/s, llama.cpp %.2f t/s, ratio %.2fx\n", N, c_dec, l_dec, r_dec);
+    printf("  verify  %d rows:   clover %.1f ms = %.2f steps, llama.cpp %.1f ms = %.2f steps\n", V, 1e3 * c_ver, c_vs,
+           1e3 * l_ver, l_vs);
+    printf("  memory bandwidth %.1f GB/s (%d threads); a decode step reads %.0f MB of weights: clover reaches %.0f%%, "
+           "llama.cpp %.0f%%\n", bw / 1e9, threads, bytes / 1e6, 100 * bytes * c_dec / bw, 100 * bytes * l_dec / bw);
+    printf("BENCH prefill_clover=%.2f prefill_llama=%.2f prefill_ratio=%.2f decode_clover=%.2f decode_llama=%.2f "
+           "decode_ratio=%.2f verify_clover_ms=%.1f verify_llama_ms=%.1f verify_steps_clover=%.2f verify_steps_llama=%.2f "
+           "bandwidth_gbs=%.1f decode_mb=%.0f decode_bw_clover=%.2f decode_bw_llama=%.2f\n",
+           c_pre, l_pre, r_pre, c_dec, l_dec, r_dec, 1e3 * c_ver, 1e3 * l_ver, c_vs, l_vs, bw / 1e9, bytes / 1e6,
+           bytes * c_dec / bw, bytes * l_dec / bw);
+    llama_free(lc);
+    llama_model_free(lm);
+    llama_backend_free();
+    return 0;
+}

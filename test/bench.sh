@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# test/bench.sh — `make bench`: clover vs llama.cpp speed on real-shape slices of Qwen3.6-35B-A3B.
+#
+#   test/bench.sh [THREADS [REPS]]     (defaults: 2 threads, 5 repetitions)
+#
+# For each weight mix (a Q4_K_M-like mix and Q8_0) and each vocabulary (the real 248320 tokens, and
+# 32768, where the layers rather than the output head dominate the bytes read per token), build/gen
+# writes a 4-layer slice with every per-layer shape of the 35B model (2-5 GB, in $BENCH_DIR or /tmp,
+# deleted after use) and build/bench measures prefill (512-token prompt), decode (64 tokens) and one
+# 16-row verify batch, alternating clover and llama.cpp run by run (medians). Ends with a markdown
+# table of the medians, as README's "Speed" section shows it.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+THREADS=${1:-2}
+REPS=${2:-5}
+DIR=$(mktemp -d "${BENCH_DIR:-/tmp}/clover-bench.XXXXXX") || exit 1
+trap 'rm -rf "$DIR"' EXIT
+trap 'exit 130' INT TERM
+
+rows=()
+for type in q4_k_m q8_0; do
+    for vocab in 248320 32768; do
+        f="$DIR/$type-$vocab.gguf"
+        echo "== $type, vocabulary $vocab: build/gen --shape real --type $type --layers 4 --vocab $vocab"
+        build/gen -o "$f" --shape real --type "$type" --layers 4 --vocab "$vocab" > "$DIR/gen.log" 2>&1 ||
+            { echo "gen failed: $(head -n 1 "$DIR/gen.log")"; exit 1; }
+        build/bench -m "$f" -t "$THREADS" -r "$REPS" | tee "$DIR/out.txt" || exit 1
+        rm -f "$f"
+        line=$(grep '^BENCH ' "$DIR/out.txt") || exit 1
+        declare -A v=()
+        for kv in ${line#BENCH }; do v[${kv%%=*}]=${kv#*=}; done
+        rows+=("| $type | $vocab | ${v[prefill_clover]} / ${v[prefill_llama]} = **${v[prefill_ratio]}x** | ${v[decode_clover]} / ${v[decode_llama]} = **${v[decode_ratio]}x** | ${v[verify_clover_ms]} ms = ${v[verify_steps_clover]} steps / ${v[verify_llama_ms]} ms = ${v[verify_steps_llama]} steps | ${v[decode_mb]} MB, ${v[bandwidth_gbs]} GB/s: ${v[decode_bw_clover]} / ${v[decode_bw_llama]} |")
+        unset v
+    done
+done
+echo
+echo "$(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads, medians of $REPS runs (clover / llama.cpp):"
+echo
+echo "| weights | vocabulary | prefill t/s (512) | decode t/s (64) | 16-row verify (cost in decode steps) | bytes/step, bandwidth: fraction reached |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
