@@ -6,7 +6,7 @@
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --greedy IDS N    N greedy ids after the prompt IDS
 //   build/ref -m MODEL --detok IDS                               text of IDS (special tokens rendered)
 //
-// Options: -c N_CTX (default 4096), -t THREADS (default 2), --no-repack (keep quantized weights in
+// Options: -c N_CTX (default 4096), -t THREADS (default 1: llama.cpp's spinning pool crawls on a shared 2-core machine; results do not depend on it), --no-repack (keep quantized weights in
 // their GGUF layout instead of llama.cpp's CPU repacked layouts, e.g. Q4_0 -> Q4_0_8x8; this
 // can change float summation order).
 //
@@ -302,7 +302,7 @@ int main(int argc, char **argv) {
     llama_log_set(log_cb, NULL);
     ggml_set_abort_callback(abort_cb);
 
-    struct opts o = {NULL, 4096, 2, false, NULL, 0};
+    struct opts o = {NULL, 4096, 1, false, NULL, 0};
     const char *mode = NULL, *a1 = NULL, *a2 = NULL;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
