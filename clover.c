@@ -1500,7 +1500,7 @@ static float expf_ggml(float x) {
     const float r = 0x1.8p23f;                    /* adding and subtracting it rounds to an integer */
     float n = fmaf(x, 0x1.715476p+0f, r) - r;
     float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (fabsf(n) > 192) return n <= 0 ? 0.0f : INFINITY;
+    if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : x + INFINITY;   /* NaN in (hostile weights): NaN out, no (int)NaN */
     float u = b * b;
     float p = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
                    fmaf(0x1.ffffecp-1f, b, 1.0f));
@@ -3008,6 +3008,8 @@ static float random_uniform(uint64_t *state) {
 static const float *sort_logits;
 static int cmp_by_logit(const void *a, const void *b) {
     float x = sort_logits[*(const int *)a], y = sort_logits[*(const int *)b];
+    if (isnan(x)) x = -INFINITY;   /* NaN logits (hostile weights) sort last: qsort needs a consistent order */
+    if (isnan(y)) y = -INFINITY;
     if (x != y) return x > y ? -1 : 1;
     return *(const int *)a - *(const int *)b;
 }
@@ -3762,7 +3764,8 @@ int main(int argc, char **argv) {
         if (a.test_drafts && !strcmp(a.test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
             Sampler greedy = smp;
             greedy.temp = 0;
-            int limit = a.n_predict >= 0 ? a.n_predict + 1 : n_ctx, *truth = xmalloc((size_t)limit * sizeof(int));
+            int limit = a.n_predict >= 0 && a.n_predict < n_ctx ? a.n_predict + 1 : n_ctx;   /* -n N runs N+1 */
+            int *truth = xmalloc((size_t)limit * sizeof(int));
             float *z = xmalloc((size_t)c->n_vocab * sizeof(float));
             prefill(&shadow, prompt, n_prompt - 1, z, NULL);
             int last = prompt[n_prompt - 1];

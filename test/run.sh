@@ -607,6 +607,29 @@ test_errors() {
     expect_ok "invalid UTF-8 prompt file (-f)" $'^ok \xef\xbf\xbd stray' '' -m "$m" -f test/texts/invalid_utf8.txt -n 2 --temp 0
     expect_ok "-n 0: the prompt and one token" '^Hello world' '^n_predict = 1$' -m "$m" -p "Hello world" -n 0 --temp 0
     expect_ok "memory plan printed before allocating" '' '^clover: memory: weights .* KV cache .* GDN state .* scratch .* available$' -m "$m" --tokens 1,2 -n 1 --temp 0
+    # hostile weights: every byte of the data section overwritten, so that every weight (f32) or
+    # every block scale (q8_0) is NaN or infinite; the forward pass and the sampler must still run
+    local hw t pat name
+    for t in "f32 nan 0000c07f" "f32 inf 0000807f" "q8_0 nan ffff"; do
+        read -r t name pat <<< "$t"
+        hw="$TMP/hostile-$t-$name.gguf"
+        if python3 -c '
+import sys
+sys.path.insert(0, "test")
+import gguf_edit
+src, dst, pat = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3])
+d = bytearray(open(src, "rb").read())
+start = len(d) - len(gguf_edit.GGUF(src).data)
+n = (len(d) - start) // len(pat)
+d[start:start + n * len(pat)] = pat * n
+open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
+            expect_ok "every weight $name ($t file): greedy decoding" '^Hello' '' -m "$hw" -p "Hello" -n 3 --temp 0
+            expect_ok "every weight $name ($t file): sampling" '^Hello' '' -m "$hw" -p "Hello" -n 3 --temp 0.8 --seed 1
+        else
+            fail "errors/every weight $name ($t file)" "cannot write the file"
+        fi
+    done
+
     local big
     if big=$(model q8_0 1 --ctx 262144); then
         expect_ok "-c 131072 on a model with context 262144" '' 'KV cache .*-c 131072' -m "$big" --tokens 1,2,3 -n 2 --temp 0 -c 131072
