@@ -40,7 +40,7 @@ for h in gguf tokenizer; do
         -timeout=10 -rss_limit_mb=2048 -close_fd_mask=3 -print_final_stats=1 \
         -jobs="$JOBS" -workers="$JOBS" -artifact_prefix=$F/crash-$h- > $F/fuzz_$h.log 2>&1
     rc=$?
-    grep -h -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done [0-9]+ runs' $F/fuzz_$h.log fuzz-*.log 2>/dev/null | sort | uniq -c | head -20
+    grep -h -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done [0-9]+ runs' $F/fuzz_$h.log fuzz-*.log 2>/dev/null | sort -u | head -20
     if [ $rc -ne 0 ] || ls $F/crash-$h-* > /dev/null 2>&1; then
         echo "FAIL fuzz_$h: exit $rc; inputs: $(ls $F/crash-$h-* 2>/dev/null | tr '\n' ' '); log: $F/fuzz_$h.log"
         status=1
