@@ -3199,7 +3199,9 @@ static int *parse_ids(const char *s, int n_vocab, int *n) {
     return ids;
 }
 
-static char *read_file(const char *path, size_t *len) {
+/* The prompt file, at most `max` bytes: anything longer cannot fit in -b (see main), and a
+ * device such as /dev/zero must not fill memory first. */
+static char *read_file(const char *path, size_t max, size_t *len) {
     FILE *fp = fopen(path, "rb");
     if (!fp) fatal("cannot open prompt file '%s': %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
@@ -3207,8 +3209,10 @@ static char *read_file(const char *path, size_t *len) {
     size_t r;
     while ((r = fread(buf + n, 1, cap - n, fp)) > 0) {
         n += r;
+        if (n > max) fatal("prompt file '%s' is longer than %zu bytes, more than -b tokens can hold; raise -b or shorten it", path, max);
         if (n == cap) { cap *= 2; buf = realloc(buf, cap); if (!buf) fatal("out of memory reading '%s'", path); }
     }
+    if (ferror(fp)) fatal("cannot read prompt file '%s': %s", path, strerror(errno));
     fclose(fp);
     *len = n;
     return buf;
@@ -3663,7 +3667,8 @@ int main(int argc, char **argv) {
     if (a.tokens) prompt = parse_ids(a.tokens, c->n_vocab, &n_prompt);
     else {
         size_t len;
-        char *text = a.prompt_file ? read_file(a.prompt_file, &len) : strdup(a.prompt);
+        /* no token is longer than 1 KiB of text, so a prompt that fits in -b is at most that per token */
+        char *text = a.prompt_file ? read_file(a.prompt_file, mul_size((size_t)a.n_batch, 1024, "prompt size"), &len) : strdup(a.prompt);
         if (!text) fatal("out of memory");
         if (a.prompt) len = strlen(text);
         if (a.prompt_file && len > 0 && text[len - 1] == '\n') len--;

@@ -599,6 +599,8 @@ test_errors() {
     : > "$TMP/empty.txt"
     expect_error "empty prompt file" "empty" -m "$m" -f "$TMP/empty.txt"
     expect_error "model is a directory" "regular file" -m "$TMP" --tokens 1,2
+    expect_error "endless prompt file (-f /dev/zero)" "longer than .* bytes" -m "$m" -f /dev/zero
+    expect_error "prompt file is a directory" "cannot read" -m "$m" -f "$TMP"
     : > "$TMP/empty.gguf"
     expect_error "empty model file" "too small" -m "$TMP/empty.gguf" --tokens 1,2
 
