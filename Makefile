@@ -59,7 +59,8 @@ test: clover tools
 
 # The tests against llama.cpp and the error cases, with clover under the sanitizers (the tools that
 # link llama.cpp are not sanitized). halt_on_error: the first report ends that run with exit 1 and
-# the report on stderr, so the check that ran it fails.
+# the report on stderr, so the check that ran it fails. detect_leaks=0: clover keeps its model and
+# state until exit by design (the fuzz harnesses check for leaks, input by input).
 sanitize: build/san/clover tools
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CLOVER=build/san/clover test/run.sh
 
