@@ -3288,12 +3288,11 @@ static uint64_t available_memory(void) {
     return avail;
 }
 
-static const char *human_bytes(char *buf, size_t n, double b) {
+static void human_bytes(char *buf, size_t n, double b) {
     const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     int u = 0;
     while (b >= 1024 && u < 5) { b /= 1024; u++; }
     snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
-    return buf;
 }
 
 /* Before anything big is allocated: one line saying what the run needs, and a refusal when the
@@ -3312,8 +3311,8 @@ static void memory_plan(const Model *m, const Args *a, int n_ctx, int cap, int n
     human_bytes(t, sizeof t, (double)total);
     human_bytes(av, sizeof av, (double)avail);
     if (avail && total > avail)
-        fatal("this run needs %s (KV cache %s for -c %d, GDN state %s, scratch %s for -ub %d) but only %s is available; use a smaller -c%s",
-              t, k, n_ctx, g, sc, cap, av, kv > scratch ? " (or -ctk/-ctv f16)" : " or -ub");
+        fatal("this run needs %s (KV cache %s for -c %d, GDN state %s, scratch %s for -ub %d) but only %s is available; use a smaller -c or -ub",
+              t, k, n_ctx, g, sc, cap, av);
     fprintf(stderr, "clover: memory: weights %s (mapped from the file), KV cache %s (-c %d, %s/%s), GDN state %s, scratch %s (-ub %d): %s of %s available\n",
             w, k, n_ctx, TYPES[a->k_type].name, TYPES[a->v_type].name, g, sc, cap, t, avail ? av : "unknown");
 }

@@ -650,9 +650,11 @@ open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
     printf 'GGUX' > "$TMP/magic.gguf" && tail -c +5 "$m" >> "$TMP/magic.gguf"
     expect_error "bad magic" "magic|not a gguf" -m "$TMP/magic.gguf" --tokens 1,2
     corrupt "version 2" "version" --version 2
-    for off in 0 10 30 1000 $((size / 2)) $((size - 1)); do
-        head -c "$off" "$m" > "$TMP/trunc.gguf"
-        expect_error "truncated at $off of $size bytes" "truncat|too small|past the end|remain|hold" -m "$TMP/trunc.gguf" --tokens 1,2
+    local cut
+    for cut in "0 to 0 bytes" "10 to 10 bytes" "30 to 30 bytes (in the metadata)" "1000 to 1000 bytes" \
+        "$((size / 2)) in the middle of the data" "$((size - 1)) by its last byte"; do
+        head -c "${cut%% *}" "$m" > "$TMP/trunc.gguf"
+        expect_error "truncated ${cut#* }" "truncat|too small|past the end|remain|hold" -m "$TMP/trunc.gguf" --tokens 1,2
     done
     corrupt "huge key length" "truncat|corrupt|remain" --key-len 0x7fffffffffffffff
     corrupt "huge string value length" "truncat|corrupt|remain" --str-len general.architecture 0x7ffffffffffffff0
