@@ -3,6 +3,8 @@
 #   make cuda     ./clover-cuda (CPU + GPU, needs nvcc)
 #   make test     the whole suite (needs llama.cpp: test/setup-llama.sh)
 #   make bench    speed vs llama.cpp on real-shape slices of the 35B model (test/bench.sh; minutes)
+#   make sanitize the whole suite against ./build/san/clover, built with ASan and UBSan (clang)
+#   make fuzz     the libFuzzer harnesses, FUZZ_TIME seconds each (clang, libclang-rt-14-dev)
 CC      ?= cc
 CFLAGS  ?= -O2 -march=native -g
 CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE
@@ -45,6 +47,19 @@ clover-cuda: clover.c clover.cu | build
 	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-cuda.o
 	$(NVCC) -o $@ build/clover-cuda.o build/clover-cu.o $(LDLIBS)
 
+# Sanitized and fuzzing builds use clang: its libFuzzer, and one compiler for both.
+SAN_CC    ?= clang
+SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_TIME ?= 60
+
+build/san/clover: clover.c | build
+	mkdir -p build/san
+	$(SAN_CC) -O1 -g -std=c11 -Wall -Wextra -D_GNU_SOURCE $(SANITIZE) -o $@ clover.c $(LDLIBS)
+
+build/fuzz/%: test/%.c test/fuzz.h clover.c | build
+	mkdir -p build/fuzz
+	$(SAN_CC) -O1 -g -std=c11 -Wall -Wextra -D_GNU_SOURCE -fsanitize=fuzzer $(SANITIZE) -o $@ $< $(LDLIBS)
+
 tools: build/gen build/cmp build/ref build/unit build/preview_ref
 
 test: clover tools
@@ -53,4 +68,14 @@ test: clover tools
 bench: build/gen build/bench
 	test/bench.sh
 
-.PHONY: test tools cuda bench
+# The tests against llama.cpp and the error cases, with clover under the sanitizers (the tools that
+# link llama.cpp are not sanitized). halt_on_error: the first report ends that run with exit 1 and
+# the report on stderr, so the check that ran it fails. detect_leaks=0: clover keeps its model and
+# state until exit by design (the fuzz harnesses check for leaks, input by input).
+sanitize: build/san/clover tools
+	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CLOVER=build/san/clover test/run.sh
+
+fuzz: build/fuzz/fuzz_gguf build/fuzz/fuzz_tokenizer build/gen
+	test/fuzz.sh $(FUZZ_TIME)
+
+.PHONY: test tools cuda bench sanitize fuzz

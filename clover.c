@@ -63,6 +63,12 @@ static size_t mul_size(size_t a, size_t b, const char *what) {
     return a * b;
 }
 
+/* a+b for sizes, or fatal. */
+static size_t add_size(size_t a, size_t b, const char *what) {
+    if (a > SIZE_MAX - b) fatal("size overflow computing %s (%zu + %zu)", what, a, b);
+    return a + b;
+}
+
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -298,20 +304,10 @@ static void read_tensor_info(Cursor *c, GGUFTensor *t) {
     t->nbytes = (size_t)(rows * row_bytes);
 }
 
-static void gguf_open(GGUF *f, const char *path) {
-    memset(f, 0, sizeof *f);
-    f->path = path;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) fatal("cannot open model '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fatal("model '%s' is not a regular file", path);
-    f->size = (size_t)st.st_size;
-    if (f->size < 24) fatal("%s: file of %zu bytes is too small to be a GGUF", path, f->size);
-    void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) fatal("cannot map model '%s': %s", path, strerror(errno));
-    f->base = m;
-
+/* Parse the file at f->base (f->size bytes, f->path for messages): the mapped file, or any buffer
+ * (the fuzz harness, test/fuzz_gguf.c, parses from memory). */
+static void gguf_parse(GGUF *f) {
+    const char *path = f->path;
     Cursor c = {f, f->base};
     if (memcmp(take(&c, 4, "magic"), "GGUF", 4) != 0) fatal("%s: not a GGUF file (bad magic)", path);
     f->version = rd32(take(&c, 4, "version"));
@@ -357,6 +353,22 @@ static void gguf_open(GGUF *f, const char *path) {
     for (uint64_t i = 1; i < f->n_tensors; i++)
         if (cmp_tensor_name(&by[i - 1], &by[i]) == 0) fatal("%s: tensor name '%s' appears twice", path, show(by[i]->name));
     free(by);
+}
+
+static void gguf_open(GGUF *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) fatal("cannot open model '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fatal("model '%s' is not a regular file", path);
+    f->size = (size_t)st.st_size;
+    if (f->size < 24) fatal("%s: file of %zu bytes is too small to be a GGUF", path, f->size);
+    void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) fatal("cannot map model '%s': %s", path, strerror(errno));
+    f->base = m;
+    gguf_parse(f);
 }
 
 /* Typed metadata getters. A key of the wrong type is an error; integers of any width are accepted
@@ -1727,9 +1739,8 @@ static void read_config(Model *m) {
     if (!(c->coreset_top_p >= 0 && c->coreset_top_p <= 1)) fatal("%s: diffusion.coreset_top_p must be in [0, 1]", f->path);
 }
 
-static void model_load(Model *m, const char *path) {
-    memset(m, 0, sizeof *m);
-    gguf_open(&m->file, path);
+/* Read the hyper-parameters and claim every tensor of the parsed file m->file. */
+static void model_init(Model *m) {
     read_config(m);
     const Config *c = &m->c;
     bool clover = strcmp(c->arch, "clover_moe") == 0;
@@ -1760,6 +1771,12 @@ static void model_load(Model *m, const char *path) {
     if (unknown) fprintf(stderr, "clover: warning: %d tensor%s not used by clover: %s%s\n", unknown, unknown > 1 ? "s" : "", list, unknown > 8 ? ", ..." : "");
 }
 
+static void model_load(Model *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    gguf_open(&m->file, path);
+    model_init(m);
+}
+
 /* ============================================================================================== */
 /* 8. State: KV cache, GDN conv ring and recurrent state                                          */
 /* ============================================================================================== */
@@ -1781,6 +1798,24 @@ static size_t kv_bytes(const Config *c, uint32_t type, int n_ctx) {
 }
 static size_t ring_floats(const Config *c) { return (size_t)(c->d_conv - 1) * c->conv_dim; }
 static size_t S_floats(const Config *c) { return (size_t)c->n_v_heads * c->d_state * c->d_state; }
+
+/* What state_init will allocate, for the memory plan: KV rows of the attention layers, and the
+ * conv ring and S of the GDN layers. */
+static size_t kv_cache_bytes(const Model *m, int n_ctx, uint32_t k_type, uint32_t v_type) {
+    size_t per_layer = add_size(kv_bytes(&m->c, k_type, n_ctx), kv_bytes(&m->c, v_type, n_ctx), "KV cache");
+    size_t total = 0;
+    for (int il = 0; il < m->c.n_layer; il++)
+        if (!m->layers[il].recurrent) total = add_size(total, per_layer, "KV cache");
+    return total;
+}
+
+static size_t gdn_state_bytes(const Model *m) {
+    size_t per_layer = mul_size(add_size(ring_floats(&m->c), S_floats(&m->c), "GDN state"), sizeof(float), "GDN state");
+    size_t total = 0;
+    for (int il = 0; il < m->c.n_layer; il++)
+        if (m->layers[il].recurrent) total = add_size(total, per_layer, "GDN state");
+    return total;
+}
 
 static void state_init(State *s, const Model *m, int n_ctx, uint32_t k_type, uint32_t v_type) {
     const Config *c = &m->c;
@@ -2016,6 +2051,22 @@ static void dump_index(const Ctx *ctx) {
 /* attention scores of one thread: n_ctx rounded up to whole groups of 16 (see attn_softmax) */
 static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
 
+/* The bytes scratch_init allocates (below; keep the two in step), for the memory plan: computed with
+ * checked arithmetic, so that once the plan fits, scratch_init's own products cannot wrap. */
+static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) {
+    size_t T = (size_t)cap, K = (size_t)c->n_expert_used, ff = (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp);
+    size_t maxin = (size_t)c->n_embd;
+    size_t ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, (size_t)c->n_ff, (size_t)c->n_ff_shexp};
+    for (int i = 0; i < 4; i++) if (ins[i] > maxin) maxin = ins[i];
+    size_t per_row = 4 * (size_t)c->n_embd + 2 * (size_t)c->conv_dim + 3 * (size_t)c->value_dim + 4 * (size_t)c->n_v_heads +
+                     3 * (size_t)c->n_head * c->head_dim + 2 * (size_t)c->n_head_kv * c->head_dim + (size_t)c->n_expert +
+                     3 * K + 2 * K * (size_t)c->n_embd + 2 * K * ff + K * maxin;
+    size_t floats = mul_size(T, per_row, "scratch");
+    floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
+    floats = add_size(floats, ring_floats(c) + 2 * S_floats(c), "scratch");
+    return add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
+}
+
 static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_threads) {
     size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used;
     size_t maxin = (size_t)c->n_embd;
@@ -2080,7 +2131,7 @@ static float expf_ggml(float x) {
     const float r = 0x1.8p23f;                    /* adding and subtracting it rounds to an integer */
     float n = fmaf(x, 0x1.715476p+0f, r) - r;
     float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (fabsf(n) > 192) return n <= 0 ? 0.0f : INFINITY;
+    if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : x + INFINITY;   /* NaN in (hostile weights): NaN out, no (int)NaN */
     float u = b * b;
     float p = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
                    fmaf(0x1.ffffecp-1f, b, 1.0f));
@@ -3713,6 +3764,8 @@ static float random_uniform(uint64_t *state) {
 static const float *sort_logits;
 static int cmp_by_logit(const void *a, const void *b) {
     float x = sort_logits[*(const int *)a], y = sort_logits[*(const int *)b];
+    if (isnan(x)) x = -INFINITY;   /* NaN logits (hostile weights) sort last: qsort needs a consistent order */
+    if (isnan(y)) y = -INFINITY;
     if (x != y) return x > y ? -1 : 1;
     return *(const int *)a - *(const int *)b;
 }
@@ -3906,7 +3959,9 @@ static int *parse_ids(const char *s, int n_vocab, int *n) {
     return ids;
 }
 
-static char *read_file(const char *path, size_t *len) {
+/* The prompt file, at most `max` bytes: anything longer cannot fit in -b (see main), and a
+ * device such as /dev/zero must not fill memory first. */
+static char *read_file(const char *path, size_t max, size_t *len) {
     FILE *fp = fopen(path, "rb");
     if (!fp) fatal("cannot open prompt file '%s': %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
@@ -3914,8 +3969,10 @@ static char *read_file(const char *path, size_t *len) {
     size_t r;
     while ((r = fread(buf + n, 1, cap - n, fp)) > 0) {
         n += r;
+        if (n > max) fatal("prompt file '%s' is longer than %zu bytes, more than -b tokens can hold; raise -b or shorten it", path, max);
         if (n == cap) { cap *= 2; buf = realloc(buf, cap); if (!buf) fatal("out of memory reading '%s'", path); }
     }
+    if (ferror(fp)) fatal("cannot read prompt file '%s': %s", path, strerror(errno));
     fclose(fp);
     *len = n;
     return buf;
@@ -3967,6 +4024,57 @@ static void print_token(Printer *pr, int id) {
     int n = tokenizer_decode(pr->tok, id, buf, sizeof buf);
     if (n > 0) utf8_stream_write(&pr->utf8, buf, n, stdout);
     fflush(stdout);
+}
+
+/* Memory this process may use: /proc/meminfo's MemAvailable, or the cgroup's limit when lower
+ * (a container's limit is not in MemAvailable, and going past it gets the process killed). 0: unknown. */
+static uint64_t read_number(const char *path, const char *format) {
+    FILE *fp = fopen(path, "r");
+    char line[256];
+    unsigned long long v = 0;
+    bool found = false;
+    while (fp && !found && fgets(line, sizeof line, fp)) found = sscanf(line, format, &v) == 1;
+    if (fp) fclose(fp);
+    return found ? v : 0;
+}
+
+static uint64_t available_memory(void) {
+    uint64_t avail = read_number("/proc/meminfo", "MemAvailable: %llu kB") * 1024;
+    const char *limits[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (int i = 0; i < 2; i++) {
+        uint64_t lim = read_number(limits[i], "%llu");   /* "max" (no limit) reads as 0 */
+        if (lim && (!avail || lim < avail)) avail = lim;
+    }
+    return avail;
+}
+
+static void human_bytes(char *buf, size_t n, double b) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (b >= 1024 && u < 5) { b /= 1024; u++; }
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+/* Before anything big is allocated: one line saying what the run needs, and a refusal when the
+ * allocations cannot fit (the weights are mapped from the file and paged in on demand, so they
+ * are reported but not counted against free memory). */
+static void memory_plan(const Model *m, const Args *a, int n_ctx, int cap, int n_threads, size_t logits_floats) {
+    size_t kv = kv_cache_bytes(m, n_ctx, a->k_type, a->v_type), gdn = gdn_state_bytes(m);
+    size_t scratch = add_size(scratch_bytes(&m->c, cap, n_ctx, n_threads), mul_size(logits_floats, sizeof(float), "logits"), "scratch");
+    size_t total = add_size(add_size(kv, gdn, "memory plan"), scratch, "memory plan");
+    uint64_t avail = available_memory();
+    char w[32], k[32], g[32], sc[32], t[32], av[32];
+    human_bytes(w, sizeof w, (double)m->file.size);
+    human_bytes(k, sizeof k, (double)kv);
+    human_bytes(g, sizeof g, (double)gdn);
+    human_bytes(sc, sizeof sc, (double)scratch);
+    human_bytes(t, sizeof t, (double)total);
+    human_bytes(av, sizeof av, (double)avail);
+    if (avail && total > avail)
+        fatal("this run needs %s (KV cache %s for -c %d, GDN state %s, scratch %s for -ub %d) but only %s is available; use a smaller -c or -ub",
+              t, k, n_ctx, g, sc, cap, av);
+    fprintf(stderr, "clover: memory: weights %s (mapped from the file), KV cache %s (-c %d, %s/%s), GDN state %s, scratch %s (-ub %d): %s of %s available\n",
+            w, k, n_ctx, TYPES[a->k_type].name, TYPES[a->v_type].name, g, sc, cap, t, avail ? av : "unknown");
 }
 
 /* Evaluate tokens[0..n) causally in chunks of at most cap rows; logits of the last row, or of every
@@ -4435,7 +4543,8 @@ int main(int argc, char **argv) {
     if (a.tokens) prompt = parse_ids(a.tokens, c->n_vocab, &n_prompt);
     else {
         size_t len;
-        char *text = a.prompt_file ? read_file(a.prompt_file, &len) : strdup(a.prompt);
+        /* no token is longer than 1 KiB of text, so a prompt that fits in -b is at most that per token */
+        char *text = a.prompt_file ? read_file(a.prompt_file, mul_size((size_t)a.n_batch, 1024, "prompt size"), &len) : strdup(a.prompt);
         if (!text) fatal("out of memory");
         if (a.prompt) len = strlen(text);
         if (a.prompt_file && len > 0 && text[len - 1] == '\n') len--;
@@ -4494,14 +4603,17 @@ int main(int argc, char **argv) {
     if (draft_self && a.draft_n_max + 1 > cap) cap = a.draft_n_max + 1 < c->block_size ? a.draft_n_max + 1 : c->block_size;
     if ((a.diffusion || draft_self) && c->block_size > cap) cap = c->block_size;
     if (n_block > cap) cap = n_block;
-    pool_init(&ctx.pool, a.n_threads > a.n_threads_batch ? a.n_threads : a.n_threads_batch);
+    int n_threads = a.n_threads > a.n_threads_batch ? a.n_threads : a.n_threads_batch;
+    FILE *fp = a.dump_logits ? fopen(a.dump_logits, "wb") : NULL;   /* fail before the big allocations */
+    if (a.dump_logits && !fp) fatal("cannot write '%s': %s", a.dump_logits, strerror(errno));
+    size_t logits_floats = mul_size(fp ? (size_t)cap : 1, (size_t)c->n_vocab, "logits");
+    memory_plan(&m, &a, n_ctx, cap, n_threads, logits_floats);
+    pool_init(&ctx.pool, n_threads);
     state_init(&ctx.st, &m, n_ctx, a.k_type, a.v_type);
     scratch_init(&ctx.sc, c, cap, n_ctx, ctx.pool.n_threads);
 
-    if (a.dump_logits) {
-        FILE *fp = fopen(a.dump_logits, "wb");
-        if (!fp) fatal("cannot write '%s': %s", a.dump_logits, strerror(errno));
-        float *logits = xmalloc(mul_size((size_t)cap * c->n_vocab, sizeof(float), "logits"));
+    if (fp) {
+        float *logits = xmalloc(mul_size(logits_floats, sizeof(float), "logits"));
         if (!block) prefill(&ctx, prompt, n_prompt, logits, fp);
         else {   /* commit the prompt, then one preview pass over the block right after it */
             prefill(&ctx, prompt, n_prompt, logits, NULL);
@@ -4536,7 +4648,8 @@ int main(int argc, char **argv) {
         if (a.test_drafts && !strcmp(a.test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
             Sampler greedy = smp;
             greedy.temp = 0;
-            int limit = a.n_predict >= 0 ? a.n_predict + 1 : n_ctx, *truth = xmalloc((size_t)limit * sizeof(int));
+            int limit = a.n_predict >= 0 && a.n_predict < n_ctx ? a.n_predict + 1 : n_ctx;   /* -n N runs N+1 */
+            int *truth = xmalloc((size_t)limit * sizeof(int));
             float *z = xmalloc((size_t)c->n_vocab * sizeof(float));
             prefill(&shadow, prompt, n_prompt - 1, z, NULL);
             int last = prompt[n_prompt - 1];

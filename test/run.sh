@@ -28,7 +28,10 @@
 #   stats      the statistics lines: upstream's formats and their arithmetic
 #   diffusion  --diffusion terminates, prints text, its blocks/passes report adds up; threshold 0
 #              gives the argmax of one preview pass (shift_logits: position 0 from the last committed row)
-#   errors     bad files, bad flags, bad prompts: exit 1, one line "clover: error: ...", no crash
+#   errors     bad files, bad flags, bad prompts: exit 1, one line "clover: error: ...", no crash;
+#              hard but valid input (invalid UTF-8, -n 0, -c 131072) works; the memory plan and its
+#              refusal; every row of README.md's table "Hostile and mistaken input" is a check here
+#   regressions  test/fuzz-regressions/: inputs the fuzzers found (make fuzz), replayed through clover
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,7 +81,7 @@ trap 'exit 130' INT TERM
 
 n_pass=0
 n_fail=0
-pass() { echo "PASS $1"; n_pass=$((n_pass + 1)); }
+pass() { echo "PASS $1"; echo "$1" >> "$TMP/passed"; n_pass=$((n_pass + 1)); }
 fail() { echo "FAIL $1: $2"; n_fail=$((n_fail + 1)); }
 # first line of a file, flattened, for reasons
 first_line() { head -n 1 "$1" 2>/dev/null | tr -d '\r' | cut -c1-300; }
@@ -1084,6 +1087,26 @@ expect_error() {
     fi
 }
 
+# expect_ok NAME OUT_PATTERN ERR_PATTERN ARGS... : clover ARGS must exit 0 without an error line, its
+# stdout must match OUT_PATTERN and its stderr ERR_PATTERN (extended regexes; '' matches anything).
+expect_ok() {
+    local name="errors/$1" out_pat=$2 err_pat=$3 rc
+    shift 3
+    $TO "$CLOVER" "$@" > "$TMP/ok.out" 2> "$TMP/ok.err" < /dev/null
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+        fail "$name" "exit status $rc, expected 0: $(grep -m 1 -v '^clover: memory:' "$TMP/ok.err" | cut -c1-300)"
+    elif grep -q '^clover: error' "$TMP/ok.err"; then
+        fail "$name" "exit 0 but an error line: $(grep -m 1 '^clover: error' "$TMP/ok.err")"
+    elif ! grep -Eaq -- "$out_pat" "$TMP/ok.out"; then
+        fail "$name" "stdout does not match /$out_pat/: $(head -c 120 "$TMP/ok.out" | tr '\n' ' ')"
+    elif ! grep -Eaq -- "$err_pat" "$TMP/ok.err"; then
+        fail "$name" "stderr does not match /$err_pat/: $(head -n 2 "$TMP/ok.err" | tr '\n' '|' | cut -c1-300)"
+    else
+        pass "$name"
+    fi
+}
+
 # corrupt NAME PATTERN EDITS... : a copy of the q8_0 model edited by test/gguf_edit.py must fail to load
 corrupt() {
     local name=$1 pat=$2 f="$TMP/bad.gguf"
@@ -1093,6 +1116,78 @@ corrupt() {
         return
     fi
     expect_error "$name" "$pat" -m "$f" --tokens 1,2,3 --dump-logits "$TMP/bad.bin"
+}
+
+# damage NAME MODE N MODEL: N damaged copies of MODEL (MODE random: bytes changed before the data
+# section; truncate: cut at N offsets spread over the file; truncate-head: at 0..N-1), each loaded by
+# clover: exit 0, or exit 1 with one error line (warnings and the memory plan aside), within 60 s.
+damage() {
+    local name="errors/$1" out
+    if out=$(python3 - "$CLOVER" "$4" "$TMP/damaged.gguf" "$2" "$3" <<'EOF' 2>&1
+import random, subprocess, sys
+clover, model, out, mode, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+data = open(model, 'rb').read()
+sys.path.insert(0, 'test')
+import gguf_edit
+end = len(data) - len(gguf_edit.GGUF(model).data)   # the data section starts here
+rng = random.Random(11)
+bad = []
+for i in range(n):
+    if mode == 'random':
+        d = bytearray(data)
+        for _ in range(rng.choice([1, 1, 2, 3, 8])):
+            d[rng.randrange(end)] = rng.choice([rng.randrange(256), 0, 0xff, 0x7f, 0x80])
+    elif mode == 'truncate':
+        d = data[:i * len(data) // n]
+    else:
+        d = data[:i]
+    open(out, 'wb').write(d)
+    try:
+        r = subprocess.run([clover, '-m', out, '-p', 'hello world', '--tokenize'], capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        bad.append('case %d: timeout' % i)
+        continue
+    err = [l for l in r.stderr.decode('utf-8', 'replace').splitlines() if not l.startswith(('clover: warning:', 'clover: memory:'))]
+    ok = r.returncode == 0 or (r.returncode == 1 and len(err) == 1 and err[0].startswith('clover: error: '))
+    if not ok:
+        bad.append('case %d (%d bytes): exit %d, stderr %r' % (i, len(d), r.returncode, err[:2]))
+if bad:
+    print('%d bad: %s' % (len(bad), '; '.join(bad[:3])))
+    sys.exit(1)
+EOF
+    ); then
+        pass "$name"
+    else
+        fail "$name" "$out"
+    fi
+}
+
+# Every row of README.md's table "Hostile and mistaken input" names a check (first column, after
+# "errors/") that must have passed in this run.
+readme_rows() {
+    local name="errors/README table: every row is a passing check" out
+    if out=$(python3 - README.md "$TMP/passed" <<'EOF'
+import sys
+lines = open(sys.argv[1], encoding='utf-8').read().split('\n')
+passed = set(open(sys.argv[2], encoding='utf-8').read().split('\n'))
+start = lines.index('## Hostile and mistaken input')
+rows = []
+for l in lines[start + 1:]:
+    if l.startswith('## '):
+        break
+    if l.startswith('| ') and not l.startswith('| check') and not l.startswith('|---'):
+        rows.append(l.split('|')[1].strip().strip('`'))
+missing = [r for r in rows if 'errors/' + r not in passed]
+if missing or not rows:
+    print('not passed: ' + '; '.join(missing[:5]) if missing else 'no rows')
+    sys.exit(1)
+print('%d rows' % len(rows))
+EOF
+    ); then
+        pass "$name ($out)"
+    else
+        fail "$name" "$out"
+    fi
 }
 
 test_errors() {
@@ -1122,15 +1217,69 @@ test_errors() {
     expect_error "negative token id" "id|token" -m "$m" --tokens 1,-2,3
     expect_error "malformed token list" "token|id|expected" -m "$m" --tokens 1,2x,3
     expect_error "unwritable --dump-logits" "cannot write|writ" -m "$m" --tokens 1,2 --dump-logits "$TMP/no/such/dir/x.bin"
+    expect_error "value out of range (-ub 0)" "range" -m "$m" --tokens 1,2 -ub 0
+    expect_error "negative value (-c -5)" "range" -m "$m" --tokens 1,2 -c -5
+    expect_error "number out of range (--top-p 2)" "top-p" -m "$m" --tokens 1,2 --top-p 2
+    expect_error "empty --tokens" "empty" -m "$m" --tokens ""
+    : > "$TMP/empty.txt"
+    expect_error "empty prompt file" "empty" -m "$m" -f "$TMP/empty.txt"
+    expect_error "model is a directory" "regular file" -m "$TMP" --tokens 1,2
+    expect_error "endless prompt file (-f /dev/zero)" "longer than .* bytes" -m "$m" -f /dev/zero
+    expect_error "prompt file is a directory" "cannot read" -m "$m" -f "$TMP"
+    : > "$TMP/empty.gguf"
+    expect_error "empty model file" "too small" -m "$TMP/empty.gguf" --tokens 1,2
+
+    # prompts and limits that must work
+    expect_ok "invalid UTF-8 prompt (-p)" $'^\xef\xbf\xbd\xef\xbf\xbd abc' '' -m "$m" -p $'\xff\xfe abc \xc3' -n 2 --temp 0
+    expect_ok "invalid UTF-8 prompt file (-f)" $'^ok \xef\xbf\xbd stray' '' -m "$m" -f test/texts/invalid_utf8.txt -n 2 --temp 0
+    expect_ok "-n 0: the prompt and one token" '^Hello world' '^n_predict = 1$' -m "$m" -p "Hello world" -n 0 --temp 0
+    expect_ok "memory plan printed before allocating" '' '^clover: memory: weights .* KV cache .* GDN state .* scratch .* available$' -m "$m" --tokens 1,2 -n 1 --temp 0
+    # hostile weights: every byte of the data section overwritten, so that every weight (f32) or
+    # every block scale (q8_0) is NaN or infinite; the forward pass and the sampler must still run
+    local hw t pat name
+    for t in "f32 nan 0000c07f" "f32 inf 0000807f" "q8_0 nan ffff"; do
+        read -r t name pat <<< "$t"
+        hw="$TMP/hostile-$t-$name.gguf"
+        if python3 -c '
+import sys
+sys.path.insert(0, "test")
+import gguf_edit
+src, dst, pat = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3])
+d = bytearray(open(src, "rb").read())
+start = len(d) - len(gguf_edit.GGUF(src).data)
+n = (len(d) - start) // len(pat)
+d[start:start + n * len(pat)] = pat * n
+open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
+            expect_ok "every weight $name ($t file): greedy decoding" '^Hello' '' -m "$hw" -p "Hello" -n 3 --temp 0
+            expect_ok "every weight $name ($t file): sampling" '^Hello' '' -m "$hw" -p "Hello" -n 3 --temp 0.8 --seed 1
+        else
+            fail "errors/every weight $name ($t file)" "cannot write the file"
+        fi
+    done
+
+    local big
+    if big=$(model q8_0 1 --ctx 262144); then
+        expect_ok "-c 131072 on a model with context 262144" '' 'KV cache .*-c 131072' -m "$big" --tokens 1,2,3 -n 2 --temp 0 -c 131072
+    else
+        fail "errors/-c 131072" "cannot generate the model"
+    fi
+    if big=$(model q8_0 1 --ctx 1073741824); then
+        expect_error "-c beyond free memory (-c 2^30)" "needs .* available; use a smaller -c" -m "$big" --tokens 1,2 -c 1073741824
+        expect_error "-c 0 takes the model's 2^30 context: beyond free memory" "needs .* available" -m "$big" --tokens 1,2 -c 0
+    else
+        fail "errors/-c beyond free memory" "cannot generate the model"
+    fi
 
     # damaged files
     size=$(wc -c < "$m")
     printf 'GGUX' > "$TMP/magic.gguf" && tail -c +5 "$m" >> "$TMP/magic.gguf"
     expect_error "bad magic" "magic|not a gguf" -m "$TMP/magic.gguf" --tokens 1,2
     corrupt "version 2" "version" --version 2
-    for off in 0 10 30 1000 $((size / 2)) $((size - 1)); do
-        head -c "$off" "$m" > "$TMP/trunc.gguf"
-        expect_error "truncated at $off of $size bytes" "truncat|too small|past the end|remain|hold" -m "$TMP/trunc.gguf" --tokens 1,2
+    local cut
+    for cut in "0 to 0 bytes" "10 to 10 bytes" "30 to 30 bytes (in the metadata)" "1000 to 1000 bytes" \
+        "$((size / 2)) in the middle of the data" "$((size - 1)) by its last byte"; do
+        head -c "${cut%% *}" "$m" > "$TMP/trunc.gguf"
+        expect_error "truncated ${cut#* }" "truncat|too small|past the end|remain|hold" -m "$TMP/trunc.gguf" --tokens 1,2
     done
     corrupt "huge key length" "truncat|corrupt|remain" --key-len 0x7fffffffffffffff
     corrupt "huge string value length" "truncat|corrupt|remain" --str-len general.architecture 0x7ffffffffffffff0
@@ -1147,6 +1296,7 @@ test_errors() {
     corrupt "tensor data past EOF" "past the end|truncat" --tensor output_norm.weight offset 0x10000000000
     corrupt "tensors overlap" "overlap" --tensor output_norm.weight offset 0
     corrupt "misaligned tensor offset" "align" --tensor output_norm.weight add-offset 4
+    corrupt "misaligned tensor data (general.alignment 1)" "misaligned" --set general.alignment u32 1 --set general.pad str ab
     corrupt "duplicate tensor name" "twice|duplicate" --tensor output_norm.weight name token_embd.weight
     corrupt "missing tensor" "missing" --drop-tensor blk.1.ssm_out.weight
     corrupt "row not a multiple of the block" "multiple|block" --tensor output.weight dims 250,1024
@@ -1168,51 +1318,48 @@ test_errors() {
     BASE=$tw corrupt "mask id out of range" "mask" --set tokenizer.ggml.mask_token_id u32 5000
     BASE=$tw corrupt "mask id negative" "mask|range" --set tokenizer.ggml.mask_token_id i32 -5
 
-    # random damage to the header, metadata and tensor infos: never a crash, never more than one line
-    local name="errors/fuzz: 300 random header corruptions exit 0 or 1, one error line"
-    if out=$(python3 - "$CLOVER" "$m" "$TMP/fuzz.gguf" 300 11 <<'EOF' 2>&1
-import random, struct, subprocess, sys
-clover, model, out, n, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-data = open(model, 'rb').read()
-# the first tensor's data starts the data section; corrupt only what comes before it
-end = 32
-try:
-    sys.path.insert(0, 'test')
-    import gguf_edit
-    end = len(data) - len(gguf_edit.GGUF(model).data)
-except Exception:
-    end = 4096
-rng = random.Random(seed)
-bad = []
-for i in range(n):
-    d = bytearray(data)
-    for _ in range(rng.choice([1, 1, 2, 3, 8])):
-        pos = rng.randrange(end)
-        d[pos] = rng.choice([rng.randrange(256), 0, 0xff, 0x7f, 0x80])
-    open(out, 'wb').write(d)
-    try:
-        r = subprocess.run([clover, '-m', out, '-p', 'hello world', '--tokenize'], capture_output=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        bad.append('case %d: timeout' % i)
-        continue
-    err = [l for l in r.stderr.decode('utf-8', 'replace').splitlines() if not l.startswith('clover: warning:')]
-    ok = r.returncode == 0 or (r.returncode == 1 and len(err) == 1 and err[0].startswith('clover: error: '))
-    if not ok:
-        bad.append('case %d: exit %d, stderr %r' % (i, r.returncode, err[:2]))
-if bad:
-    print('%d bad: %s' % (len(bad), '; '.join(bad[:3])))
-    sys.exit(1)
-EOF
-    ); then
-        pass "$name"
-    else
-        fail "$name" "$out"
-    fi
+    # random damage to the header, metadata and tensor infos, and truncation at many offsets: never
+    # a crash, never more than one error line
+    damage "fuzz: 300 random header corruptions exit 0 or 1, one error line" random 300 "$m"
+    damage "truncated at 200 offsets spread over the file" truncate 200 "$m"
+    damage "truncated at every offset of the first 512 bytes" truncate-head 512 "$m"
+
+    readme_rows
+}
+
+# Inputs the fuzzers (make fuzz) once crashed on, replayed through clover: GGUF files must load or be
+# rejected with one error line; tokenizer inputs are prompt files that must tokenize and generate.
+test_regressions() {
+    local f m rc n=0
+    m=$(model q8_0 1 --layers 1) || { fail regressions "cannot generate the model"; return; }
+    for f in test/fuzz-regressions/gguf/*; do
+        [ -f "$f" ] || continue
+        $TO "$CLOVER" -m "$f" -p "hello world" -n 1 --temp 0 > /dev/null 2> "$TMP/r.err" < /dev/null
+        rc=$?
+        grep -v '^clover: warning:\|^clover: memory:' "$TMP/r.err" > "$TMP/r.err1"
+        if [ "$rc" -eq 0 ] || { [ "$rc" -eq 1 ] && [ "$(wc -l < "$TMP/r.err1")" -eq 1 ] && grep -q '^clover: error: ' "$TMP/r.err1"; }; then
+            n=$((n + 1))
+        else
+            fail "regressions/gguf/$(basename "$f")" "exit $rc: $(head -n 3 "$TMP/r.err1" | tr '\n' '|' | cut -c1-300)"
+        fi
+    done
+    for f in test/fuzz-regressions/tokenizer/*; do
+        [ -f "$f" ] || continue
+        # generate only when the prompt is not empty and fits the model's context
+        if clover -m "$m" -f "$f" --tokenize > "$TMP/r.ids" &&
+            { [ "$(tr ',' '\n' < "$TMP/r.ids" | grep -c .)" -eq 0 ] || [ "$(tr ',' '\n' < "$TMP/r.ids" | wc -l)" -ge 4000 ] ||
+              clover -m "$m" -f "$f" -n 1 --temp 0 -c 0 -b 4096 > /dev/null; }; then
+            n=$((n + 1))
+        else
+            fail "regressions/tokenizer/$(basename "$f")" "$(why)"
+        fi
+    done
+    pass "regressions: $n fuzzer inputs (test/fuzz-regressions/) load or are rejected cleanly"
 }
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy twin threads simd batch smoke draft dumps trace preview drafts stats diffusion errors; do
+for t in unit tokenizer logits greedy twin threads simd batch smoke draft dumps trace preview drafts stats diffusion errors regressions; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
