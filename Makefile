@@ -1,7 +1,7 @@
 # clover.c — build and test.
 #   make          ./clover (CPU)
 #   make cuda     ./clover-cuda (CPU + GPU, needs nvcc)
-#   make test     the whole suite (needs llama.cpp: test/setup-llama.sh)
+#   make test     the whole suite (installs llama.cpp, the oracle, on first use: test/setup-llama.sh)
 #   make bench    speed vs llama.cpp on real-shape slices of the 35B model (test/bench.sh; minutes)
 #   make sanitize the whole suite against ./build/san/clover, built with ASan and UBSan (clang)
 #   make fuzz     the libFuzzer harnesses, FUZZ_TIME seconds each (clang, libclang-rt-14-dev)
@@ -62,7 +62,10 @@ build/fuzz/%: test/%.c test/fuzz.h clover.c | build
 
 tools: build/gen build/cmp build/ref build/unit build/preview_ref
 
-test: clover tools
+# test/setup-llama.sh installs llama.cpp (the oracle) once; later runs are a no-op.
+test: clover
+	test/setup-llama.sh
+	$(MAKE) tools
 	test/run.sh
 
 bench: build/gen build/bench
