@@ -885,6 +885,7 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
 enum { MAX_ROWS = 4 };   /* activation rows one multi-row kernel call takes (see below) */
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SIMD __attribute__((target("avx2,fma,f16c")))
 #define SIMD_INLINE __attribute__((target("avx2,fma,f16c"), always_inline))   /* small helpers: keep vectors in registers */
@@ -1301,7 +1302,9 @@ static void choose_dot_kernels(void) {
     if (env && !strcmp(env, "scalar")) return;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    unsigned eax, ebx, ecx, edx;   /* F16C via cpuid: not every compiler's __builtin_cpu_supports knows it */
+    bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
         dot_kernels = DOT_AVX2;
         dot_rows_kernels = ROWS_AVX2;
     }
