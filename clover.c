@@ -1856,6 +1856,14 @@ static float load_as(uint32_t type, const void *src, int i) {
     return bf16_to_fp32(((const uint16_t *)src)[i]);
 }
 
+/* x as it reads back after a round trip through a cache type (f32: unchanged). */
+static float round_as(uint32_t type, float x) {
+    if (type == T_F32) return x;
+    uint16_t h;
+    store_as(type, &h, &x, 1);
+    return load_as(type, &h, 0);
+}
+
 /* ============================================================================================== */
 /* 9. The causal forward pass                                                                     */
 /* ============================================================================================== */
@@ -2435,7 +2443,7 @@ static void attn_task(void *p, int ith, int nth) {
             float acc[64][64];
             for (int l = 0; l < lanes; l++) memset(acc[l], 0, (size_t)ni * sizeof(float));
             for (int j = 0; j < n; j++) {
-                float pj = at->v_type == T_F32 ? sc[j] : load_as(at->v_type, (uint16_t[]){at->v_type == T_F16 ? fp32_to_fp16(sc[j]) : fp32_to_bf16(sc[j])}, 0);
+                float pj = round_as(at->v_type, sc[j]);
                 const uint8_t *vrow = at->V + j * vstride + (size_t)(kvh * hd + i0) * TYPES[at->v_type].bytes;
                 float *a = acc[j % lanes];
                 for (int i = 0; i < ni; i++) a[i] = fmaf(pj, load_as(at->v_type, vrow, i), a[i]);
@@ -2691,11 +2699,10 @@ static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
 }
 
 /* --- the whole pass ---------------------------------------------------------------------------- */
-/* Final norm and LM head for row t of the residual stream. */
-static void lm_head(Ctx *ctx, int T, const int *rows, int n_rows, float *logits) {
+/* Final norm and LM head for the given rows of the residual stream. */
+static void lm_head(Ctx *ctx, const int *rows, int n_rows, float *logits) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
-    (void)T;
     for (int r = 0; r < n_rows; r++)
         rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)rows[r] * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
     dump(ctx, "result_norm", -1, s->xn, n_rows, c->n_embd);
@@ -2738,7 +2745,7 @@ static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, boo
     int rows[T];
     int n_rows = 0;
     for (int t = all_logits ? 0 : T - 1; t < T; t++) rows[n_rows++] = t;
-    lm_head(ctx, T, rows, n_rows, logits);
+    lm_head(ctx, rows, n_rows, logits);
 }
 
 /* ============================================================================================== */
@@ -3099,7 +3106,7 @@ static int find_token_span(const Tokenizer *t, const char *s, size_t n) {
     }
 }
 
-int tokenizer_find(const Tokenizer *t, const char *text) {
+static int tokenizer_find(const Tokenizer *t, const char *text) {
     return find_token_span(t, text, strlen(text));
 }
 
@@ -3285,7 +3292,7 @@ static const char *collect_specials(Tokenizer *t) {
     return NULL;
 }
 
-void tokenizer_free(Tokenizer *t) {
+static void tokenizer_free(Tokenizer *t) {
     free(t->token_text);
     free(t->token_offset);
     free(t->token_flags);
@@ -3297,7 +3304,7 @@ void tokenizer_free(Tokenizer *t) {
     memset(t, 0, sizeof(*t));
 }
 
-const char *tokenizer_init(Tokenizer *t, int n_vocab, const GGUFString *tokens, const int32_t *types,
+static const char *tokenizer_init(Tokenizer *t, int n_vocab, const GGUFString *tokens, const int32_t *types,
                            int n_merges, const GGUFString *merges) {
     memset(t, 0, sizeof(*t));
     if (n_vocab <= 0) return "tokenizer: empty vocabulary";
@@ -3608,7 +3615,7 @@ static bool encode_fragment(const Tokenizer *t, Workspace *w, const unsigned cha
     return true;
 }
 
-int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool parse_special, int *n) {
+static int *tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool parse_special, int *n) {
     *n = 0;
     SegmentList segs = {0};
     Workspace w = {0};
@@ -3637,7 +3644,7 @@ static int hex_digit(char c) {
     return -1;
 }
 
-int tokenizer_decode(const Tokenizer *t, int id, char *out, int cap) {
+static int tokenizer_decode(const Tokenizer *t, int id, char *out, int cap) {
     if (id < 0 || id >= t->n_vocab || cap < 0) return -1;
     size_t len;
     const char *s = token_text_of(t, id, &len);
@@ -3723,11 +3730,11 @@ static void utf8_stream_byte(Utf8Stream *s, unsigned char c, FILE *out) {
     else s->pending[s->n++] = c;
 }
 
-void utf8_stream_write(Utf8Stream *s, const char *bytes, int n, FILE *out) {
+static void utf8_stream_write(Utf8Stream *s, const char *bytes, int n, FILE *out) {
     for (int i = 0; i < n; i++) utf8_stream_byte(s, (unsigned char)bytes[i], out);
 }
 
-void utf8_stream_flush(Utf8Stream *s, FILE *out) {
+static void utf8_stream_flush(Utf8Stream *s, FILE *out) {
     if (s->n > 0) write_replacement(out);
     s->n = 0;
 }
