@@ -907,13 +907,6 @@ static inline SIMD_INLINE float fold64_avx2(__m256 a[8]) {
     return fold8_avx2(_mm256_add_ps(a[0], a[1]));
 }
 
-static inline SIMD_INLINE int32_t hsum_i32_avx2(__m256i v) {
-    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
-    return _mm_cvtsi128_si32(x);
-}
-
 /* 8 fp32 values from 8 fp16 or bf16 values */
 static inline SIMD_INLINE __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline SIMD_INLINE __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
@@ -993,15 +986,58 @@ SIMD static float dot_bf16_tile_avx2(const void *w, const void *a, int64_t n) {
     return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
 
-/* 8 int32 lanes, lane l = sum of elements 4l..4l+3 of q*a (q, a signed: ggml's mul_sum_i8_pairs) */
-static inline SIMD_INLINE __m256i lanes_i8_avx2(__m256i q, __m256i a) {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-/* the same with q unsigned (0..63) and a per-pair int16 scale s: lane l = sum s * q * a */
+/* 8 int32 lanes from 32 unsigned q (0..63), 32 signed a and an int16 scale s per pair of products:
+ * lane l = sum over elements 4l..4l+3 of s q a (no pair sum of maddubs can saturate) */
 static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i q, __m256i a, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), s);
+}
+
+/* The quantized kernels take R <= 4 activation rows at once (a, a + stride, ...) against one weight
+ * row: the weight block is unpacked once and dotted with every row, each row keeping its own
+ * accumulators, so each result is exactly the single-row dot (the wrappers below, R = 1).
+ * Each kernel is written once as an inline body for a constant R and instantiated for R = 1..4
+ * (rows_*_avx2 below), so that the compiler keeps every row's accumulators in registers. */
+static inline SIMD_INLINE const void *act_block(const void *a, size_t stride, int r, size_t block_bytes, int64_t b) {
+    return (const uint8_t *)a + r * stride + (size_t)b * block_bytes;
+}
+
+/* [sum v0, sum v1, sum v2, sum v3] of four 8-lane int32 vectors */
+static inline SIMD_INLINE __m128i hsum4_i32_avx2(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* The activation scales of a Q8_0 block in R rows times the weight scale dw, one per lane. */
+static inline SIMD_INLINE __m128 q8_0_scales4_avx2(const void *a, size_t stride, const int R, int64_t b, float dw) {
+    float d[4] = {0};
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) d[r] = f16c(((const BlockQ8_0 *)act_block(a, stride, r, sizeof(BlockQ8_0), b))->d);
+    return _mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(d));
+}
+
+/* dot_q8_0 / dot_q4_0: acc_r = fma(d_w d_a, lanes, acc_r) per block, 8 float lanes per row.
+ * q is the block's weights as signed bytes (Q4_0: unpacked first). */
+static inline SIMD_INLINE void q8_0_block_rows_avx2(__m256i q, float dw, const void *a, size_t stride, const int R,
+                                                    int64_t b, __m256 acc[MAX_ROWS]) {
+    __m256i qa = _mm256_sign_epi8(q, q);   /* |q|, and a takes q's sign: ggml's mul_sum_i8_pairs */
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
+        __m256i p = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), q));
+        __m256i l = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(y->d)), _mm256_cvtepi32_ps(l), acc[r]);
+    }
+}
+
+static inline SIMD_INLINE void q8_0_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    const BlockQ8_0 *x = w;
+    __m256 acc[MAX_ROWS];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++)
+        q8_0_block_rows_avx2(_mm256_loadu_si256((const __m256i *)x[b].qs), f16c(x[b].d), a, stride, R, b, acc);
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
 /* unpack_q4_0: low nibbles are elements 0..15, high nibbles 16..31, minus 8 */
@@ -1011,246 +1047,321 @@ static inline SIMD_INLINE __m256i unpack_q4_0_avx2(const BlockQ4_0 *b) {
     return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
 
-/* The quantized kernels take R <= 4 activation rows at once (a, a + stride, ...) against one weight
- * row: the weight block is unpacked once and dotted with every row, each row keeping its own
- * accumulators, so each result is exactly the single-row dot (the wrappers below, R = 1). */
-static inline SIMD_INLINE const void *act_block(const void *a, size_t stride, int r, size_t block_bytes, int64_t b) {
-    return (const uint8_t *)a + r * stride + (size_t)b * block_bytes;
-}
-
-SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    const BlockQ8_0 *x = w;
+static inline SIMD_INLINE void q4_0_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    const BlockQ4_0 *x = w;
     __m256 acc[MAX_ROWS];
+    #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 32; b++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)x[b].qs);
-        float dw = f16c(x[b].d);
-        for (int r = 0; r < R; r++) {
-            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
-            __m256i l = lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(y->d)), _mm256_cvtepi32_ps(l), acc[r]);
-        }
-    }
+    for (int64_t b = 0; b < n / 32; b++) q8_0_block_rows_avx2(unpack_q4_0_avx2(&x[b]), f16c(x[b].d), a, stride, R, b, acc);
+    #pragma GCC unroll 4
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
-SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+/* dot_q4_0_8x8: one integer sum per block and row, acc_r = fma(isum_r, d_w d_a, acc_r); the R rows'
+ * accumulators sit in the lanes of one register (unused lanes stay zero). */
+static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
     const BlockQ4_0 *x = w;
-    __m256 acc[MAX_ROWS];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++) {
-        __m256i q = unpack_q4_0_avx2(&x[b]);
-        float dw = f16c(x[b].d);
+        __m256i q = unpack_q4_0_avx2(&x[b]), qa = _mm256_sign_epi8(q, q), l[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) l[r] = _mm256_setzero_si256();
+        #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
-            __m256i l = lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(y->d)), _mm256_cvtepi32_ps(l), acc[r]);
+            __m256i p = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), q));
+            l[r] = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
         }
+        __m128i isum = hsum4_i32_avx2(l[0], l[1], l[2], l[3]);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), q8_0_scales4_avx2(a, stride, R, b, f16c(x[b].d)), acc);
     }
-    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
+    float o[4];
+    _mm_storeu_ps(o, acc);
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) out[r] = o[r];
 }
 
-SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    const BlockQ4_0 *x = w;
-    float acc[MAX_ROWS] = {0};
-    for (int64_t b = 0; b < n / 32; b++) {
-        __m256i q = unpack_q4_0_avx2(&x[b]);
-        float dw = f16c(x[b].d);
-        for (int r = 0; r < R; r++) {
-            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
-            int32_t s = hsum_i32_avx2(lanes_i8_avx2(q, _mm256_loadu_si256((const __m256i *)y->qs)));
-            acc[r] = fmaf((float)s, dw * f16c(y->d), acc[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) out[r] = acc[r];
+/* unpack_scales_k4 on 32-bit words: bytes 0..7 the eight scales, bytes 8..15 the eight mins */
+static inline SIMD_INLINE __m128i scales_k4_avx2(const uint8_t s[12]) {
+    uint32_t u[3];
+    memcpy(u, s, sizeof u);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+    return _mm_setr_epi32((int)(u[0] & low6), (int)((u[2] & low4) | (((u[0] >> 6) & top2) << 4)),
+                          (int)(u[1] & low6), (int)(((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4)));
 }
 
-/* Sub-blocks j = 0..7 of a Q4_K/Q5_K block as 32 unsigned bytes each (unpack_q4_K, unpack_q5_K):
- * the low (j even) or high nibbles of qs[32 (j/2) ..], plus bit j of qh as the fifth bit for Q5_K;
- * and the eight sub-block scales as int16 vectors. */
-static inline SIMD_INLINE void unpack_k4_avx2(const uint8_t *qs, const uint8_t *qh, const uint8_t sc[8], __m256i q[8], __m256i s16[8]) {
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    for (int p = 0; p < 4; p++) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-        q[2 * p] = _mm256_and_si256(v, m4);
-        q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-    if (qh) {
-        __m256i h = _mm256_loadu_si256((const __m256i *)qh);
-        for (int j = 0; j < 8; j++)
-            q[j] = _mm256_or_si256(q[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, j), one), 4));
-    }
-    for (int j = 0; j < 8; j++) s16[j] = _mm256_set1_epi16(sc[j]);
+/* The eight scales as int16 in both 128-bit halves, and shuffles that broadcast scale j */
+static inline SIMD_INLINE __m256i scales16_k4_avx2(__m128i scm) { return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm)); }
+static inline SIMD_INLINE __m256i scale_k4_avx2(__m256i sc16, int j) { return _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 * (2 * j + 1) + 2 * j))); }
+
+/* Sub-block j (32 unsigned bytes) of a Q4_K/Q5_K block (unpack_q4_K, unpack_q5_K): the low (j even)
+ * or high nibbles of qs[32 (j/2) ..], plus bit j of qh as the fifth bit for Q5_K. */
+static inline SIMD_INLINE __m256i k4_sub_q_avx2(const uint8_t *qs, const uint8_t *qh, int j) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
+    __m256i q = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
+    if (!qh) return q;
+    __m256i h = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)qh), j), _mm256_set1_epi8(1));
+    return _mm256_or_si256(q, _mm256_slli_epi16(h, 4));
 }
 
-/* sc_j (q_j . a_j) for sub-block j in 8 lanes (lane l: elements 4l..4l+3) */
-static inline SIMD_INLINE __m256i k4_sub_avx2(const __m256i q[8], const __m256i s16[8], const int8_t *a, int j) {
-    return lanes_u8i8_avx2(q[j], _mm256_loadu_si256((const __m256i *)(a + 32 * j)), s16[j]);
-}
-
-/* k4_lanes: lane l = sum_j sc_j (elements 4l..4l+3 of sub-block j) */
-static inline SIMD_INLINE __m256i k4_lanes_avx2(const __m256i q[8], const __m256i s16[8], const int8_t *a) {
-    __m256i lane = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++) lane = _mm256_add_epi32(lane, k4_sub_avx2(q, s16, a, j));
-    return lane;
-}
-
-SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    const BlockQ4_K *x = w;
-    __m256 acc[MAX_ROWS];
-    float accm[MAX_ROWS][4] = {{0}};
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 256; b++) {
-        uint8_t sc[8], mn[8];
-        __m256i q[8], s16[8];
-        unpack_scales_k4(x[b].scales, sc, mn);
-        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
-        float dw = f16c(x[b].d), dmw = f16c(x[b].dmin);
-        for (int r = 0; r < R; r++) {
-            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-            float d = y->d * dw, dmin = -y->d * dmw;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, s16, y->qs)), acc[r]);
-            for (int m = 0; m < 4; m++) {
-                int32_t p = 0;
-                for (int k = 2 * m; k < 2 * m + 2; k++) p += mn[k] * (y->bsums[2 * k] + y->bsums[2 * k + 1]);
-                accm[r][m] = fmaf(dmin, (float)p, accm[r][m]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]) + fold(accm[r], 4);
-}
-
-/* The repacked Q4_K kernels add one float term per row at a time (per block, or per pair of
- * sub-blocks in the gemm order); four activation rows' accumulators sit in the four lanes of one
- * register, each lane doing its row's scalar operations (missing rows repeat row 0, unused). */
-static inline SIMD_INLINE __m128i hsum4_i32_avx2(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {   /* [sum v0, .., sum v3] */
-    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
-    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+/* sc_j (q_j . a_j) in 8 lanes (lane l: elements 4l..4l+3 of sub-block j): maddubs, then madd with the scale */
+static inline SIMD_INLINE __m256i k4_sub_avx2(__m256i q, __m256i s, const int8_t *a, int j) {
+    return lanes_u8i8_avx2(q, _mm256_loadu_si256((const __m256i *)(a + 32 * j)), s);
 }
 
 /* 4 int32 sums m_2s (b_4s + b_4s+1) + m_2s+1 (b_4s+2 + b_4s+3) over the bsums b of a Q8_K block:
- * the mins of sub-block pair s (k4_summ taken by pairs) */
-static inline SIMD_INLINE __m128i k4_mins_avx2(const uint8_t mn[8], const BlockQ8_K *y) {
+ * the mins of sub-block pair s (k4_summ taken by pairs); scm holds the mins in bytes 8..15 */
+static inline SIMD_INLINE __m128i k4_mins_avx2(__m128i scm, const BlockQ8_K *y) {
     __m128i b = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
-    return _mm_madd_epi16(b, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn)));
+    return _mm_madd_epi16(b, _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8)));
 }
 
-SIMD static void rows_q4_K_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    const BlockQ4_K *x = w;
-    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / 256; b++) {
-        uint8_t sc[8], mn[8];
-        __m256i q[8], s16[8], lanes[4];
-        __m128i mins[4];
-        float yd[4];
-        unpack_scales_k4(x[b].scales, sc, mn);
-        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
-        for (int r = 0; r < 4; r++) {
-            const BlockQ8_K *y = act_block(a, stride, r < R ? r : 0, sizeof *y, b);
-            lanes[r] = k4_lanes_avx2(q, s16, y->qs);
-            mins[r] = k4_mins_avx2(mn, y);
-            yd[r] = y->d;
-        }
-        __m128i sumi = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);
-        __m128i summ = _mm_hadd_epi32(_mm_hadd_epi32(mins[0], mins[1]), _mm_hadd_epi32(mins[2], mins[3]));
-        __m128 d = _mm_loadu_ps(yd);
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sumi), _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), d), acc);
-        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), d), accm);
-    }
-    float o[4];
-    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
-    for (int r = 0; r < R; r++) out[r] = o[r];
-}
-
-/* the gemm order: one integer sum per pair of sub-blocks s (j = 2s, 2s+1) */
-SIMD static void rows_q4_K_8x8_gemm_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    const BlockQ4_K *x = w;
-    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / 256; b++) {
-        uint8_t sc[8], mn[8];
-        __m256i q[8], s16[8];
-        __m128i si[4], sm[4];   /* [row][pair], transposed below to [pair][row] */
-        float yd[4];
-        unpack_scales_k4(x[b].scales, sc, mn);
-        unpack_k4_avx2(x[b].qs, NULL, sc, q, s16);
-        for (int r = 0; r < 4; r++) {
-            const BlockQ8_K *y = act_block(a, stride, r < R ? r : 0, sizeof *y, b);
-            __m256i v[4];
-            for (int s = 0; s < 4; s++) v[s] = _mm256_add_epi32(k4_sub_avx2(q, s16, y->qs, 2 * s), k4_sub_avx2(q, s16, y->qs, 2 * s + 1));
-            si[r] = hsum4_i32_avx2(v[0], v[1], v[2], v[3]);
-            sm[r] = k4_mins_avx2(mn, y);
-            yd[r] = y->d;
-        }
-        __m128 fi[4], fm[4];
-        for (int r = 0; r < 4; r++) fi[r] = _mm_cvtepi32_ps(si[r]), fm[r] = _mm_cvtepi32_ps(sm[r]);
-        _MM_TRANSPOSE4_PS(fi[0], fi[1], fi[2], fi[3]);
-        _MM_TRANSPOSE4_PS(fm[0], fm[1], fm[2], fm[3]);
-        __m128 yd4 = _mm_loadu_ps(yd), d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
-        for (int s = 0; s < 4; s++) {
-            acc = _mm_fmadd_ps(fi[s], d, acc);
-            accm = _mm_fmadd_ps(fm[s], dmin, accm);
-        }
-    }
-    float o[4];
-    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
-    for (int r = 0; r < R; r++) out[r] = o[r];
-}
-
-SIMD static void rows_q5_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    const BlockQ5_K *x = w;
+/* dot_q4_K / dot_q5_K: per row, acc = fma(d_a d_w, lanes, acc) in 8 float lanes; the mins
+ * either in 4 lanes (Q4_K: fma(-d_a dmin_w, pair sum, accm), folded at the end) or one scalar
+ * (Q5_K: summs = fma(-d_a dmin_w, k4_summ, summs)). */
+static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_bytes, bool q5, const void *a, size_t stride,
+                                           const int R, int64_t n, float *out) {
     __m256 acc[MAX_ROWS];
-    float summs[MAX_ROWS] = {0};
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    __m128 accm[MAX_ROWS];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
-        uint8_t sc[8], mn[8];
-        __m256i q[8], s16[8];
-        unpack_scales_k4(x[b].scales, sc, mn);
-        unpack_k4_avx2(x[b].qs, x[b].qh, sc, q, s16);
-        float dw = f16c(x[b].d), dmw = f16c(x[b].dmin);
+        const uint8_t *blk = blocks + (size_t)b * block_bytes;   /* d, dmin, scales, [qh (Q5_K)], qs */
+        const uint8_t *qh = q5 ? ((const BlockQ5_K *)blk)->qh : NULL;
+        const uint8_t *qs = q5 ? ((const BlockQ5_K *)blk)->qs : ((const BlockQ4_K *)blk)->qs;
+        const BlockQ4_K *k = (const BlockQ4_K *)blk;   /* d, dmin and scales sit at the same offsets in both */
+        __m128i scm = scales_k4_avx2(k->scales);
+        __m256i sc16 = scales16_k4_avx2(scm), lanes[MAX_ROWS];
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) lanes[r] = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256i q = k4_sub_q_avx2(qs, qh, j), s = scale_k4_avx2(sc16, j);
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                lanes[r] = _mm256_add_epi32(lanes[r], k4_sub_avx2(q, s, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j));
+        }
+        float dw = f16c(k->d), dmw = f16c(k->dmin);
+        #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-            float d = y->d * dw, dmin = -y->d * dmw;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_lanes_avx2(q, s16, y->qs)), acc[r]);
-            summs[r] = fmaf(dmin, (float)k4_summ(mn, y), summs[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lanes[r]), acc[r]);
+            __m128i mins = k4_mins_avx2(scm, y);
+            if (q5) {   /* one scalar: summs in lane 0 */
+                __m128i m2 = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, 0x4e));
+                __m128i summ = _mm_add_epi32(m2, _mm_shuffle_epi32(m2, 0xb1));
+                accm[r] = _mm_fmadd_ss(_mm_set_ss(-y->d * dmw), _mm_cvtepi32_ps(summ), accm[r]);
+            } else {
+                accm[r] = _mm_fmadd_ps(_mm_set1_ps(-y->d * dmw), _mm_cvtepi32_ps(mins), accm[r]);
+            }
         }
     }
-    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]) + summs[r];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m128 m = accm[r];   /* fold(accm, 4): lanes 0 += 2, 1 += 3, then 0 += 1 (Q5_K: lanes 1..3 are 0) */
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[r] = q5 ? fold8_avx2(acc[r]) + _mm_cvtss_f32(accm[r]) : fold8_avx2(acc[r]) + _mm_cvtss_f32(m);
+    }
+}
+
+static inline SIMD_INLINE void q4_K_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    k4_rows_avx2(w, sizeof(BlockQ4_K), false, a, stride, R, n, out);
+}
+
+static inline SIMD_INLINE void q5_K_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    k4_rows_avx2(w, sizeof(BlockQ5_K), true, a, stride, R, n, out);
+}
+
+/* The repacked Q4_K kernels add one float term per row at a time: per block (gemv) or per pair s of
+ * sub-blocks (gemm); the R rows' accumulators sit in the lanes of one register (unused lanes: 0).
+ *   gemv: acc = fma(sumi, d_w d_a, acc),  acc_min = fma(summ, dmin_w d_a, acc_min),  result acc - acc_min
+ *   gemm: the same with sumi and summ split by pair s = 0..3, added in that order. */
+static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, size_t stride, const int R, bool gemm,
+                                                 int64_t n, float *out) {
+    const BlockQ4_K *x = w;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        __m128i scm = scales_k4_avx2(x[b].scales), si[4], sm[4];
+        __m256i sc16 = scales16_k4_avx2(scm), lanes[4];
+        float yd[4] = {0};
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) lanes[r] = _mm256_setzero_si256(), sm[r] = _mm_setzero_si128();
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            sm[r] = k4_mins_avx2(scm, y);   /* row r: [pair 0 .. pair 3] */
+            yd[r] = y->d;
+        }
+        __m128 yd4 = _mm_loadu_ps(yd);
+        __m128 d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
+        #pragma GCC unroll 4
+        for (int s = 0; s < 4; s++) {
+            #pragma GCC unroll 2
+            for (int j = 2 * s; j < 2 * s + 2; j++) {
+                __m256i q = k4_sub_q_avx2(x[b].qs, NULL, j), sj = scale_k4_avx2(sc16, j);
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; r++)
+                    lanes[r] = _mm256_add_epi32(lanes[r], k4_sub_avx2(q, sj, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j));
+            }
+            if (gemm) {
+                si[s] = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);   /* [row 0 .. row 3] of pair s */
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; r++) lanes[r] = _mm256_setzero_si256();
+            }
+        }
+        if (gemm) {
+            __m128 fm[4];
+            #pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) fm[r] = _mm_cvtepi32_ps(sm[r]);
+            _MM_TRANSPOSE4_PS(fm[0], fm[1], fm[2], fm[3]);   /* fm[s] = [row 0 .. row 3] of pair s */
+            #pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) {
+                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(si[s]), d, acc);
+                accm = _mm_fmadd_ps(fm[s], dmin, accm);
+            }
+        } else {
+            __m128i sumi = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);
+            __m128i summ = _mm_hadd_epi32(_mm_hadd_epi32(sm[0], sm[1]), _mm_hadd_epi32(sm[2], sm[3]));
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sumi), d, acc);
+            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), dmin, accm);
+        }
+    }
+    float o[4];
+    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) out[r] = o[r];
+}
+
+static inline SIMD_INLINE void q4_K_8x8_gemv_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    q4_K_8x8_rows_avx2(w, a, stride, R, false, n, out);
+}
+
+static inline SIMD_INLINE void q4_K_8x8_gemm_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    q4_K_8x8_rows_avx2(w, a, stride, R, true, n, out);
+}
+
+/* Scales 2k and 2k+1 of a group of eight int16 scales (in both halves of s8), as int16 in the
+ * low and the high 128 bits: bytes 4k, 4k+1 and 4k+2, 4k+3 of each half */
+static inline SIMD_INLINE __m256i scales_q6_avx2(__m256i s8, int k) {
+    return _mm256_shuffle_epi8(s8, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (4 * k + 3) + 4 * k + 2)),
+                                                     _mm_set1_epi16((short)(0x0100 * (4 * k + 1) + 4 * k))));
 }
 
 /* dot_q6_K: chunk c (32 elements) of u = q + 32 is a nibble of ql with two bits of qh above it;
  * its first 16 elements take scale 2c, the last 16 scale 2c+1 (int16 lanes 0..7 and 8..15 of madd) */
-SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
     const BlockQ6_K *x = w;
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
     __m256 acc[MAX_ROWS];
+    #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         const int8_t *sc = x[b].scales;
-        __m256i u[8], s[8];
-        for (int half = 0; half < 2; half++) {
-            __m256i la = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half));
-            __m256i lb = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half + 32));
-            __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
-            u[4 * half + 0] = _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2));
-            u[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2));
-            u[4 * half + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(h, m2));
-            u[4 * half + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
+        __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)), lane[MAX_ROWS];
+        __m256i s2 = _mm256_permute4x64_epi64(s16, 0x44), s2h = _mm256_permute4x64_epi64(s16, 0xee);   /* sc 0..7 | 0..7, 8..15 | 8..15 */
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {   /* the offset: lane l = -32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            lane[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), s16), 5));
         }
-        for (int c = 0; c < 8; c++) s[c] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1]), _mm_set1_epi16(sc[2 * c]));
-        __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        #pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            int half = c / 4, k = c % 4;
+            __m256i l = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half + 32 * (k % 2)));
+            __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
+            __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+            __m256i hi = _mm256_and_si256(k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2) : k == 2 ? h : _mm256_srli_epi16(h, 2), m2);
+            __m256i u = _mm256_or_si256(lo, hi);
+            __m256i s = scales_q6_avx2(c < 4 ? s2 : s2h, c % 4);
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+                lane[r] = _mm256_add_epi32(lane[r], lanes_u8i8_avx2(u, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s));
+            }
+        }
         float dw = f16c(x[b].d);
+        #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-            __m256i lane = _mm256_setzero_si256();
-            for (int c = 0; c < 8; c++)
-                lane = _mm256_add_epi32(lane, lanes_u8i8_avx2(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s[c]));
-            /* the offset: lane l -= 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
-            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), s16);
-            lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(off, 5));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lane), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lane[r]), acc[r]);
         }
     }
+    #pragma GCC unroll 4
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
+}
+
+/* the kernels for R = 1..4 activation rows */
+SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    switch (R) {
+    case 1: q8_0_rows_avx2(w, a, stride, 1, n, out); break;
+    case 2: q8_0_rows_avx2(w, a, stride, 2, n, out); break;
+    case 3: q8_0_rows_avx2(w, a, stride, 3, n, out); break;
+    default: q8_0_rows_avx2(w, a, stride, 4, n, out); break;
+    }
+}
+
+SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    switch (R) {
+    case 1: q4_0_rows_avx2(w, a, stride, 1, n, out); break;
+    case 2: q4_0_rows_avx2(w, a, stride, 2, n, out); break;
+    case 3: q4_0_rows_avx2(w, a, stride, 3, n, out); break;
+    default: q4_0_rows_avx2(w, a, stride, 4, n, out); break;
+    }
+}
+
+SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    switch (R) {
+    case 1: q4_0_8x8_rows_avx2(w, a, stride, 1, n, out); break;
+    case 2: q4_0_8x8_rows_avx2(w, a, stride, 2, n, out); break;
+    case 3: q4_0_8x8_rows_avx2(w, a, stride, 3, n, out); break;
+    default: q4_0_8x8_rows_avx2(w, a, stride, 4, n, out); break;
+    }
+}
+
+SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    switch (R) {
+    case 1: q4_K_rows_avx2(w, a, stride, 1, n, out); break;
+    case 2: q4_K_rows_avx2(w, a, stride, 2, n, out); break;
+    case 3: q4_K_rows_avx2(w, a, stride, 3, n, out); break;
+    default: q4_K_rows_avx2(w, a, stride, 4, n, out); break;
+    }
+}
+
+SIMD static void rows_q4_K_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    switch (R) {
+    case 1: q4_K_8x8_gemv_rows_avx2(w, a, stride, 1, n, out); break;
+    case 2: q4_K_8x8_gemv_rows_avx2(w, a, stride, 2, n, out); break;
+    case 3: q4_K_8x8_gemv_rows_avx2(w, a, stride, 3, n, out); break;
+    default: q4_K_8x8_gemv_rows_avx2(w, a, stride, 4, n, out); break;
+    }
+}
+
+SIMD static void rows_q4_K_8x8_gemm_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    switch (R) {
+    case 1: q4_K_8x8_gemm_rows_avx2(w, a, stride, 1, n, out); break;
+    case 2: q4_K_8x8_gemm_rows_avx2(w, a, stride, 2, n, out); break;
+    case 3: q4_K_8x8_gemm_rows_avx2(w, a, stride, 3, n, out); break;
+    default: q4_K_8x8_gemm_rows_avx2(w, a, stride, 4, n, out); break;
+    }
+}
+
+SIMD static void rows_q5_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    switch (R) {
+    case 1: q5_K_rows_avx2(w, a, stride, 1, n, out); break;
+    case 2: q5_K_rows_avx2(w, a, stride, 2, n, out); break;
+    case 3: q5_K_rows_avx2(w, a, stride, 3, n, out); break;
+    default: q5_K_rows_avx2(w, a, stride, 4, n, out); break;
+    }
+}
+
+SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    switch (R) {
+    case 1: q6_K_rows_avx2(w, a, stride, 1, n, out); break;
+    case 2: q6_K_rows_avx2(w, a, stride, 2, n, out); break;
+    case 3: q6_K_rows_avx2(w, a, stride, 3, n, out); break;
+    default: q6_K_rows_avx2(w, a, stride, 4, n, out); break;
+    }
 }
 
 /* single rows */
