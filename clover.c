@@ -1233,8 +1233,43 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
     for (int r = 0; r < R; r++) out[r] = o[r];
 }
 
+/* The gemv order for one activation row (decoding), where reducing each block's lanes to its sum
+ * would cost as much as the block's products: the sums of four blocks are reduced together, then
+ * added to acc and acc_min one block at a time, in block order, as above. */
+static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a, int64_t n, float *out) {
+    const BlockQ4_K *x = w;
+    const BlockQ8_K *y = a;
+    float acc = 0, accm = 0;
+    int64_t nb = n / 256;
+    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+        __m256i lanes[4];
+        __m128i mins[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            lanes[i] = _mm256_setzero_si256(), mins[i] = _mm_setzero_si128();
+            if (b0 + i >= nb) continue;
+            const BlockQ4_K *k = &x[b0 + i];
+            __m128i scm = scales_k4_avx2(k->scales);
+            __m256i sc16 = scales16_k4_avx2(scm);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                lanes[i] = _mm256_add_epi32(lanes[i], k4_sub_avx2(k4_sub_q_avx2(k->qs, NULL, j), scale_k4_avx2(sc16, j), y[b0 + i].qs, j));
+            mins[i] = k4_mins_avx2(scm, &y[b0 + i]);
+        }
+        int32_t sumi[4], summ[4];
+        _mm_storeu_si128((__m128i *)sumi, hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]));
+        _mm_storeu_si128((__m128i *)summ, _mm_hadd_epi32(_mm_hadd_epi32(mins[0], mins[1]), _mm_hadd_epi32(mins[2], mins[3])));
+        for (int i = 0; i < 4 && b0 + i < nb; i++) {
+            acc = fmaf((float)sumi[i], f16c(x[b0 + i].d) * y[b0 + i].d, acc);
+            accm = fmaf((float)summ[i], f16c(x[b0 + i].dmin) * y[b0 + i].d, accm);
+        }
+    }
+    *out = acc - accm;
+}
+
 static inline SIMD_INLINE void q4_K_8x8_gemv_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
-    q4_K_8x8_rows_avx2(w, a, stride, R, false, n, out);
+    if (R == 1) q4_K_8x8_gemv1_avx2(w, a, n, out);
+    else q4_K_8x8_rows_avx2(w, a, stride, R, false, n, out);
 }
 
 static inline SIMD_INLINE void q4_K_8x8_gemm_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
