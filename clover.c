@@ -918,6 +918,14 @@ static inline SIMD_INLINE int32_t hsum_i32_avx2(__m256i v) {
 static inline SIMD_INLINE __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline SIMD_INLINE __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
 
+/* The end of dot_f32_avx2 for accumulators acc over x, y[0..np): fold, then the tail np..n in double
+ * (also used by the GDN recurrence, which fills acc itself). */
+static inline SIMD_INLINE float dot_f32_finish_avx2(__m256 acc[8], const float *x, const float *y, int64_t np, int64_t n) {
+    double sum = fold64_avx2(acc);
+    for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
+    return (float)sum;
+}
+
 SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
     const float *x = w, *y = a;
     __m256 acc[8];
@@ -925,9 +933,7 @@ SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
     int64_t np = n & ~(int64_t)63;
     for (int64_t i = 0; i < np; i += 64)
         for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f32_avx2(x + i + 8 * r), load_f32_avx2(y + i + 8 * r), acc[r]);
-    double sum = fold64_avx2(acc);
-    for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
-    return (float)sum;
+    return dot_f32_finish_avx2(acc, x, y, np, n);
 }
 
 SIMD static float dot_f16_avx2(const void *w, const void *a, int64_t n) {
@@ -1262,8 +1268,6 @@ SIMD static float dot_q4_K_8x8_avx2(const void *w, const void *a, int64_t n) { f
 SIMD static float dot_q4_K_8x8_gemm_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_gemm_avx2(w, a, 0, 1, n, &o); return o; }
 SIMD static float dot_q5_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q5_K_avx2(w, a, 0, 1, n, &o); return o; }
 SIMD static float dot_q6_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q6_K_avx2(w, a, 0, 1, n, &o); return o; }
-#undef SIMD
-#undef SIMD_INLINE
 #endif
 
 /* --- Choosing a dot product --------------------------------------------------------------- */
@@ -1320,6 +1324,9 @@ static const DotRowsFn *dot_rows(void) {
     pthread_once(&dot_kernels_once, choose_dot_kernels);
     return dot_rows_kernels;
 }
+
+/* Whether the SIMD kernels were chosen; the forward pass's own SIMD twins (section 9) follow. */
+static bool simd_chosen(void) { return dots() != DOT_SCALAR; }
 
 /* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
  * multiple of 8 (ggml_repack_get_optimal_repack_type on AVX2), which changes their float order. */
@@ -1875,6 +1882,7 @@ typedef struct {
     float *conv;                    /* GDN: post-conv q|k|v rows [cap][conv_dim] */
     float *qg, *kr, *vr, *ao;       /* attention: q|gate, k, v, head outputs */
     float *att;                     /* attention scores, [n_threads][n_ctx] */
+    float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
     float *router, *w;              /* MoE: router probabilities, chosen weights [cap][n_used] */
     int *sel;                       /* MoE: chosen experts [cap][n_used] */
     float *xe, *ge, *ue, *ye;       /* MoE: gathered rows, gate, up, expert outputs [cap][n_used][n_embd] */
@@ -2074,6 +2082,7 @@ static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) 
                      3 * K + 2 * K * (size_t)c->n_embd + 2 * K * ff + K * maxin;
     size_t floats = mul_size(T, per_row, "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
+    floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
     floats = add_size(floats, ring_floats(c) + 2 * S_floats(c), "scratch");
     return add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
 }
@@ -2099,6 +2108,7 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->kr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
+    s->vacc = xcalloc(mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), 4);
     s->router = xcalloc(T * (size_t)c->n_expert, 4);
     s->w = xcalloc(T * K, 4);
     s->sel = xcalloc(T * K, sizeof(int));
@@ -2157,7 +2167,8 @@ static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
  * llama.cpp, whole groups of 16 use expf_ggml and are summed by halving; the tail uses libm. */
 static void softmax(float *x, int n) {
     float max = -INFINITY;
-    for (int i = 0; i < n; i++) max = fmaxf(max, x[i]);
+    for (int i = 0; i < n; i++)   /* ggml_vec_max_f32's MAX(); fmaxf would be a libm call per score */
+        if (x[i] > max) max = x[i];
     double sum = 0;
     int i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -2226,6 +2237,53 @@ static void delta_rule(float *S, const float *q, const float *k, const float *v,
     }
 }
 
+#if defined(__x86_64__)
+/* delta_rule in two passes over each column S_j instead of four: S_j[i] *= decay and
+ * S_j[i] += k[i] delta are per element, so each lane does the scalar's operation, and each pass
+ * feeds the updated values straight into the 64 accumulators of dot_f32's SIMD twin (same lanes,
+ * same fold, same tail). */
+SIMD static void delta_rule_avx2(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
+    float decay = expf(g), scale = 1.0f / sqrtf((float)d);
+    int np = d & ~63;
+    __m256 decay8 = _mm256_set1_ps(decay);
+    for (int j = 0; j < d; j++) {
+        float *Sj = S + (size_t)j * d;
+        __m256 acc[8];
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+        for (int i = 0; i < np; i += 64)   /* S_j *= decay, and S_j . k in dot_f32's accumulators */
+#pragma GCC unroll 8   /* acc in registers */
+            for (int r = 0; r < 8; r++) {
+                __m256 s = _mm256_mul_ps(_mm256_loadu_ps(Sj + i + 8 * r), decay8);
+                _mm256_storeu_ps(Sj + i + 8 * r, s);
+                acc[r] = _mm256_fmadd_ps(s, _mm256_loadu_ps(k + i + 8 * r), acc[r]);
+            }
+        for (int i = np; i < d; i++) Sj[i] *= decay;
+        float delta = (v[j] - dot_f32_finish_avx2(acc, Sj, k, np, d)) * beta;
+        __m256 delta8 = _mm256_set1_ps(delta);
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+        for (int i = 0; i < np; i += 64)   /* S_j += k delta, and S_j . q */
+#pragma GCC unroll 8   /* acc in registers */
+            for (int r = 0; r < 8; r++) {
+                __m256 s = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8 * r), delta8, _mm256_loadu_ps(Sj + i + 8 * r));
+                _mm256_storeu_ps(Sj + i + 8 * r, s);
+                acc[r] = _mm256_fmadd_ps(s, _mm256_loadu_ps(q + i + 8 * r), acc[r]);
+            }
+        for (int i = np; i < d; i++) Sj[i] = fmaf(k[i], delta, Sj[i]);
+        o[j] = dot_f32_finish_avx2(acc, Sj, q, np, d) * scale;
+    }
+}
+#endif
+
+typedef void (*DeltaRuleFn)(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o);
+
+/* delta_rule, or its SIMD twin when the SIMD dot products were chosen */
+static DeltaRuleFn delta_rule_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return delta_rule_avx2;
+#endif
+    return delta_rule;
+}
+
 typedef struct {
     const Config *c;
     float *S;                         /* [n_v_heads][d*d] */
@@ -2240,12 +2298,13 @@ static void gdn_scan_task(void *p, int ith, int nth) {
     const ScanTask *st = p;
     const Config *c = st->c;
     int d = c->d_state;
+    DeltaRuleFn rule = delta_rule_fn();
     for (int h = ith; h < c->n_v_heads; h += nth) {
         int kh = h % c->n_k_heads;
         for (int i = 0; i < st->T; i++) {
             int t = st->reverse ? st->T - 1 - i : i;
             const float *y = st->y + (size_t)t * c->conv_dim;
-            delta_rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
+            rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
                        y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
                        st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
         }
@@ -2413,6 +2472,65 @@ static void attn_softmax(float *x, int n) {
     softmax(x, np);
 }
 
+/* kqv = mul_mat(V^T, kq) for one head: o[i] = sum_j p_j V_j[i] over keys j < n, i < hd, with V_j
+ * at V + j*vstride in cache type `type`. llamafile tinyBLAS (a prompt batch) puts key j in lane
+ * j % 16, ggml_vec_dot_f32 (one row) in lane j % 64, by fused multiply-adds; lanes are then folded
+ * by halving, as fold() does. Masked positions add exact zeros in llama.cpp, so they are skipped.
+ * acc holds the lanes x hd accumulators; each V row is read once, whole. */
+static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
+    memset(acc, 0, (size_t)lanes * hd * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const uint8_t *vrow = V + (size_t)j * vstride;
+        float *a = acc + (size_t)(j % lanes) * hd;
+        for (int i = 0; i < hd; i++) a[i] = fmaf(p[j], load_as(type, vrow, i), a[i]);
+    }
+    for (int w = lanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            for (int i = 0; i < hd; i++) acc[(size_t)l * hd + i] += acc[(size_t)(l + w) * hd + i];
+    memcpy(o, acc, (size_t)hd * sizeof(float));
+}
+
+#if defined(__x86_64__)
+/* 8 values of a cache row from element i, as fp32 (exact conversions, as load_as) */
+static inline SIMD_INLINE __m256 load_as_avx2(uint32_t type, const void *src, int i) {
+    if (type == T_F32) return _mm256_loadu_ps((const float *)src + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
+    if (type == T_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* attn_v_sum with the values i in 8-lane registers: each element's accumulator chain and fold
+ * are the scalar's, in the same order. */
+SIMD static void attn_v_sum_avx2(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
+    int nv = hd & ~7;
+    memset(acc, 0, (size_t)lanes * hd * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const uint8_t *vrow = V + (size_t)j * vstride;
+        float *a = acc + (size_t)(j % lanes) * hd;
+        __m256 pj = _mm256_set1_ps(p[j]);
+        for (int i = 0; i < nv; i += 8) _mm256_storeu_ps(a + i, _mm256_fmadd_ps(pj, load_as_avx2(type, vrow, i), _mm256_loadu_ps(a + i)));
+        for (int i = nv; i < hd; i++) a[i] = fmaf(p[j], load_as(type, vrow, i), a[i]);
+    }
+    for (int w = lanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) {
+            float *a = acc + (size_t)l * hd, *b = acc + (size_t)(l + w) * hd;
+            for (int i = 0; i < nv; i += 8) _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+            for (int i = nv; i < hd; i++) a[i] += b[i];
+        }
+    memcpy(o, acc, (size_t)hd * sizeof(float));
+}
+#endif
+
+typedef void (*AttnVSumFn)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
+
+/* attn_v_sum, or its SIMD twin when the SIMD dot products were chosen */
+static AttnVSumFn attn_v_sum_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return attn_v_sum_avx2;
+#endif
+    return attn_v_sum;
+}
+
 /* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see.
  * q is rounded to the cache type before the dot and p before the V sum, as llama.cpp's matmuls
  * do with an f16/bf16 cache. */
@@ -2423,6 +2541,7 @@ static void attn_task(void *p, int ith, int nth) {
     int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
     float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
     DotFn kdot = dot_fn(at->k_type, false, 1);
+    AttnVSumFn v_sum = attn_v_sum_fn();
     uint8_t qr[4 * 1024];
     for (int job = ith; job < at->T * c->n_head; job += nth) {
         int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
@@ -2433,27 +2552,10 @@ static void attn_task(void *p, int ith, int nth) {
         for (int j = 0; j < n; j++)
             sc[j] = kdot(at->K + j * kstride + (size_t)kvh * hd * TYPES[at->k_type].bytes, qr, hd) * c->kq_scale;
         attn_softmax(sc, n);
+        for (int j = 0; j < n; j++) sc[j] = round_as(at->v_type, sc[j]);
         float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
-        /* kqv = mul_mat(V^T, kq) over the cache positions j: llamafile tinyBLAS for a prompt batch
-         * (position j to lane j % 16), ggml_vec_dot_f32 for one row (lane j % 64); fused
-         * multiply-adds, lanes folded by halving. Masked positions add exact zeros in llama.cpp. */
-        int lanes = at->tile ? 16 : 64;
-        for (int i0 = 0; i0 < hd; i0 += 64) {
-            int ni = hd - i0 < 64 ? hd - i0 : 64;
-            float acc[64][64];
-            for (int l = 0; l < lanes; l++) memset(acc[l], 0, (size_t)ni * sizeof(float));
-            for (int j = 0; j < n; j++) {
-                float pj = round_as(at->v_type, sc[j]);
-                const uint8_t *vrow = at->V + j * vstride + (size_t)(kvh * hd + i0) * TYPES[at->v_type].bytes;
-                float *a = acc[j % lanes];
-                for (int i = 0; i < ni; i++) a[i] = fmaf(pj, load_as(at->v_type, vrow, i), a[i]);
-            }
-            for (int i = 0; i < ni; i++) {
-                float col[64];
-                for (int l = 0; l < lanes; l++) col[l] = acc[l][i];
-                o[i0 + i] = fold(col, lanes);
-            }
-        }
+        v_sum(at->v_type, at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes, vstride, sc, n, at->tile ? 16 : 64, hd,
+              s->vacc + (size_t)ith * 64 * hd, o);
         if (at->pregate) memcpy(at->pregate + (size_t)t * c->n_head * hd + (size_t)h * hd, o, (size_t)hd * sizeof(float));
         const float *gate = q + hd;
         for (int i = 0; i < hd; i++) o[i] *= sigmoid(gate[i]);
