@@ -902,7 +902,9 @@ static inline SIMD_INLINE float fold8_avx2(__m256 v) {
 
 /* fold(acc, 64) of eight registers (register r holds accumulators 8r..8r+7) */
 static inline SIMD_INLINE float fold64_avx2(__m256 a[8]) {
+#pragma GCC unroll 4   /* unrolled, the accumulators stay in registers instead of a stack array */
     for (int r = 0; r < 4; r++) a[r] = _mm256_add_ps(a[r], a[r + 4]);
+#pragma GCC unroll 2
     for (int r = 0; r < 2; r++) a[r] = _mm256_add_ps(a[r], a[r + 2]);
     return fold8_avx2(_mm256_add_ps(a[0], a[1]));
 }
@@ -932,6 +934,7 @@ SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
     for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
     int64_t np = n & ~(int64_t)63;
     for (int64_t i = 0; i < np; i += 64)
+#pragma GCC unroll 8   /* acc in registers */
         for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f32_avx2(x + i + 8 * r), load_f32_avx2(y + i + 8 * r), acc[r]);
     return dot_f32_finish_avx2(acc, x, y, np, n);
 }
@@ -942,6 +945,7 @@ SIMD static float dot_f16_avx2(const void *w, const void *a, int64_t n) {
     for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
     int64_t np = n & ~(int64_t)63;
     for (int64_t i = 0; i < np; i += 64)
+#pragma GCC unroll 8   /* acc in registers */
         for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(x + i + 8 * r), load_f16_avx2(y + i + 8 * r), acc[r]);
     double sum = fold64_avx2(acc);
     for (int64_t i = np; i < n; i++) sum += f16c(x[i]) * f16c(y[i]);
