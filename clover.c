@@ -1894,8 +1894,8 @@ typedef struct {
     float *sh;                      /* shared expert output [cap][n_embd] */
     float *mix;                     /* [cap][n_embd] mixer / FFN output */
     uint8_t *xq;                    /* rounded activations for matmul */
-    /* preview pass: copies of the committed GDN state, and the reverse branch */
-    float *ring, *S, *S_rev, *g_rev, *beta_rev, *o_rev;
+    /* preview pass: a copy of the committed GDN state S, and the reverse branch */
+    float *S, *S_rev, *g_rev, *beta_rev, *o_rev;
     bool *coreset;                  /* [n_expert] experts the block's rows may use */
 } Scratch;
 
@@ -2087,7 +2087,7 @@ static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) 
     size_t floats = mul_size(T, per_row, "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
-    floats = add_size(floats, ring_floats(c) + 2 * S_floats(c), "scratch");
+    floats = add_size(floats, 2 * S_floats(c), "scratch");
     return add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
 }
 
@@ -2122,7 +2122,6 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ye = xcalloc(T * K * E, 4);
     s->xq = xcalloc(T * K * maxin, 4);
-    s->ring = xcalloc(ring_floats(c), 4);
     s->S = xcalloc(S_floats(c), 4);
     s->S_rev = xcalloc(S_floats(c), 4);
     s->g_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
@@ -2205,26 +2204,42 @@ static void embed(const Model *m, int token, float *x) {
 }
 
 /* --- Gated DeltaNet --------------------------------------------------------------------------- */
-/* Depthwise causal conv over [ring | u] then SiLU: y[c] = silu(sum_j w[c][j] * U[j][c]), where tap
- * d_conv-1 is the current row u. The ring then drops its oldest row and keeps u. */
-static void gdn_conv(const Config *c, const Layer *L, float *ring, const float *u, float *y) {
+/* Depthwise causal conv (before SiLU) of T rows u_t, channels [ch0, ch1): over X = [ring | u],
+ * the ring's d_conv-1 rows (oldest first) then the T rows, y_t[c] = sum_j w[c][j] X[t+j][c]; tap
+ * d_conv-1 is u_t itself. Each channel is independent, so threads may take channel ranges. */
+static void gdn_conv(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
     int K = c->d_conv, C = c->conv_dim;
-    for (int ch = 0; ch < C; ch++) {
-        const float *w = L->conv + (size_t)ch * K;
-        /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
-        float s = 0;
-        for (int j = 0; j < K - 1; j++) s = fmaf(ring[(size_t)j * C + ch], w[j], s);
-        s = fmaf(u[ch], w[K - 1], s);
-        y[ch] = s;
-    }
-    memmove(ring, ring + C, (size_t)(K - 2) * C * sizeof(float));
-    memcpy(ring + (size_t)(K - 2) * C, u, (size_t)C * sizeof(float));
+    for (int t = 0; t < T; t++)
+        for (int ch = ch0; ch < ch1; ch++) {
+            const float *w = L->conv + (size_t)ch * K;
+            /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
+            float s = 0;
+            for (int j = 0; j < K; j++) {
+                int r = t + j;   /* row of X */
+                s = fmaf(r < K - 1 ? ring[(size_t)r * C + ch] : u[(size_t)(r - (K - 1)) * C + ch], w[j], s);
+            }
+            y[(size_t)t * C + ch] = s;
+        }
 }
 
-/* SiLU, then L2-normalise every q and k head of a post-conv row [q | k | v]. */
+/* After T rows: the ring keeps the last d_conv-1 rows of [ring | u]. */
+static void gdn_ring_push(const Config *c, float *ring, const float *u, int T) {
+    int R = c->d_conv - 1, C = c->conv_dim, keep = R - T < 0 ? 0 : R - T;
+    memmove(ring, ring + (size_t)(R - keep) * C, (size_t)keep * C * sizeof(float));
+    memcpy(ring + (size_t)keep * C, u + (size_t)(T - (R - keep)) * C, (size_t)(R - keep) * C * sizeof(float));
+}
+
+/* SiLU over d_state channels of block b of a post-conv row [q | k | v], then the L2 norm if the
+ * block is a q or k head. */
+static void gdn_qk_norm_head(const Config *c, float *y, int b) {
+    float *yh = y + (size_t)b * c->d_state;
+    for (int i = 0; i < c->d_state; i++) yh[i] = silu(yh[i]);
+    if (b < 2 * c->n_k_heads) l2norm(yh, c->d_state, c->eps);
+}
+
+/* SiLU, then L2-normalise every q and k head of a post-conv row. */
 static void gdn_qk_norm(const Config *c, float *y) {
-    for (int i = 0; i < c->conv_dim; i++) y[i] = silu(y[i]);
-    for (int h = 0; h < 2 * c->n_k_heads; h++) l2norm(y + (size_t)h * c->d_state, c->d_state, c->eps);
+    for (int b = 0; b < c->conv_dim / c->d_state; b++) gdn_qk_norm_head(c, y, b);
 }
 
 /* The gated delta rule for one value head and one row, on S (transposed, see State):
@@ -2315,14 +2330,33 @@ static void gdn_scan_task(void *p, int ith, int nth) {
     }
 }
 
+typedef struct {
+    const Config *c;
+    const Layer *L;
+    const float *ring, *u;            /* conv ring before the batch, pre-conv rows [T][conv_dim] */
+    float *y;                         /* post-conv rows [T][conv_dim] */
+    int T;
+} ConvTask;
+
+/* gdn_conv and gdn_qk_norm for T rows: threads take blocks of d_state channels (whole heads, so
+ * an L2 norm never spans two threads), every row of a block in turn. */
+static void gdn_conv_task(void *p, int ith, int nth) {
+    const ConvTask *ct = p;
+    const Config *c = ct->c;
+    int d = c->d_state;
+    for (int b = ith; b < c->conv_dim / d; b += nth) {
+        gdn_conv(c, ct->L, ct->ring, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
+        for (int t = 0; t < ct->T; t++) gdn_qk_norm_head(c, ct->y + (size_t)t * c->conv_dim, b);
+    }
+}
+
 /* The recurrent part of a GDN layer for T rows of pre-conv input u: advances the conv ring and S
  * exactly as T single-token steps would. Used by decoding, batches, and the rollback replay. */
 static void gdn_advance(Pool *pool, const Config *c, const Layer *L, float *ring, float *S, int T, const float *u,
                         const float *g, const float *beta, float *y, float *o) {
-    for (int t = 0; t < T; t++) {
-        gdn_conv(c, L, ring, u + (size_t)t * c->conv_dim, y + (size_t)t * c->conv_dim);
-        gdn_qk_norm(c, y + (size_t)t * c->conv_dim);
-    }
+    ConvTask ct = {c, L, ring, u, y, T};
+    pool_run(pool, gdn_conv_task, &ct);
+    gdn_ring_push(c, ring, u, T);
     ScanTask st = {c, S, y, g, beta, o, T, false};
     pool_run(pool, gdn_scan_task, &st);
 }
@@ -2361,16 +2395,15 @@ typedef struct {
     float **u, **g, **beta;           /* per GDN layer: [cap][conv_dim], [cap][n_v_heads] x2 */
 } GdnLog;
 
-/* The preview mixer (clover.md 3.2) over a block of T rows, reading the committed state through
- * copies and never writing it: the causal conv over [ring | block] plus the right taps, a forward
- * scan from a copy of S, and, when the layer has it, a reverse scan from zero state mixed in per
- * value head: o_t = o_fwd_t + gamma_h * o_rev_t. */
+/* The preview mixer (clover.md 3.2) over a block of T rows, never writing the committed state: the
+ * causal conv over [ring | block] plus the right taps, a forward scan from a copy of S, and, when
+ * the layer has it, a reverse scan from zero state mixed in per value head:
+ * o_t = o_fwd_t + gamma_h * o_rev_t. */
 static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
-    memcpy(s->ring, ctx->st.ring[il], ring_floats(c) * sizeof(float));
     memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
-    for (int t = 0; t < T; t++) gdn_conv(c, L, s->ring, s->qkv + (size_t)t * c->conv_dim, s->conv + (size_t)t * c->conv_dim);
+    gdn_conv(c, L, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
     if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
     for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
     ScanTask fwd = {c, s->S, s->conv, s->g, s->beta, s->o, T, false};
@@ -2415,13 +2448,13 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
     }
     dump(ctx, "gate", il, s->g, T, H);
     if (dumping(ctx) && !preview) {
-        /* the causal conv recomputed on a copy of the ring, with the function gdn_advance uses */
-        float *ring = memcpy(dump_buf(ctx, 1, ring_floats(c)), ctx->st.ring[il], ring_floats(c) * sizeof(float));
+        /* the causal conv recomputed from the ring (read only), with the function gdn_advance uses */
+        const float *ring = ctx->st.ring[il];
         float *in = dump_buf(ctx, 2, (size_t)(R + T) * C), *raw = dump_buf(ctx, 3, (size_t)T * C);
         for (int ch = 0; ch < C; ch++)
             for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : s->qkv[(size_t)(j - R) * C + ch];
         dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
-        for (int t = 0; t < T; t++) gdn_conv(c, L, ring, s->qkv + (size_t)t * C, raw + (size_t)t * C);
+        gdn_conv(c, L, ring, s->qkv, T, 0, C, raw);
         dump(ctx, "conv_output_raw", il, raw, T, C);
         for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
         dump(ctx, "conv_output_silu", il, raw, T, C);
