@@ -2184,6 +2184,92 @@ static void softmax(float *x, int n) {
     for (int j = 0; j < n; j++) x[j] *= inv;
 }
 
+/* y[i] = silu(x[i]) (y may be x) */
+static void silu_row(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = silu(x[i]);
+}
+
+#if defined(__x86_64__)
+/* expf_ggml of 8 values in y, the same fused steps per lane. 2^n is applied as two powers of two,
+ * 2^floor(n/2) and 2^(n - floor(n/2)), both normal for |n| <= 192: the first product is exact and
+ * the second rounds once, correctly, as ldexpf does. A group with a lane past |n| <= 192 (or NaN)
+ * goes through the scalar expf_ggml. */
+static inline SIMD_INLINE void expf_ggml8_avx2(const float *x, float *y) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f), sign = _mm256_set1_ps(-0.0f);
+    __m256 v = _mm256_loadu_ps(x);
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(v, _mm256_set1_ps(0x1.715476p+0f), r), r), neg_n = _mm256_xor_ps(n, sign);
+    __m256 b = _mm256_fmadd_ps(neg_n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fmadd_ps(neg_n, _mm256_set1_ps(0x1.62e4p-1f), v));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, n), _mm256_set1_ps(192.0f), _CMP_LE_OQ)) != 0xff) {
+        for (int l = 0; l < 8; l++) y[l] = expf_ggml(x[l]);
+        return;
+    }
+    __m256 u = _mm256_mul_ps(b, b);
+    __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                                               _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+                               u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1), bias = _mm256_set1_epi32(127);
+    __m256 two_n1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    __m256 two_n2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(p, two_n1), two_n2));
+}
+
+/* softmax with each group of 16 exponentials in two registers: lanes l and l+8 added first, then
+ * fold8_avx2, which is fold(g, 16). The max, the libm tail and the sums are the scalar's. */
+SIMD static void softmax_avx2(float *x, int n) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > max) max = x[i];
+    __m256 max8 = _mm256_set1_ps(max);
+    double sum = 0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int h = 0; h < 16; h += 8) {
+            _mm256_storeu_ps(x + i + h, _mm256_sub_ps(_mm256_loadu_ps(x + i + h), max8));
+            expf_ggml8_avx2(x + i + h, x + i + h);
+        }
+        sum += fold8_avx2(_mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + 8)));
+    }
+    for (; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    float inv = (float)(1.0 / sum);
+    __m256 inv8 = _mm256_set1_ps(inv);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), inv8));
+    for (; j < n; j++) x[j] *= inv;
+}
+
+/* silu_row 8 at a time: x / (1 + expf_ggml(-x)) per lane */
+SIMD static void silu_row_avx2(float *y, const float *x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float e[8];
+        __m256 v = _mm256_loadu_ps(x + i);
+        _mm256_storeu_ps(e, _mm256_xor_ps(v, sign));
+        expf_ggml8_avx2(e, e);
+        _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(one, _mm256_loadu_ps(e))));
+    }
+    for (; i < n; i++) y[i] = silu(x[i]);
+}
+#endif
+
+typedef void (*SoftmaxFn)(float *x, int n);
+typedef void (*SiluRowFn)(float *y, const float *x, int n);
+
+/* softmax and silu_row, or their SIMD twins when the SIMD dot products were chosen */
+static SoftmaxFn softmax_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return softmax_avx2;
+#endif
+    return softmax;
+}
+
+static SiluRowFn silu_row_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return silu_row_avx2;
+#endif
+    return silu_row;
+}
+
 /* NEOX rotary embedding on the first n_rot dims: pairs (i, i + n_rot/2) rotate by pos * base^(-2i/n_rot).
  * The angle is advanced by repeated float multiplication, as ggml does. */
 static void rope(float *x, int n_rot, int pos, float base) {
@@ -2233,7 +2319,7 @@ static void gdn_ring_push(const Config *c, float *ring, const float *u, int T) {
  * block is a q or k head. */
 static void gdn_qk_norm_head(const Config *c, float *y, int b) {
     float *yh = y + (size_t)b * c->d_state;
-    for (int i = 0; i < c->d_state; i++) yh[i] = silu(yh[i]);
+    silu_row_fn()(yh, yh, c->d_state);
     if (b < 2 * c->n_k_heads) l2norm(yh, c->d_state, c->eps);
 }
 
@@ -2506,7 +2592,7 @@ typedef struct {
 static void attn_softmax(float *x, int n) {
     int np = (n + 15) & ~15;
     for (int i = n; i < np; i++) x[i] = -INFINITY;
-    softmax(x, np);
+    softmax_fn()(x, np);
 }
 
 /* kqv = mul_mat(V^T, kq) for one head: o[i] = sum_j p_j V_j[i] over keys j < n, i < hd, with V_j

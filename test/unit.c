@@ -469,7 +469,27 @@ static void test_simd_forward(void) {
                         snprintf(detail, sizeof detail, "V sum %s hd=%d lanes=%d n=%d", TYPES[types[ty]].name, hd, lanes, n);
                     free(V), free(row), free(p), free(acc), free(o1), free(o2);
                 }
-    check(bad == 0 && n_checks > 0, "SIMD delta rule and attention V sum vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
+    /* softmax (rows of scores, some -inf padded) and SiLU, over magnitudes that reach the
+     * subnormal and overflowing ends of expf_ggml and its scalar fallback, NaN and inf included */
+    for (int rep = 0; rep < 400; rep++) {
+        int n = 1 + (int)(rnd64() % 300);
+        float *x = xmalloc((size_t)n * 4), *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4);
+        float mag = expf(rnd_uniform(-4, 5.5f));
+        for (int i = 0; i < n; i++) x[i] = rnd_normal() * mag;
+        if (rep % 7 == 3) x[rnd64() % n] = rep % 2 ? NAN : INFINITY;
+        if (rep % 5 == 1) for (int i = n - n % 16; i < n; i++) x[i] = -INFINITY;
+        silu_row(a, x, n);
+        silu_row_avx2(b, x, n);
+        n_checks++;
+        if (memcmp(a, b, (size_t)n * 4) && bad++ == 0) snprintf(detail, sizeof detail, "silu n=%d scale %g", n, mag);
+        memcpy(a, x, (size_t)n * 4), memcpy(b, x, (size_t)n * 4);
+        softmax(a, n);
+        softmax_avx2(b, n);
+        n_checks++;
+        if (memcmp(a, b, (size_t)n * 4) && bad++ == 0) snprintf(detail, sizeof detail, "softmax n=%d scale %g", n, mag);
+        free(x), free(a), free(b);
+    }
+    check(bad == 0 && n_checks > 0, "SIMD delta rule, attention V sum, softmax, SiLU vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
 #endif
 }
 
