@@ -2644,6 +2644,47 @@ SIMD static void attn_v_sum_avx2(uint32_t type, const uint8_t *V, size_t vstride
 }
 #endif
 
+/* p_j <- round_as(type, p_j) for j < n: the probabilities as the V sum's matmul rounds them */
+static void round_row_as(uint32_t type, float *p, int n) {
+    for (int j = 0; j < n; j++) p[j] = round_as(type, p[j]);
+}
+
+#if defined(__x86_64__)
+/* round_row_as 8 at a time: F16C's round-to-nearest-even for f16, the same integer rounding as
+ * fp32_to_bf16 for bf16. Both keep a NaN's payload where the scalar makes a canonical quiet NaN,
+ * so a group holding a NaN goes through the scalar definition. */
+SIMD static void round_row_as_avx2(uint32_t type, float *p, int n) {
+    int j = 0;
+    if (type != T_F32)
+        for (; j + 8 <= n; j += 8) {
+            __m256 v = _mm256_loadu_ps(p + j);
+            if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+                round_row_as(type, p + j, 8);
+                continue;
+            }
+            if (type == T_F16) {
+                v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            } else {   /* (x + 0x7fff + bit 16 of x) with the low 16 bits cleared */
+                __m256i x = _mm256_castps_si256(v), lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+                x = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+                v = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+            }
+            _mm256_storeu_ps(p + j, v);
+        }
+    round_row_as(type, p + j, n - j);
+}
+#endif
+
+typedef void (*RoundRowFn)(uint32_t type, float *p, int n);
+
+/* round_row_as, or its SIMD twin when the SIMD dot products were chosen */
+static RoundRowFn round_row_as_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return round_row_as_avx2;
+#endif
+    return round_row_as;
+}
+
 typedef void (*AttnVSumFn)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
 
 /* attn_v_sum, or its SIMD twin when the SIMD dot products were chosen */
@@ -2665,6 +2706,7 @@ static void attn_task(void *p, int ith, int nth) {
     float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
     DotFn kdot = dot_fn(at->k_type, false, 1);
     AttnVSumFn v_sum = attn_v_sum_fn();
+    RoundRowFn round_p = round_row_as_fn();
     uint8_t qr[4 * 1024];
     for (int job = ith; job < at->T * c->n_head; job += nth) {
         int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
@@ -2675,7 +2717,7 @@ static void attn_task(void *p, int ith, int nth) {
         for (int j = 0; j < n; j++)
             sc[j] = kdot(at->K + j * kstride + (size_t)kvh * hd * TYPES[at->k_type].bytes, qr, hd) * c->kq_scale;
         attn_softmax(sc, n);
-        for (int j = 0; j < n; j++) sc[j] = round_as(at->v_type, sc[j]);
+        round_p(at->v_type, sc, n);
         float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
         v_sum(at->v_type, at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes, vstride, sc, n, at->tile ? 16 : 64, hd,
               s->vacc + (size_t)ith * 64 * hd, o);

@@ -489,7 +489,21 @@ static void test_simd_forward(void) {
         if (memcmp(a, b, (size_t)n * 4) && bad++ == 0) snprintf(detail, sizeof detail, "softmax n=%d scale %g", n, mag);
         free(x), free(a), free(b);
     }
-    check(bad == 0 && n_checks > 0, "SIMD delta rule, attention V sum, softmax, SiLU vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
+    /* rounding to the cache type: random bit patterns (every exponent, NaN and inf among them) */
+    for (int ty = 0; ty < 3; ty++)
+        for (int rep = 0; rep < 2000; rep++) {
+            float a[37], b[37];
+            for (int i = 0; i < 37; i++) {
+                uint32_t bits = rnd32();
+                memcpy(&a[i], &bits, 4);
+            }
+            memcpy(b, a, sizeof a);
+            round_row_as(types[ty], a, 37);
+            round_row_as_avx2(types[ty], b, 37);
+            n_checks++;
+            if (memcmp(a, b, sizeof a) && bad++ == 0) snprintf(detail, sizeof detail, "round to %s", TYPES[types[ty]].name);
+        }
+    check(bad == 0 && n_checks > 0, "SIMD delta rule, attention V sum, softmax, SiLU, cache rounding vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
 #endif
 }
 
