@@ -2295,17 +2295,57 @@ static void embed(const Model *m, int token, float *x) {
  * d_conv-1 is u_t itself. Each channel is independent, so threads may take channel ranges. */
 static void gdn_conv(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
     int K = c->d_conv, C = c->conv_dim;
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < T; t++) {
+        const float *X[64];   /* rows t .. t+K-1 of X (d_conv <= 64) */
+        for (int j = 0; j < K; j++) X[j] = t + j < K - 1 ? ring + (size_t)(t + j) * C : u + (size_t)(t + j - (K - 1)) * C;
         for (int ch = ch0; ch < ch1; ch++) {
             const float *w = L->conv + (size_t)ch * K;
             /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
             float s = 0;
-            for (int j = 0; j < K; j++) {
-                int r = t + j;   /* row of X */
-                s = fmaf(r < K - 1 ? ring[(size_t)r * C + ch] : u[(size_t)(r - (K - 1)) * C + ch], w[j], s);
-            }
+            for (int j = 0; j < K; j++) s = fmaf(X[j][ch], w[j], s);
             y[(size_t)t * C + ch] = s;
         }
+    }
+}
+
+#if defined(__x86_64__)
+/* gdn_conv on 8 channels per register: the taps of up to 128 channels transposed once to
+ * w[j][channel], then each row's chain of fused multiply-adds over j is the scalar's, one channel
+ * per lane. */
+SIMD static void gdn_conv_avx2(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
+    int K = c->d_conv, C = c->conv_dim;
+    float w[64][128];
+    for (int c0 = ch0; c0 < ch1; c0 += 128) {
+        int nc = ch1 - c0 < 128 ? ch1 - c0 : 128, nv = nc & ~7;
+        for (int j = 0; j < K; j++)
+            for (int i = 0; i < nc; i++) w[j][i] = L->conv[(size_t)(c0 + i) * K + j];
+        for (int t = 0; t < T; t++) {
+            const float *X[64];
+            for (int j = 0; j < K; j++) X[j] = t + j < K - 1 ? ring + (size_t)(t + j) * C : u + (size_t)(t + j - (K - 1)) * C;
+            float *yt = y + (size_t)t * C + c0;
+            for (int i = 0; i < nv; i += 8) {
+                __m256 s = _mm256_setzero_ps();
+                for (int j = 0; j < K; j++) s = _mm256_fmadd_ps(_mm256_loadu_ps(X[j] + c0 + i), _mm256_loadu_ps(w[j] + i), s);
+                _mm256_storeu_ps(yt + i, s);
+            }
+            for (int i = nv; i < nc; i++) {
+                float s = 0;
+                for (int j = 0; j < K; j++) s = fmaf(X[j][c0 + i], w[j][i], s);
+                yt[i] = s;
+            }
+        }
+    }
+}
+#endif
+
+typedef void (*GdnConvFn)(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
+
+/* gdn_conv, or its SIMD twin when the SIMD dot products were chosen */
+static GdnConvFn gdn_conv_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return gdn_conv_avx2;
+#endif
+    return gdn_conv;
 }
 
 /* After T rows: the ring keeps the last d_conv-1 rows of [ring | u]. */
@@ -2431,7 +2471,7 @@ static void gdn_conv_task(void *p, int ith, int nth) {
     const Config *c = ct->c;
     int d = c->d_state;
     for (int b = ith; b < c->conv_dim / d; b += nth) {
-        gdn_conv(c, ct->L, ct->ring, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
+        gdn_conv_fn()(c, ct->L, ct->ring, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
         for (int t = 0; t < ct->T; t++) gdn_qk_norm_head(c, ct->y + (size_t)t * c->conv_dim, b);
     }
 }
@@ -2489,7 +2529,7 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
     memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
-    gdn_conv(c, L, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
+    gdn_conv_fn()(c, L, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
     if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
     for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
     ScanTask fwd = {c, s->S, s->conv, s->g, s->beta, s->o, T, false};
@@ -2540,7 +2580,7 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
         for (int ch = 0; ch < C; ch++)
             for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : s->qkv[(size_t)(j - R) * C + ch];
         dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
-        gdn_conv(c, L, ring, s->qkv, T, 0, C, raw);
+        gdn_conv_fn()(c, L, ring, s->qkv, T, 0, C, raw);
         dump(ctx, "conv_output_raw", il, raw, T, C);
         for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
         dump(ctx, "conv_output_silu", il, raw, T, C);

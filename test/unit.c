@@ -489,6 +489,23 @@ static void test_simd_forward(void) {
         if (memcmp(a, b, (size_t)n * 4) && bad++ == 0) snprintf(detail, sizeof detail, "softmax n=%d scale %g", n, mag);
         free(x), free(a), free(b);
     }
+    /* the causal conv: several kernel sizes, batches shorter than the ring, channel ranges with tails */
+    for (int K = 2; K <= 5; K++)
+        for (int T = 1; T <= 9; T += 4) {
+            Config c = {.d_conv = K, .conv_dim = 300};
+            Layer L = {0};
+            float *w = xmalloc((size_t)c.conv_dim * K * 4), *ring = xmalloc((size_t)(K - 1) * c.conv_dim * 4);
+            float *u = xmalloc((size_t)T * c.conv_dim * 4), *y1 = xcalloc((size_t)T * c.conv_dim, 4), *y2 = xcalloc((size_t)T * c.conv_dim, 4);
+            for (int i = 0; i < c.conv_dim * K; i++) w[i] = rnd_normal();
+            for (int i = 0; i < (K - 1) * c.conv_dim; i++) ring[i] = rnd_normal();
+            for (int i = 0; i < T * c.conv_dim; i++) u[i] = rnd_normal();
+            L.conv = w;
+            gdn_conv(&c, &L, ring, u, T, 3, 290, y1);
+            gdn_conv_avx2(&c, &L, ring, u, T, 3, 290, y2);
+            n_checks++;
+            if (memcmp(y1, y2, (size_t)T * c.conv_dim * 4) && bad++ == 0) snprintf(detail, sizeof detail, "conv K=%d T=%d", K, T);
+            free(w), free(ring), free(u), free(y1), free(y2);
+        }
     /* rounding to the cache type: random bit patterns (every exponent, NaN and inf among them) */
     for (int ty = 0; ty < 3; ty++)
         for (int rep = 0; rep < 2000; rep++) {
@@ -503,7 +520,7 @@ static void test_simd_forward(void) {
             n_checks++;
             if (memcmp(a, b, sizeof a) && bad++ == 0) snprintf(detail, sizeof detail, "round to %s", TYPES[types[ty]].name);
         }
-    check(bad == 0 && n_checks > 0, "SIMD delta rule, attention V sum, softmax, SiLU, cache rounding vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
+    check(bad == 0 && n_checks > 0, "SIMD delta rule, conv, attention V sum, softmax, SiLU, cache rounding vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
 #endif
 }
 
