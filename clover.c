@@ -2190,7 +2190,7 @@ static void silu_row(float *y, const float *x, int n) {
 }
 
 #if defined(__x86_64__)
-/* expf_ggml of 8 values in y, the same fused steps per lane. 2^n is applied as two powers of two,
+/* y[l] = expf_ggml(x[l]) for 8 lanes, the same fused steps per lane. 2^n is applied as two powers of two,
  * 2^floor(n/2) and 2^(n - floor(n/2)), both normal for |n| <= 192: the first product is exact and
  * the second rounds once, correctly, as ldexpf does. A group with a lane past |n| <= 192 (or NaN)
  * goes through the scalar expf_ggml. */
@@ -2450,8 +2450,8 @@ static void gdn_scan_task(void *p, int ith, int nth) {
             int t = st->reverse ? st->T - 1 - i : i;
             const float *y = st->y + (size_t)t * c->conv_dim;
             rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
-                       y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
-                       st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
+                 y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
+                 st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
         }
     }
 }
@@ -2635,6 +2635,47 @@ static void attn_softmax(float *x, int n) {
     softmax_fn()(x, np);
 }
 
+/* p_j <- round_as(type, p_j) for j < n: the probabilities as the V sum's matmul rounds them */
+static void round_row_as(uint32_t type, float *p, int n) {
+    for (int j = 0; j < n; j++) p[j] = round_as(type, p[j]);
+}
+
+#if defined(__x86_64__)
+/* round_row_as 8 at a time: F16C's round-to-nearest-even for f16, the same integer rounding as
+ * fp32_to_bf16 for bf16. Both keep a NaN's payload where the scalar makes a canonical quiet NaN,
+ * so a group holding a NaN goes through the scalar definition. */
+SIMD static void round_row_as_avx2(uint32_t type, float *p, int n) {
+    int j = 0;
+    if (type != T_F32)
+        for (; j + 8 <= n; j += 8) {
+            __m256 v = _mm256_loadu_ps(p + j);
+            if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+                round_row_as(type, p + j, 8);
+                continue;
+            }
+            if (type == T_F16) {
+                v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            } else {   /* (x + 0x7fff + bit 16 of x) with the low 16 bits cleared */
+                __m256i x = _mm256_castps_si256(v), lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+                x = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+                v = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+            }
+            _mm256_storeu_ps(p + j, v);
+        }
+    round_row_as(type, p + j, n - j);
+}
+#endif
+
+typedef void (*RoundRowFn)(uint32_t type, float *p, int n);
+
+/* round_row_as, or its SIMD twin when the SIMD dot products were chosen */
+static RoundRowFn round_row_as_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return round_row_as_avx2;
+#endif
+    return round_row_as;
+}
+
 /* kqv = mul_mat(V^T, kq) for one head: o[i] = sum_j p_j V_j[i] over keys j < n, i < hd, with V_j
  * at V + j*vstride in cache type `type`. llamafile tinyBLAS (a prompt batch) puts key j in lane
  * j % 16, ggml_vec_dot_f32 (one row) in lane j % 64, by fused multiply-adds; lanes are then folded
@@ -2683,47 +2724,6 @@ SIMD static void attn_v_sum_avx2(uint32_t type, const uint8_t *V, size_t vstride
     memcpy(o, acc, (size_t)hd * sizeof(float));
 }
 #endif
-
-/* p_j <- round_as(type, p_j) for j < n: the probabilities as the V sum's matmul rounds them */
-static void round_row_as(uint32_t type, float *p, int n) {
-    for (int j = 0; j < n; j++) p[j] = round_as(type, p[j]);
-}
-
-#if defined(__x86_64__)
-/* round_row_as 8 at a time: F16C's round-to-nearest-even for f16, the same integer rounding as
- * fp32_to_bf16 for bf16. Both keep a NaN's payload where the scalar makes a canonical quiet NaN,
- * so a group holding a NaN goes through the scalar definition. */
-SIMD static void round_row_as_avx2(uint32_t type, float *p, int n) {
-    int j = 0;
-    if (type != T_F32)
-        for (; j + 8 <= n; j += 8) {
-            __m256 v = _mm256_loadu_ps(p + j);
-            if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
-                round_row_as(type, p + j, 8);
-                continue;
-            }
-            if (type == T_F16) {
-                v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            } else {   /* (x + 0x7fff + bit 16 of x) with the low 16 bits cleared */
-                __m256i x = _mm256_castps_si256(v), lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-                x = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
-                v = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
-            }
-            _mm256_storeu_ps(p + j, v);
-        }
-    round_row_as(type, p + j, n - j);
-}
-#endif
-
-typedef void (*RoundRowFn)(uint32_t type, float *p, int n);
-
-/* round_row_as, or its SIMD twin when the SIMD dot products were chosen */
-static RoundRowFn round_row_as_fn(void) {
-#if defined(__x86_64__)
-    if (simd_chosen()) return round_row_as_avx2;
-#endif
-    return round_row_as;
-}
 
 typedef void (*AttnVSumFn)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
 
