@@ -902,7 +902,9 @@ static inline SIMD_INLINE float fold8_avx2(__m256 v) {
 
 /* fold(acc, 64) of eight registers (register r holds accumulators 8r..8r+7) */
 static inline SIMD_INLINE float fold64_avx2(__m256 a[8]) {
+#pragma GCC unroll 4   /* unrolled, the accumulators stay in registers instead of a stack array */
     for (int r = 0; r < 4; r++) a[r] = _mm256_add_ps(a[r], a[r + 4]);
+#pragma GCC unroll 2
     for (int r = 0; r < 2; r++) a[r] = _mm256_add_ps(a[r], a[r + 2]);
     return fold8_avx2(_mm256_add_ps(a[0], a[1]));
 }
@@ -911,16 +913,23 @@ static inline SIMD_INLINE float fold64_avx2(__m256 a[8]) {
 static inline SIMD_INLINE __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline SIMD_INLINE __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
 
+/* The end of dot_f32_avx2 for accumulators acc over x, y[0..np): fold, then the tail np..n in double
+ * (also used by the GDN recurrence, which fills acc itself). */
+static inline SIMD_INLINE float dot_f32_finish_avx2(__m256 acc[8], const float *x, const float *y, int64_t np, int64_t n) {
+    double sum = fold64_avx2(acc);
+    for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
+    return (float)sum;
+}
+
 SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
     const float *x = w, *y = a;
     __m256 acc[8];
     for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
     int64_t np = n & ~(int64_t)63;
     for (int64_t i = 0; i < np; i += 64)
+#pragma GCC unroll 8   /* acc in registers */
         for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f32_avx2(x + i + 8 * r), load_f32_avx2(y + i + 8 * r), acc[r]);
-    double sum = fold64_avx2(acc);
-    for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
-    return (float)sum;
+    return dot_f32_finish_avx2(acc, x, y, np, n);
 }
 
 SIMD static float dot_f16_avx2(const void *w, const void *a, int64_t n) {
@@ -929,6 +938,7 @@ SIMD static float dot_f16_avx2(const void *w, const void *a, int64_t n) {
     for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
     int64_t np = n & ~(int64_t)63;
     for (int64_t i = 0; i < np; i += 64)
+#pragma GCC unroll 8   /* acc in registers */
         for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(x + i + 8 * r), load_f16_avx2(y + i + 8 * r), acc[r]);
     double sum = fold64_avx2(acc);
     for (int64_t i = np; i < n; i++) sum += f16c(x[i]) * f16c(y[i]);
@@ -1408,8 +1418,6 @@ SIMD static float dot_q4_K_8x8_avx2(const void *w, const void *a, int64_t n) { f
 SIMD static float dot_q4_K_8x8_gemm_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_gemm_avx2(w, a, 0, 1, n, &o); return o; }
 SIMD static float dot_q5_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q5_K_avx2(w, a, 0, 1, n, &o); return o; }
 SIMD static float dot_q6_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q6_K_avx2(w, a, 0, 1, n, &o); return o; }
-#undef SIMD
-#undef SIMD_INLINE
 #endif
 
 /* --- Choosing a dot product --------------------------------------------------------------- */
@@ -1466,6 +1474,9 @@ static const DotRowsFn *dot_rows(void) {
     pthread_once(&dot_kernels_once, choose_dot_kernels);
     return dot_rows_kernels;
 }
+
+/* Whether the SIMD kernels were chosen; the forward pass's own SIMD twins (section 9) follow. */
+static bool simd_chosen(void) { return dots() != DOT_SCALAR; }
 
 /* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
  * multiple of 8 (ggml_repack_get_optimal_repack_type on AVX2), which changes their float order. */
@@ -2021,6 +2032,7 @@ typedef struct {
     float *conv;                    /* GDN: post-conv q|k|v rows [cap][conv_dim] */
     float *qg, *kr, *vr, *ao;       /* attention: q|gate, k, v, head outputs */
     float *att;                     /* attention scores, [n_threads][n_ctx] */
+    float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
     float *router, *w;              /* MoE: router probabilities, chosen weights [cap][n_used] */
     int *sel;                       /* MoE: chosen experts [cap][n_used] */
     float *xe, *ge, *ue, *ye;       /* MoE: gathered rows, gate, up, expert outputs [cap][n_used][n_embd] */
@@ -2028,8 +2040,8 @@ typedef struct {
     float *sh;                      /* shared expert output [cap][n_embd] */
     float *mix;                     /* [cap][n_embd] mixer / FFN output */
     uint8_t *xq;                    /* rounded activations for matmul */
-    /* preview pass: copies of the committed GDN state, and the reverse branch */
-    float *ring, *S, *S_rev, *g_rev, *beta_rev, *o_rev;
+    /* preview pass: a copy of the committed GDN state S, and the reverse branch */
+    float *S, *S_rev, *g_rev, *beta_rev, *o_rev;
     bool *coreset;                  /* [n_expert] experts the block's rows may use */
 } Scratch;
 
@@ -2220,7 +2232,8 @@ static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) 
                      3 * K + 2 * K * (size_t)c->n_embd + 2 * K * ff + K * maxin;
     size_t floats = mul_size(T, per_row, "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
-    floats = add_size(floats, ring_floats(c) + 2 * S_floats(c), "scratch");
+    floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
+    floats = add_size(floats, 2 * S_floats(c), "scratch");
     return add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
 }
 
@@ -2245,6 +2258,7 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->kr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
+    s->vacc = xcalloc(mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), 4);
     s->router = xcalloc(T * (size_t)c->n_expert, 4);
     s->w = xcalloc(T * K, 4);
     s->sel = xcalloc(T * K, sizeof(int));
@@ -2254,7 +2268,6 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ye = xcalloc(T * K * E, 4);
     s->xq = xcalloc(T * K * maxin, 4);
-    s->ring = xcalloc(ring_floats(c), 4);
     s->S = xcalloc(S_floats(c), 4);
     s->S_rev = xcalloc(S_floats(c), 4);
     s->g_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
@@ -2303,7 +2316,8 @@ static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
  * llama.cpp, whole groups of 16 use expf_ggml and are summed by halving; the tail uses libm. */
 static void softmax(float *x, int n) {
     float max = -INFINITY;
-    for (int i = 0; i < n; i++) max = fmaxf(max, x[i]);
+    for (int i = 0; i < n; i++)   /* ggml_vec_max_f32's MAX(); fmaxf would be a libm call per score */
+        if (x[i] > max) max = x[i];
     double sum = 0;
     int i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -2314,6 +2328,92 @@ static void softmax(float *x, int n) {
     for (; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
     float inv = (float)(1.0 / sum);
     for (int j = 0; j < n; j++) x[j] *= inv;
+}
+
+/* y[i] = silu(x[i]) (y may be x) */
+static void silu_row(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = silu(x[i]);
+}
+
+#if defined(__x86_64__)
+/* y[l] = expf_ggml(x[l]) for 8 lanes, the same fused steps per lane. 2^n is applied as two powers of two,
+ * 2^floor(n/2) and 2^(n - floor(n/2)), both normal for |n| <= 192: the first product is exact and
+ * the second rounds once, correctly, as ldexpf does. A group with a lane past |n| <= 192 (or NaN)
+ * goes through the scalar expf_ggml. */
+static inline SIMD_INLINE void expf_ggml8_avx2(const float *x, float *y) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f), sign = _mm256_set1_ps(-0.0f);
+    __m256 v = _mm256_loadu_ps(x);
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(v, _mm256_set1_ps(0x1.715476p+0f), r), r), neg_n = _mm256_xor_ps(n, sign);
+    __m256 b = _mm256_fmadd_ps(neg_n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fmadd_ps(neg_n, _mm256_set1_ps(0x1.62e4p-1f), v));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, n), _mm256_set1_ps(192.0f), _CMP_LE_OQ)) != 0xff) {
+        for (int l = 0; l < 8; l++) y[l] = expf_ggml(x[l]);
+        return;
+    }
+    __m256 u = _mm256_mul_ps(b, b);
+    __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                                               _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+                               u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1), bias = _mm256_set1_epi32(127);
+    __m256 two_n1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    __m256 two_n2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(p, two_n1), two_n2));
+}
+
+/* softmax with each group of 16 exponentials in two registers: lanes l and l+8 added first, then
+ * fold8_avx2, which is fold(g, 16). The max, the libm tail and the sums are the scalar's. */
+SIMD static void softmax_avx2(float *x, int n) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > max) max = x[i];
+    __m256 max8 = _mm256_set1_ps(max);
+    double sum = 0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int h = 0; h < 16; h += 8) {
+            _mm256_storeu_ps(x + i + h, _mm256_sub_ps(_mm256_loadu_ps(x + i + h), max8));
+            expf_ggml8_avx2(x + i + h, x + i + h);
+        }
+        sum += fold8_avx2(_mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + 8)));
+    }
+    for (; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    float inv = (float)(1.0 / sum);
+    __m256 inv8 = _mm256_set1_ps(inv);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), inv8));
+    for (; j < n; j++) x[j] *= inv;
+}
+
+/* silu_row 8 at a time: x / (1 + expf_ggml(-x)) per lane */
+SIMD static void silu_row_avx2(float *y, const float *x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float e[8];
+        __m256 v = _mm256_loadu_ps(x + i);
+        _mm256_storeu_ps(e, _mm256_xor_ps(v, sign));
+        expf_ggml8_avx2(e, e);
+        _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(one, _mm256_loadu_ps(e))));
+    }
+    for (; i < n; i++) y[i] = silu(x[i]);
+}
+#endif
+
+typedef void (*SoftmaxFn)(float *x, int n);
+typedef void (*SiluRowFn)(float *y, const float *x, int n);
+
+/* softmax and silu_row, or their SIMD twins when the SIMD dot products were chosen */
+static SoftmaxFn softmax_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return softmax_avx2;
+#endif
+    return softmax;
+}
+
+static SiluRowFn silu_row_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return silu_row_avx2;
+#endif
+    return silu_row;
 }
 
 /* NEOX rotary embedding on the first n_rot dims: pairs (i, i + n_rot/2) rotate by pos * base^(-2i/n_rot).
@@ -2336,26 +2436,82 @@ static void embed(const Model *m, int token, float *x) {
 }
 
 /* --- Gated DeltaNet --------------------------------------------------------------------------- */
-/* Depthwise causal conv over [ring | u] then SiLU: y[c] = silu(sum_j w[c][j] * U[j][c]), where tap
- * d_conv-1 is the current row u. The ring then drops its oldest row and keeps u. */
-static void gdn_conv(const Config *c, const Layer *L, float *ring, const float *u, float *y) {
+/* Depthwise causal conv (before SiLU) of T rows u_t, channels [ch0, ch1): over X = [ring | u],
+ * the ring's d_conv-1 rows (oldest first) then the T rows, y_t[c] = sum_j w[c][j] X[t+j][c]; tap
+ * d_conv-1 is u_t itself. Each channel is independent, so threads may take channel ranges. */
+static void gdn_conv(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
     int K = c->d_conv, C = c->conv_dim;
-    for (int ch = 0; ch < C; ch++) {
-        const float *w = L->conv + (size_t)ch * K;
-        /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
-        float s = 0;
-        for (int j = 0; j < K - 1; j++) s = fmaf(ring[(size_t)j * C + ch], w[j], s);
-        s = fmaf(u[ch], w[K - 1], s);
-        y[ch] = s;
+    for (int t = 0; t < T; t++) {
+        const float *X[64];   /* rows t .. t+K-1 of X (d_conv <= 64) */
+        for (int j = 0; j < K; j++) X[j] = t + j < K - 1 ? ring + (size_t)(t + j) * C : u + (size_t)(t + j - (K - 1)) * C;
+        for (int ch = ch0; ch < ch1; ch++) {
+            const float *w = L->conv + (size_t)ch * K;
+            /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
+            float s = 0;
+            for (int j = 0; j < K; j++) s = fmaf(X[j][ch], w[j], s);
+            y[(size_t)t * C + ch] = s;
+        }
     }
-    memmove(ring, ring + C, (size_t)(K - 2) * C * sizeof(float));
-    memcpy(ring + (size_t)(K - 2) * C, u, (size_t)C * sizeof(float));
 }
 
-/* SiLU, then L2-normalise every q and k head of a post-conv row [q | k | v]. */
+#if defined(__x86_64__)
+/* gdn_conv on 8 channels per register: the taps of up to 128 channels transposed once to
+ * w[j][channel], then each row's chain of fused multiply-adds over j is the scalar's, one channel
+ * per lane. */
+SIMD static void gdn_conv_avx2(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
+    int K = c->d_conv, C = c->conv_dim;
+    float w[64][128];
+    for (int c0 = ch0; c0 < ch1; c0 += 128) {
+        int nc = ch1 - c0 < 128 ? ch1 - c0 : 128, nv = nc & ~7;
+        for (int j = 0; j < K; j++)
+            for (int i = 0; i < nc; i++) w[j][i] = L->conv[(size_t)(c0 + i) * K + j];
+        for (int t = 0; t < T; t++) {
+            const float *X[64];
+            for (int j = 0; j < K; j++) X[j] = t + j < K - 1 ? ring + (size_t)(t + j) * C : u + (size_t)(t + j - (K - 1)) * C;
+            float *yt = y + (size_t)t * C + c0;
+            for (int i = 0; i < nv; i += 8) {
+                __m256 s = _mm256_setzero_ps();
+                for (int j = 0; j < K; j++) s = _mm256_fmadd_ps(_mm256_loadu_ps(X[j] + c0 + i), _mm256_loadu_ps(w[j] + i), s);
+                _mm256_storeu_ps(yt + i, s);
+            }
+            for (int i = nv; i < nc; i++) {
+                float s = 0;
+                for (int j = 0; j < K; j++) s = fmaf(X[j][c0 + i], w[j][i], s);
+                yt[i] = s;
+            }
+        }
+    }
+}
+#endif
+
+typedef void (*GdnConvFn)(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
+
+/* gdn_conv, or its SIMD twin when the SIMD dot products were chosen */
+static GdnConvFn gdn_conv_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return gdn_conv_avx2;
+#endif
+    return gdn_conv;
+}
+
+/* After T rows: the ring keeps the last d_conv-1 rows of [ring | u]. */
+static void gdn_ring_push(const Config *c, float *ring, const float *u, int T) {
+    int R = c->d_conv - 1, C = c->conv_dim, keep = R - T < 0 ? 0 : R - T;
+    memmove(ring, ring + (size_t)(R - keep) * C, (size_t)keep * C * sizeof(float));
+    memcpy(ring + (size_t)keep * C, u + (size_t)(T - (R - keep)) * C, (size_t)(R - keep) * C * sizeof(float));
+}
+
+/* SiLU over d_state channels of block b of a post-conv row [q | k | v], then the L2 norm if the
+ * block is a q or k head. */
+static void gdn_qk_norm_head(const Config *c, float *y, int b) {
+    float *yh = y + (size_t)b * c->d_state;
+    silu_row_fn()(yh, yh, c->d_state);
+    if (b < 2 * c->n_k_heads) l2norm(yh, c->d_state, c->eps);
+}
+
+/* SiLU, then L2-normalise every q and k head of a post-conv row. */
 static void gdn_qk_norm(const Config *c, float *y) {
-    for (int i = 0; i < c->conv_dim; i++) y[i] = silu(y[i]);
-    for (int h = 0; h < 2 * c->n_k_heads; h++) l2norm(y + (size_t)h * c->d_state, c->d_state, c->eps);
+    for (int b = 0; b < c->conv_dim / c->d_state; b++) gdn_qk_norm_head(c, y, b);
 }
 
 /* The gated delta rule for one value head and one row, on S (transposed, see State):
@@ -2372,6 +2528,53 @@ static void delta_rule(float *S, const float *q, const float *k, const float *v,
     }
 }
 
+#if defined(__x86_64__)
+/* delta_rule in two passes over each column S_j instead of four: S_j[i] *= decay and
+ * S_j[i] += k[i] delta are per element, so each lane does the scalar's operation, and each pass
+ * feeds the updated values straight into the 64 accumulators of dot_f32's SIMD twin (same lanes,
+ * same fold, same tail). */
+SIMD static void delta_rule_avx2(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
+    float decay = expf(g), scale = 1.0f / sqrtf((float)d);
+    int np = d & ~63;
+    __m256 decay8 = _mm256_set1_ps(decay);
+    for (int j = 0; j < d; j++) {
+        float *Sj = S + (size_t)j * d;
+        __m256 acc[8];
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+        for (int i = 0; i < np; i += 64)   /* S_j *= decay, and S_j . k in dot_f32's accumulators */
+#pragma GCC unroll 8   /* acc in registers */
+            for (int r = 0; r < 8; r++) {
+                __m256 s = _mm256_mul_ps(_mm256_loadu_ps(Sj + i + 8 * r), decay8);
+                _mm256_storeu_ps(Sj + i + 8 * r, s);
+                acc[r] = _mm256_fmadd_ps(s, _mm256_loadu_ps(k + i + 8 * r), acc[r]);
+            }
+        for (int i = np; i < d; i++) Sj[i] *= decay;
+        float delta = (v[j] - dot_f32_finish_avx2(acc, Sj, k, np, d)) * beta;
+        __m256 delta8 = _mm256_set1_ps(delta);
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+        for (int i = 0; i < np; i += 64)   /* S_j += k delta, and S_j . q */
+#pragma GCC unroll 8   /* acc in registers */
+            for (int r = 0; r < 8; r++) {
+                __m256 s = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8 * r), delta8, _mm256_loadu_ps(Sj + i + 8 * r));
+                _mm256_storeu_ps(Sj + i + 8 * r, s);
+                acc[r] = _mm256_fmadd_ps(s, _mm256_loadu_ps(q + i + 8 * r), acc[r]);
+            }
+        for (int i = np; i < d; i++) Sj[i] = fmaf(k[i], delta, Sj[i]);
+        o[j] = dot_f32_finish_avx2(acc, Sj, q, np, d) * scale;
+    }
+}
+#endif
+
+typedef void (*DeltaRuleFn)(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o);
+
+/* delta_rule, or its SIMD twin when the SIMD dot products were chosen */
+static DeltaRuleFn delta_rule_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return delta_rule_avx2;
+#endif
+    return delta_rule;
+}
+
 typedef struct {
     const Config *c;
     float *S;                         /* [n_v_heads][d*d] */
@@ -2386,15 +2589,36 @@ static void gdn_scan_task(void *p, int ith, int nth) {
     const ScanTask *st = p;
     const Config *c = st->c;
     int d = c->d_state;
+    DeltaRuleFn rule = delta_rule_fn();
     for (int h = ith; h < c->n_v_heads; h += nth) {
         int kh = h % c->n_k_heads;
         for (int i = 0; i < st->T; i++) {
             int t = st->reverse ? st->T - 1 - i : i;
             const float *y = st->y + (size_t)t * c->conv_dim;
-            delta_rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
-                       y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
-                       st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
+            rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
+                 y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
+                 st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
         }
+    }
+}
+
+typedef struct {
+    const Config *c;
+    const Layer *L;
+    const float *ring, *u;            /* conv ring before the batch, pre-conv rows [T][conv_dim] */
+    float *y;                         /* post-conv rows [T][conv_dim] */
+    int T;
+} ConvTask;
+
+/* gdn_conv and gdn_qk_norm for T rows: threads take blocks of d_state channels (whole heads, so
+ * an L2 norm never spans two threads), every row of a block in turn. */
+static void gdn_conv_task(void *p, int ith, int nth) {
+    const ConvTask *ct = p;
+    const Config *c = ct->c;
+    int d = c->d_state;
+    for (int b = ith; b < c->conv_dim / d; b += nth) {
+        gdn_conv_fn()(c, ct->L, ct->ring, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
+        for (int t = 0; t < ct->T; t++) gdn_qk_norm_head(c, ct->y + (size_t)t * c->conv_dim, b);
     }
 }
 
@@ -2402,10 +2626,9 @@ static void gdn_scan_task(void *p, int ith, int nth) {
  * exactly as T single-token steps would. Used by decoding, batches, and the rollback replay. */
 static void gdn_advance(Pool *pool, const Config *c, const Layer *L, float *ring, float *S, int T, const float *u,
                         const float *g, const float *beta, float *y, float *o) {
-    for (int t = 0; t < T; t++) {
-        gdn_conv(c, L, ring, u + (size_t)t * c->conv_dim, y + (size_t)t * c->conv_dim);
-        gdn_qk_norm(c, y + (size_t)t * c->conv_dim);
-    }
+    ConvTask ct = {c, L, ring, u, y, T};
+    pool_run(pool, gdn_conv_task, &ct);
+    gdn_ring_push(c, ring, u, T);
     ScanTask st = {c, S, y, g, beta, o, T, false};
     pool_run(pool, gdn_scan_task, &st);
 }
@@ -2444,16 +2667,15 @@ typedef struct {
     float **u, **g, **beta;           /* per GDN layer: [cap][conv_dim], [cap][n_v_heads] x2 */
 } GdnLog;
 
-/* The preview mixer (clover.md 3.2) over a block of T rows, reading the committed state through
- * copies and never writing it: the causal conv over [ring | block] plus the right taps, a forward
- * scan from a copy of S, and, when the layer has it, a reverse scan from zero state mixed in per
- * value head: o_t = o_fwd_t + gamma_h * o_rev_t. */
+/* The preview mixer (clover.md 3.2) over a block of T rows, never writing the committed state: the
+ * causal conv over [ring | block] plus the right taps, a forward scan from a copy of S, and, when
+ * the layer has it, a reverse scan from zero state mixed in per value head:
+ * o_t = o_fwd_t + gamma_h * o_rev_t. */
 static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
-    memcpy(s->ring, ctx->st.ring[il], ring_floats(c) * sizeof(float));
     memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
-    for (int t = 0; t < T; t++) gdn_conv(c, L, s->ring, s->qkv + (size_t)t * c->conv_dim, s->conv + (size_t)t * c->conv_dim);
+    gdn_conv_fn()(c, L, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
     if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
     for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
     ScanTask fwd = {c, s->S, s->conv, s->g, s->beta, s->o, T, false};
@@ -2498,13 +2720,13 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
     }
     dump(ctx, "gate", il, s->g, T, H);
     if (dumping(ctx) && !preview) {
-        /* the causal conv recomputed on a copy of the ring, with the function gdn_advance uses */
-        float *ring = memcpy(dump_buf(ctx, 1, ring_floats(c)), ctx->st.ring[il], ring_floats(c) * sizeof(float));
+        /* the causal conv recomputed from the ring (read only), with the function gdn_advance uses */
+        const float *ring = ctx->st.ring[il];
         float *in = dump_buf(ctx, 2, (size_t)(R + T) * C), *raw = dump_buf(ctx, 3, (size_t)T * C);
         for (int ch = 0; ch < C; ch++)
             for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : s->qkv[(size_t)(j - R) * C + ch];
         dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
-        for (int t = 0; t < T; t++) gdn_conv(c, L, ring, s->qkv + (size_t)t * C, raw + (size_t)t * C);
+        gdn_conv_fn()(c, L, ring, s->qkv, T, 0, C, raw);
         dump(ctx, "conv_output_raw", il, raw, T, C);
         for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
         dump(ctx, "conv_output_silu", il, raw, T, C);
@@ -2556,7 +2778,107 @@ typedef struct {
 static void attn_softmax(float *x, int n) {
     int np = (n + 15) & ~15;
     for (int i = n; i < np; i++) x[i] = -INFINITY;
-    softmax(x, np);
+    softmax_fn()(x, np);
+}
+
+/* p_j <- round_as(type, p_j) for j < n: the probabilities as the V sum's matmul rounds them */
+static void round_row_as(uint32_t type, float *p, int n) {
+    for (int j = 0; j < n; j++) p[j] = round_as(type, p[j]);
+}
+
+#if defined(__x86_64__)
+/* round_row_as 8 at a time: F16C's round-to-nearest-even for f16, the same integer rounding as
+ * fp32_to_bf16 for bf16. Both keep a NaN's payload where the scalar makes a canonical quiet NaN,
+ * so a group holding a NaN goes through the scalar definition. */
+SIMD static void round_row_as_avx2(uint32_t type, float *p, int n) {
+    int j = 0;
+    if (type != T_F32)
+        for (; j + 8 <= n; j += 8) {
+            __m256 v = _mm256_loadu_ps(p + j);
+            if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+                round_row_as(type, p + j, 8);
+                continue;
+            }
+            if (type == T_F16) {
+                v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            } else {   /* (x + 0x7fff + bit 16 of x) with the low 16 bits cleared */
+                __m256i x = _mm256_castps_si256(v), lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+                x = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+                v = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+            }
+            _mm256_storeu_ps(p + j, v);
+        }
+    round_row_as(type, p + j, n - j);
+}
+#endif
+
+typedef void (*RoundRowFn)(uint32_t type, float *p, int n);
+
+/* round_row_as, or its SIMD twin when the SIMD dot products were chosen */
+static RoundRowFn round_row_as_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return round_row_as_avx2;
+#endif
+    return round_row_as;
+}
+
+/* kqv = mul_mat(V^T, kq) for one head: o[i] = sum_j p_j V_j[i] over keys j < n, i < hd, with V_j
+ * at V + j*vstride in cache type `type`. llamafile tinyBLAS (a prompt batch) puts key j in lane
+ * j % 16, ggml_vec_dot_f32 (one row) in lane j % 64, by fused multiply-adds; lanes are then folded
+ * by halving, as fold() does. Masked positions add exact zeros in llama.cpp, so they are skipped.
+ * acc holds the lanes x hd accumulators; each V row is read once, whole. */
+static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
+    memset(acc, 0, (size_t)lanes * hd * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const uint8_t *vrow = V + (size_t)j * vstride;
+        float *a = acc + (size_t)(j % lanes) * hd;
+        for (int i = 0; i < hd; i++) a[i] = fmaf(p[j], load_as(type, vrow, i), a[i]);
+    }
+    for (int w = lanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            for (int i = 0; i < hd; i++) acc[(size_t)l * hd + i] += acc[(size_t)(l + w) * hd + i];
+    memcpy(o, acc, (size_t)hd * sizeof(float));
+}
+
+#if defined(__x86_64__)
+/* 8 values of a cache row from element i, as fp32 (exact conversions, as load_as) */
+static inline SIMD_INLINE __m256 load_as_avx2(uint32_t type, const void *src, int i) {
+    if (type == T_F32) return _mm256_loadu_ps((const float *)src + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
+    if (type == T_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* attn_v_sum with the values i in 8-lane registers: each element's accumulator chain and fold
+ * are the scalar's, in the same order. */
+SIMD static void attn_v_sum_avx2(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
+    int nv = hd & ~7;
+    memset(acc, 0, (size_t)lanes * hd * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const uint8_t *vrow = V + (size_t)j * vstride;
+        float *a = acc + (size_t)(j % lanes) * hd;
+        __m256 pj = _mm256_set1_ps(p[j]);
+        for (int i = 0; i < nv; i += 8) _mm256_storeu_ps(a + i, _mm256_fmadd_ps(pj, load_as_avx2(type, vrow, i), _mm256_loadu_ps(a + i)));
+        for (int i = nv; i < hd; i++) a[i] = fmaf(p[j], load_as(type, vrow, i), a[i]);
+    }
+    for (int w = lanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) {
+            float *a = acc + (size_t)l * hd, *b = acc + (size_t)(l + w) * hd;
+            for (int i = 0; i < nv; i += 8) _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+            for (int i = nv; i < hd; i++) a[i] += b[i];
+        }
+    memcpy(o, acc, (size_t)hd * sizeof(float));
+}
+#endif
+
+typedef void (*AttnVSumFn)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
+
+/* attn_v_sum, or its SIMD twin when the SIMD dot products were chosen */
+static AttnVSumFn attn_v_sum_fn(void) {
+#if defined(__x86_64__)
+    if (simd_chosen()) return attn_v_sum_avx2;
+#endif
+    return attn_v_sum;
 }
 
 /* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see.
@@ -2569,6 +2891,8 @@ static void attn_task(void *p, int ith, int nth) {
     int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
     float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
     DotFn kdot = dot_fn(at->k_type, false, 1);
+    AttnVSumFn v_sum = attn_v_sum_fn();
+    RoundRowFn round_p = round_row_as_fn();
     uint8_t qr[4 * 1024];
     for (int job = ith; job < at->T * c->n_head; job += nth) {
         int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
@@ -2579,27 +2903,10 @@ static void attn_task(void *p, int ith, int nth) {
         for (int j = 0; j < n; j++)
             sc[j] = kdot(at->K + j * kstride + (size_t)kvh * hd * TYPES[at->k_type].bytes, qr, hd) * c->kq_scale;
         attn_softmax(sc, n);
+        round_p(at->v_type, sc, n);
         float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
-        /* kqv = mul_mat(V^T, kq) over the cache positions j: llamafile tinyBLAS for a prompt batch
-         * (position j to lane j % 16), ggml_vec_dot_f32 for one row (lane j % 64); fused
-         * multiply-adds, lanes folded by halving. Masked positions add exact zeros in llama.cpp. */
-        int lanes = at->tile ? 16 : 64;
-        for (int i0 = 0; i0 < hd; i0 += 64) {
-            int ni = hd - i0 < 64 ? hd - i0 : 64;
-            float acc[64][64];
-            for (int l = 0; l < lanes; l++) memset(acc[l], 0, (size_t)ni * sizeof(float));
-            for (int j = 0; j < n; j++) {
-                float pj = round_as(at->v_type, sc[j]);
-                const uint8_t *vrow = at->V + j * vstride + (size_t)(kvh * hd + i0) * TYPES[at->v_type].bytes;
-                float *a = acc[j % lanes];
-                for (int i = 0; i < ni; i++) a[i] = fmaf(pj, load_as(at->v_type, vrow, i), a[i]);
-            }
-            for (int i = 0; i < ni; i++) {
-                float col[64];
-                for (int l = 0; l < lanes; l++) col[l] = acc[l][i];
-                o[i0 + i] = fold(col, lanes);
-            }
-        }
+        v_sum(at->v_type, at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes, vstride, sc, n, at->tile ? 16 : 64, hd,
+              s->vacc + (size_t)ith * 64 * hd, o);
         if (at->pregate) memcpy(at->pregate + (size_t)t * c->n_head * hd + (size_t)h * hd, o, (size_t)hd * sizeof(float));
         const float *gate = q + hd;
         for (int i = 0; i < hd; i++) o[i] *= sigmoid(gate[i]);

@@ -419,6 +419,111 @@ static void test_simd_dots(void) {
     free(x), free(w), free(act), free(rows_act);
 }
 
+/* The forward pass's SIMD twins (the GDN delta rule, the attention's V sum) against their scalar
+ * definitions, bit for bit, at sizes with and without 8- and 64-element tails. */
+static void test_simd_forward(void) {
+    if (!simd_chosen()) {
+        check(true, "SIMD delta rule and V sum vs scalar (no SIMD kernels on this CPU or CLOVER_SIMD=scalar: skipped)", "");
+        return;
+    }
+#if defined(__x86_64__)
+    const int dims[] = {128, 64, 16, 37, 130};
+    int bad = 0, n_checks = 0;
+    char detail[160] = "";
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++) {
+        int d = dims[s];
+        float *S1 = xmalloc((size_t)d * d * 4), *S2 = xmalloc((size_t)d * d * 4), *qkv = xmalloc(3 * (size_t)d * 4);
+        float *o1 = xmalloc((size_t)d * 4), *o2 = xmalloc((size_t)d * 4);
+        for (int i = 0; i < d * d; i++) S1[i] = S2[i] = rnd_normal();
+        for (int rep = 0; rep < 8; rep++) {
+            for (int i = 0; i < 3 * d; i++) qkv[i] = rnd_normal() * 0.3f;
+            float g = -rnd_uniform(0, 2), beta = rnd_uniform(0, 1);
+            delta_rule(S1, qkv, qkv + d, qkv + 2 * d, g, beta, d, o1);
+            delta_rule_avx2(S2, qkv, qkv + d, qkv + 2 * d, g, beta, d, o2);
+            n_checks++;
+            if ((memcmp(S1, S2, (size_t)d * d * 4) || memcmp(o1, o2, (size_t)d * 4)) && bad++ == 0)
+                snprintf(detail, sizeof detail, "delta rule d=%d, step %d", d, rep);
+        }
+        free(S1), free(S2), free(qkv), free(o1), free(o2);
+    }
+    const uint32_t types[] = {T_F32, T_F16, T_BF16};
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+        for (int ty = 0; ty < 3; ty++)
+            for (int lanes = 16; lanes <= 64; lanes *= 4)
+                for (int n = 1; n <= 200; n += 33) {
+                    int hd = dims[s];
+                    size_t vstride = 2 * (size_t)hd * TYPES[types[ty]].bytes;   /* two KV heads per row */
+                    uint8_t *V = xmalloc((size_t)n * vstride);
+                    float *row = xmalloc(2 * (size_t)hd * 4), *p = xmalloc((size_t)n * 4), *acc = xmalloc(64 * (size_t)hd * 4);
+                    float *o1 = xmalloc((size_t)hd * 4), *o2 = xmalloc((size_t)hd * 4);
+                    for (int j = 0; j < n; j++) {
+                        for (int i = 0; i < 2 * hd; i++) row[i] = rnd_normal();
+                        store_as(types[ty], V + (size_t)j * vstride, row, 2 * hd);
+                        p[j] = round_as(types[ty], rnd_uniform(0, 1));
+                    }
+                    const uint8_t *V1 = V + (size_t)hd * TYPES[types[ty]].bytes;   /* the second head */
+                    attn_v_sum(types[ty], V1, vstride, p, n, lanes, hd, acc, o1);
+                    attn_v_sum_avx2(types[ty], V1, vstride, p, n, lanes, hd, acc, o2);
+                    n_checks++;
+                    if (memcmp(o1, o2, (size_t)hd * 4) && bad++ == 0)
+                        snprintf(detail, sizeof detail, "V sum %s hd=%d lanes=%d n=%d", TYPES[types[ty]].name, hd, lanes, n);
+                    free(V), free(row), free(p), free(acc), free(o1), free(o2);
+                }
+    /* softmax (rows of scores, some -inf padded) and SiLU, over magnitudes that reach the
+     * subnormal and overflowing ends of expf_ggml and its scalar fallback, NaN and inf included */
+    for (int rep = 0; rep < 400; rep++) {
+        int n = 1 + (int)(rnd64() % 300);
+        float *x = xmalloc((size_t)n * 4), *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4);
+        float mag = expf(rnd_uniform(-4, 5.5f));
+        for (int i = 0; i < n; i++) x[i] = rnd_normal() * mag;
+        if (rep % 7 == 3) x[rnd64() % n] = rep % 2 ? NAN : INFINITY;
+        if (rep % 5 == 1) for (int i = n - n % 16; i < n; i++) x[i] = -INFINITY;
+        silu_row(a, x, n);
+        silu_row_avx2(b, x, n);
+        n_checks++;
+        if (memcmp(a, b, (size_t)n * 4) && bad++ == 0) snprintf(detail, sizeof detail, "silu n=%d scale %g", n, mag);
+        memcpy(a, x, (size_t)n * 4), memcpy(b, x, (size_t)n * 4);
+        softmax(a, n);
+        softmax_avx2(b, n);
+        n_checks++;
+        if (memcmp(a, b, (size_t)n * 4) && bad++ == 0) snprintf(detail, sizeof detail, "softmax n=%d scale %g", n, mag);
+        free(x), free(a), free(b);
+    }
+    /* the causal conv: several kernel sizes, batches shorter than the ring, channel ranges with tails */
+    for (int K = 2; K <= 5; K++)
+        for (int T = 1; T <= 9; T += 4) {
+            Config c = {.d_conv = K, .conv_dim = 300};
+            Layer L = {0};
+            float *w = xmalloc((size_t)c.conv_dim * K * 4), *ring = xmalloc((size_t)(K - 1) * c.conv_dim * 4);
+            float *u = xmalloc((size_t)T * c.conv_dim * 4), *y1 = xcalloc((size_t)T * c.conv_dim, 4), *y2 = xcalloc((size_t)T * c.conv_dim, 4);
+            for (int i = 0; i < c.conv_dim * K; i++) w[i] = rnd_normal();
+            for (int i = 0; i < (K - 1) * c.conv_dim; i++) ring[i] = rnd_normal();
+            for (int i = 0; i < T * c.conv_dim; i++) u[i] = rnd_normal();
+            L.conv = w;
+            gdn_conv(&c, &L, ring, u, T, 3, 290, y1);
+            gdn_conv_avx2(&c, &L, ring, u, T, 3, 290, y2);
+            n_checks++;
+            if (memcmp(y1, y2, (size_t)T * c.conv_dim * 4) && bad++ == 0) snprintf(detail, sizeof detail, "conv K=%d T=%d", K, T);
+            free(w), free(ring), free(u), free(y1), free(y2);
+        }
+    /* rounding to the cache type: random bit patterns (every exponent, NaN and inf among them) */
+    for (int ty = 0; ty < 3; ty++)
+        for (int rep = 0; rep < 2000; rep++) {
+            float a[37], b[37];
+            for (int i = 0; i < 37; i++) {
+                uint32_t bits = rnd32();
+                memcpy(&a[i], &bits, 4);
+            }
+            memcpy(b, a, sizeof a);
+            round_row_as(types[ty], a, 37);
+            round_row_as_avx2(types[ty], b, 37);
+            n_checks++;
+            if (memcmp(a, b, sizeof a) && bad++ == 0) snprintf(detail, sizeof detail, "round to %s", TYPES[types[ty]].name);
+        }
+    check(bad == 0 && n_checks > 0, "SIMD delta rule, conv, attention V sum, softmax, SiLU, cache rounding vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
+#endif
+}
+
 int main(void) {
     test_fp16_to_fp32();
     test_fp32_to_fp16();
@@ -428,6 +533,7 @@ int main(void) {
     test_quantize_q8_K();
     test_dots();
     test_simd_dots();
+    test_simd_forward();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
