@@ -1350,10 +1350,14 @@ static float dot_f32(const void *w, const void *a, int64_t n) { return dots()[K_
 /* ============================================================================================== */
 /* A fixed set of worker threads; pool_run(fn) calls fn(arg, ith, nth) on nth threads (the caller is
  * thread 0) and returns when all are done. -t sets nth for single-token steps, -tb for batches.
- * A decoding step runs hundreds of short tasks, so both sides first spin briefly on an atomic
- * counter (a new task: `generation` moves; all done: `busy` reaches 0) and only then sleep on a
- * condition variable; the counters change under the mutex's protection of the sleepers, so no
- * wakeup is lost. Spinning is short so that an oversubscribed machine still makes progress. */
+ * A decoding step runs dozens of short tasks, so a waiting side first spins briefly on an atomic
+ * counter (a new task: `generation` moves; all done: `busy` reaches 0) and only then sleeps on a
+ * condition variable. A sleeper says so (`sleepers`, `caller_sleeps`) before its last look at the
+ * counter, and the other side looks at that after moving the counter (both sequentially
+ * consistent), so one of the two always sees the other: no wakeup is lost, and the mutex and signal
+ * are skipped in the common case, a task that starts or ends while the other side still spins.
+ * Spinning is short so that an oversubscribed machine still makes progress. */
+#include <sched.h>
 #include <stdatomic.h>
 typedef void (*TaskFn)(void *arg, int ith, int nth);
 enum { POOL_SPIN = 500 };   /* pause instructions before sleeping: a few microseconds */
@@ -1366,7 +1370,8 @@ typedef struct {
     void *arg;
     _Atomic uint64_t generation;
     _Atomic int busy;
-    bool quit;
+    _Atomic int sleepers;        /* workers waiting on `start` */
+    _Atomic int caller_sleeps;   /* thread 0 waiting on `done` */
 } Pool;
 typedef struct { Pool *pool; int ith; } Worker;
 
@@ -1376,22 +1381,28 @@ static void cpu_relax(void) {
 #endif
 }
 
-static void *pool_worker(void *p) {
+/* A worker's wait for the task after generation `seen`: spin, then sleep; returns its generation. */
+static uint64_t pool_next_task(Pool *pool, uint64_t seen) {
+    for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
+    if (atomic_load(&pool->generation) == seen) {
+        pthread_mutex_lock(&pool->mu);
+        atomic_fetch_add(&pool->sleepers, 1);
+        while (atomic_load(&pool->generation) == seen) pthread_cond_wait(&pool->start, &pool->mu);
+        atomic_fetch_sub(&pool->sleepers, 1);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    return atomic_load(&pool->generation);
+}
+
+/* Workers live as long as the process. */
+static _Noreturn void *pool_worker(void *p) {
     Worker *w = p;
     Pool *pool = w->pool;
-    uint64_t seen = 0;
-    for (;;) {
-        for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
-        pthread_mutex_lock(&pool->mu);
-        while (atomic_load(&pool->generation) == seen && !pool->quit) pthread_cond_wait(&pool->start, &pool->mu);
-        if (pool->quit) { pthread_mutex_unlock(&pool->mu); return NULL; }
-        seen = atomic_load(&pool->generation);
-        TaskFn fn = pool->fn;
-        void *arg = pool->arg;
+    for (uint64_t seen = 0;;) {
+        seen = pool_next_task(pool, seen);
         int nth = pool->active;
-        pthread_mutex_unlock(&pool->mu);
-        if (w->ith < nth) fn(arg, w->ith, nth);
-        if (atomic_fetch_sub(&pool->busy, 1) == 1) {
+        if (w->ith < nth) pool->fn(pool->arg, w->ith, nth);
+        if (atomic_fetch_sub(&pool->busy, 1) == 1 && atomic_load(&pool->caller_sleeps)) {
             pthread_mutex_lock(&pool->mu);
             pthread_cond_signal(&pool->done);
             pthread_mutex_unlock(&pool->mu);
@@ -1415,19 +1426,40 @@ static void pool_init(Pool *p, int n_threads) {
 
 static void pool_run(Pool *p, TaskFn fn, void *arg) {
     if (p->n_threads == 1 || p->active == 1) { fn(arg, 0, 1); return; }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
     atomic_store(&p->busy, p->n_threads - 1);
     atomic_fetch_add(&p->generation, 1);
-    pthread_cond_broadcast(&p->start);
-    pthread_mutex_unlock(&p->mu);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->start);
+        pthread_mutex_unlock(&p->mu);
+    }
     fn(arg, 0, p->active);
     for (int i = 0; i < POOL_SPIN && atomic_load(&p->busy) > 0; i++) cpu_relax();
     if (atomic_load(&p->busy) > 0) {
         pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_sleeps, 1);
         while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->caller_sleeps, 0);
         pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Work shared by the threads of one task: items 0..n-1 go to whichever thread claims them next
+ * (work_next), so a thread that starts late or is descheduled just takes fewer. Which thread
+ * computes an item, and when, changes no result. A phase that reads what an earlier one wrote first
+ * waits until all of that phase's items are done (work_wait): it waits for claimed work, never for
+ * a thread, so a thread that claimed nothing holds nobody up. */
+typedef struct { _Atomic int next, done; } Work;
+
+static int work_next(Work *w) { return atomic_fetch_add(&w->next, 1); }
+static void work_done(Work *w) { atomic_fetch_add(&w->done, 1); }
+
+static void work_wait(Work *w, int n) {
+    for (int i = 0; atomic_load(&w->done) < n; i++) {
+        if (i < POOL_SPIN) cpu_relax();
+        else sched_yield();   /* the thread we wait for may need this CPU */
     }
 }
 
@@ -1447,37 +1479,42 @@ static Mat mat_expert(const Mat *m, int e) {
     return r;
 }
 
-typedef struct {
-    const Mat *w;
-    const uint8_t *xq;   /* T rounded activation rows, xq_stride bytes apart */
-    size_t xq_stride;
-    float *y;            /* y[t*n_out + o] */
-    int T;
-    bool tile;
-} MatmulTask;
+/* Bytes of one activation row of n values rounded for weights of type wtype. */
+static size_t rounded_bytes(uint32_t wtype, int64_t n) { return row_bytes(dot_type(wtype), n); }
 
-/* Each thread takes a contiguous range of output rows and multiplies them with all T activations:
- *   y[t][o] = dot(W[o], x[t])     for o in the thread's range, t = 0..T-1
- * in tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2) against
- * TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
- * activations (once for decoding). Where a kernel takes several activation rows at once, each weight
- * block is unpacked once for MAX_ROWS of them. The order of tiles changes no sum. */
+/* Round T rows of x (n values each) for weights of type wtype into xq (stride bytes apart), the
+ * rows shared among the threads; returns when all T are rounded. */
+static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t n, uint8_t *xq, size_t stride) {
+    for (int t = work_next(wk); t < T; t = work_next(wk)) {
+        quantize_row(wtype, x + (size_t)t * n, xq + (size_t)t * stride, n);
+        work_done(wk);
+    }
+    work_wait(wk, T);
+}
+
+/* y[t*ystride + o] = dot(W[o], x[t]) for the output rows o in [o0, o1) and T rounded activation
+ * rows x[t] (stride bytes apart); batch: a dense batch of prompt processing, in llama.cpp's order
+ * for it. In tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2)
+ * against TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
+ * activations (once for decoding). Where a kernel takes several activation rows at once, each
+ * weight block is unpacked once for MAX_ROWS of them. The order of tiles changes no sum. */
 enum { TILE_T = 64, TILE_O = 16 };
 
-static void matmul_task(void *p, int ith, int nth) {
-    const MatmulTask *mt = p;
-    const Mat *w = mt->w;
-    int k = dot_kernel(w->type, mt->tile, w->n_out), k4 = k;
+static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stride, int T, float *y, size_t ystride,
+                        int64_t o0, int64_t o1) {
+    /* llamafile_sgemm (tinyBLAS) takes a dense batch only when the row count is a multiple of 4
+     * (tinyBLAS::matmul); other matrices (router rows, beta/alpha heads) use ggml_vec_dot_*. */
+    bool tile = batch && T >= 2 && w->n_out % 4 == 0;
+    int k = dot_kernel(w->type, tile, w->n_out), k4 = k;
     /* repacked Q4_K in a prompt batch of T > 3 rows: the first T - T % 4 rows go through the 4-row
      * gemm (ggml_gemm_q4_K_8x8_q8_K), the rest through gemv (forward_mul_mat_one_chunk, repack.cpp) */
     int T4 = 0;
-    if (mt->tile && mt->T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
+    if (tile && T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
         k4 = K_Q4_K_8X8_GEMM;
-        T4 = mt->T - mt->T % 4;
+        T4 = T - T % 4;
     }
-    int64_t o0 = w->n_out * ith / nth, o1 = w->n_out * (ith + 1) / nth;
-    for (int t0 = 0; t0 < mt->T; t0 += TILE_T) {
-        int t1 = t0 + TILE_T < mt->T ? t0 + TILE_T : mt->T;
+    for (int t0 = 0; t0 < T; t0 += TILE_T) {
+        int t1 = t0 + TILE_T < T ? t0 + TILE_T : T;
         for (int64_t ob = o0; ob < o1; ob += TILE_O) {
             int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
             for (int t = t0; t < t1;) {
@@ -1485,13 +1522,13 @@ static void matmul_task(void *p, int ith, int nth) {
                 DotRowsFn rows = dot_rows()[kt];
                 /* R rows of the same kernel: T4 is a multiple of MAX_ROWS, so no group straddles it */
                 int R = rows ? (t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS) : 1;
-                const uint8_t *x = mt->xq + t * mt->xq_stride;
+                const uint8_t *x = xq + t * stride;
                 for (int64_t o = ob; o < oe; o++) {
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
                     float out[MAX_ROWS];
-                    if (rows) rows(row, x, mt->xq_stride, R, w->n_in, out);
+                    if (rows) rows(row, x, stride, R, w->n_in, out);
                     else out[0] = dots()[kt](row, x, w->n_in);
-                    for (int r = 0; r < R; r++) mt->y[(size_t)(t + r) * w->n_out + o] = out[r];
+                    for (int r = 0; r < R; r++) y[(size_t)(t + r) * ystride + o] = out[r];
                 }
                 t += R;
             }
@@ -1499,16 +1536,47 @@ static void matmul_task(void *p, int ith, int nth) {
     }
 }
 
+/* Output rows per work item when nth threads share n_rows rows (of one or more matrices): whole
+ * TILE_O blocks, about CHUNKS_PER_THREAD items per thread (few claims, yet a late thread leaves
+ * little to the others), at most max_rows (one matrix). */
+enum { CHUNKS_PER_THREAD = 8 };
+
+static int64_t chunk_rows(int64_t n_rows, int nth, int64_t max_rows) {
+    int64_t r = n_rows / ((int64_t)nth * CHUNKS_PER_THREAD) / TILE_O * TILE_O;
+    if (r < TILE_O) r = TILE_O;
+    return r < max_rows ? r : max_rows;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct {
+    const Mat *w;
+    const float *x;      /* T activation rows of n_in values */
+    int T;
+    bool batch;
+    float *y;            /* y[t*n_out + o] */
+    uint8_t *xq;         /* x rounded, stride bytes apart */
+    size_t stride;
+    Work round, rows;
+} MatmulTask;
+
+/* The threads round the T activation rows, then share the output rows in chunks. */
+static void matmul_task(void *p, int ith, int nth) {
+    (void)ith;
+    MatmulTask *mt = p;
+    const Mat *w = mt->w;
+    round_rows(&mt->round, w->type, mt->x, mt->T, w->n_in, mt->xq, mt->stride);
+    int64_t r = chunk_rows(w->n_out, nth, w->n_out);
+    int n = (int)((w->n_out + r - 1) / r);
+    for (int i = work_next(&mt->rows); i < n; i = work_next(&mt->rows))
+        matmul_rows(w, mt->batch, mt->xq, mt->stride, mt->T, mt->y, (size_t)w->n_out, i * r, min64((i + 1) * r, w->n_out));
+}
+
 /* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out). xq is scratch for the rounded
- * activations; tile picks the summation order of a dense batch (llama.cpp uses it for two or more
- * rows of a dense matmul in prompt processing). This is the only place weights are multiplied. */
-static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, bool tile) {
-    uint32_t at = dot_type(w->type);
-    size_t stride = row_bytes(at, w->n_in);
-    for (int t = 0; t < T; t++) quantize_row(w->type, x + (size_t)t * w->n_in, xq + t * stride, w->n_in);
-    /* llamafile_sgemm (tinyBLAS) takes a dense batch only when the row count is a multiple of 4
-     * (tinyBLAS::matmul); other matrices (router rows, beta/alpha heads) use ggml_vec_dot_*. */
-    MatmulTask mt = {w, xq, stride, y, T, tile && T >= 2 && w->n_out % 4 == 0};
+ * activations; batch: the rows are a dense batch of prompt processing (tile order, see matmul_rows).
+ * This is the only place weights are multiplied. */
+static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, bool batch) {
+    MatmulTask mt = {w, x, T, batch, y, xq, rounded_bytes(w->type, w->n_in), {0}, {0}};
     pool_run(pool, matmul_task, &mt);
 }
 
