@@ -1574,7 +1574,7 @@ static void matmul_task(void *p, int ith, int nth) {
 
 /* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out). xq is scratch for the rounded
  * activations; batch: the rows are a dense batch of prompt processing (tile order, see matmul_rows).
- * This is the only place weights are multiplied. */
+ * This and the SwiGLU FFN (section 9) are where weights are multiplied. */
 static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, bool batch) {
     MatmulTask mt = {w, x, T, batch, y, xq, rounded_bytes(w->type, w->n_in), {0}, {0}};
     pool_run(pool, matmul_task, &mt);
@@ -1945,11 +1945,12 @@ typedef struct {
     float *att;                     /* attention scores, [n_threads][n_ctx] */
     float *router, *w;              /* MoE: router probabilities, chosen weights [cap][n_used] */
     int *sel;                       /* MoE: chosen experts [cap][n_used] */
-    float *xe, *ge, *ue, *ye;       /* MoE: gathered rows, gate, up, expert outputs [cap][n_used][n_embd] */
-    int *rows;                      /* MoE: (t, r) pairs routed to the current expert */
+    float *ge, *ue, *ye;            /* MoE: gate, up [cap*n_used][n_ff], expert outputs [cap*n_used][n_embd], by row j */
+    int *slot;                      /* MoE: row j of the pair (t, r), [cap][n_used] (see group_by_expert) */
     float *sh;                      /* shared expert output [cap][n_embd] */
     float *mix;                     /* [cap][n_embd] mixer / FFN output */
-    uint8_t *xq;                    /* rounded activations for matmul */
+    uint8_t *xq;                    /* rounded activations for matmul and the FFNs */
+    uint8_t *xq2;                   /* FFNs: the rounded input of gate, where its dot type is not up's */
     /* preview pass: copies of the committed GDN state, and the reverse branch */
     float *ring, *S, *S_rev, *g_rev, *beta_rev, *o_rev;
     bool *coreset;                  /* [n_expert] experts the block's rows may use */
@@ -2170,8 +2171,8 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->router = xcalloc(T * (size_t)c->n_expert, 4);
     s->w = xcalloc(T * K, 4);
     s->sel = xcalloc(T * K, sizeof(int));
-    s->rows = xcalloc(T * K, sizeof(int));
-    s->xe = xcalloc(T * K * E, 4);
+    s->slot = xcalloc(T * K, sizeof(int));
+    s->xq2 = xcalloc(T * K * E, 4);
     s->ge = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ye = xcalloc(T * K * E, 4);
@@ -2621,56 +2622,205 @@ static void route_top_k(const Config *c, const float *p, const bool *allowed, in
     }
 }
 
-/* Expert FFNs for T rows whose choices are in s->sel/s->w: rows routed to the same expert are
- * gathered and multiplied together, so each expert's weights are read once per batch. Then
- * moe[t] = sum_r w_r * down_e(silu(gate_e m) * up_e m), summed in rank order r = 0, 1, ... */
+/* SwiGLU FFNs over groups of rows, in one pool_run. Group g (an expert, or the shared expert) owns
+ * rows j in [first[g], first[g+1]) and has its own matrices:
+ *   u_j = up_g x_j,   g_j = gate_g x_j,   h_j = silu(g_j) * u_j,   y_j = down_g h_j
+ * Row j's input is one of the T rows of x: slot[t*M + m] = j for the M rows that read x[t] (-1:
+ * none; slot NULL: M = 1 and row j = t). The phases, each waiting for the one before:
+ *   round    each x[t] once, copied to its rows (up and gate share it where their dot types agree)
+ *   up/gate  every group's output rows, in chunks
+ *   h        per row, rounded for down
+ *   down     every group's output rows, in chunks
+ * All threads share every phase however the rows fall into groups: decoding's n_used experts of
+ * one row each are as parallel as a prompt's hundreds of experts of a few rows. A row's dot
+ * products are those of a matmul of its group's rows (the same kernels on the same inputs). */
+typedef struct {
+    const Mat *up, *gate, *down;     /* stacked [n_expert] tensors, group g using expert[g]; or, expert NULL, one each */
+    const int *expert, *first;
+    int n_groups;
+    const float *x;                  /* [T][n_in] */
+    int T, M;
+    const int *slot;
+    bool batch;                      /* a dense batch of prompt processing (the shared expert), see matmul_rows */
+    float *u, *g, *h, *y;            /* per row j: [n_ff] x3 (h may be g: computed in place), [n_out of down] */
+    uint8_t *xu, *xg, *xh;           /* rounded inputs of up, gate (xu where the types agree), down (may be xu:
+                                        written only once up and gate are done) */
+    struct { Work round, up_gate, act, down; } work;
+} FfnTask;
+
+static Mat ffn_mat(const FfnTask *f, const Mat *m, int g) { return f->expert ? mat_expert(m, f->expert[g]) : *m; }
+
+/* x (n values) rounded for weights of type wtype into rows js[0..M-1] of xq (-1: none): rounded
+ * once, then copied. */
+static void round_to_rows(uint32_t wtype, const float *x, int64_t n, uint8_t *xq, size_t stride, const int *js, int M) {
+    uint8_t *first = NULL;
+    for (int m = 0; m < M; m++) {
+        if (js[m] < 0) continue;
+        uint8_t *row = xq + (size_t)js[m] * stride;
+        if (first) memcpy(row, first, stride);
+        else quantize_row(wtype, x, first = row, n);
+    }
+}
+
+static void ffn_round(FfnTask *f) {
+    int64_t n = f->up->n_in;
+    for (int t = work_next(&f->work.round); t < f->T; t = work_next(&f->work.round)) {
+        const int *js = f->slot ? f->slot + (size_t)t * f->M : &t;
+        const float *x = f->x + (size_t)t * n;
+        round_to_rows(f->up->type, x, n, f->xu, rounded_bytes(f->up->type, n), js, f->M);
+        if (f->xg != f->xu) round_to_rows(f->gate->type, x, n, f->xg, rounded_bytes(f->gate->type, n), js, f->M);
+        work_done(&f->work.round);
+    }
+    work_wait(&f->work.round, f->T);
+}
+
+/* Items: per group, the chunks of up's output rows, then those of gate's. */
+static void ffn_up_gate(FfnTask *f, int nth) {
+    int64_t F = f->up->n_out, r = chunk_rows(2 * F * f->n_groups, nth, F);
+    int nch = (int)((F + r - 1) / r), n = 2 * nch * f->n_groups;
+    for (int i = work_next(&f->work.up_gate); i < n; i = work_next(&f->work.up_gate)) {
+        int g = i / (2 * nch), j0 = f->first[g];
+        bool gate = i / nch % 2;
+        int64_t o0 = i % nch * r;
+        Mat w = ffn_mat(f, gate ? f->gate : f->up, g);
+        size_t stride = rounded_bytes(w.type, w.n_in);
+        matmul_rows(&w, f->batch, (gate ? f->xg : f->xu) + (size_t)j0 * stride, stride, f->first[g + 1] - j0,
+                    (gate ? f->g : f->u) + (size_t)j0 * F, (size_t)F, o0, min64(o0 + r, F));
+        work_done(&f->work.up_gate);
+    }
+    work_wait(&f->work.up_gate, n);
+}
+
+static void ffn_act(FfnTask *f) {
+    int64_t F = f->up->n_out;
+    size_t stride = rounded_bytes(f->down->type, F);
+    int rows = f->first[f->n_groups];
+    for (int j = work_next(&f->work.act); j < rows; j = work_next(&f->work.act)) {
+        const float *g = f->g + (size_t)j * F, *u = f->u + (size_t)j * F;
+        float *h = f->h + (size_t)j * F;
+        for (int64_t i = 0; i < F; i++) h[i] = silu(g[i]) * u[i];
+        quantize_row(f->down->type, h, f->xh + (size_t)j * stride, F);
+        work_done(&f->work.act);
+    }
+    work_wait(&f->work.act, rows);
+}
+
+static void ffn_down(FfnTask *f, int nth) {
+    int64_t E = f->down->n_out, r = chunk_rows(E * f->n_groups, nth, E);
+    int nch = (int)((E + r - 1) / r), n = nch * f->n_groups;
+    size_t stride = rounded_bytes(f->down->type, f->down->n_in);
+    for (int i = work_next(&f->work.down); i < n; i = work_next(&f->work.down)) {
+        int g = i / nch, j0 = f->first[g];
+        int64_t o0 = i % nch * r;
+        Mat w = ffn_mat(f, f->down, g);
+        matmul_rows(&w, f->batch, f->xh + (size_t)j0 * stride, stride, f->first[g + 1] - j0, f->y + (size_t)j0 * E,
+                    (size_t)E, o0, min64(o0 + r, E));
+    }
+}
+
+static void ffn_task(void *p, int ith, int nth) {
+    (void)ith;
+    FfnTask *f = p;
+    ffn_round(f);
+    ffn_up_gate(f, nth);
+    ffn_act(f);
+    ffn_down(f, nth);
+}
+
+/* Scratch for the rounded input of gate: xq itself where up's rounding serves it too. */
+static uint8_t *gate_input(const Scratch *s, const Mat *up, const Mat *gate) {
+    return dot_type(up->type) == dot_type(gate->type) ? s->xq : s->xq2;
+}
+
+/* Pairs (t, r) routed to the same expert become consecutive rows of the expert buffers, so that an
+ * expert's weights are read once for all its rows: group g, expert expert[g], owns rows
+ * first[g]..first[g+1]-1, and slot[t*K + r] = j (-1 for rank -1). Returns the number of groups. */
+static int group_by_expert(const Config *c, const int *sel, int T, int *first, int *expert, int *slot) {
+    int n_pairs = T * c->n_expert_used, n = 0, j = 0;
+    int next[c->n_expert];   /* rows per expert, then expert e's next row */
+    for (int e = 0; e < c->n_expert; e++) next[e] = 0;
+    for (int i = 0; i < n_pairs; i++)
+        if (sel[i] >= 0) next[sel[i]]++;
+    for (int e = 0; e < c->n_expert; e++) {
+        if (!next[e]) continue;
+        expert[n] = e;
+        first[n] = j;
+        j += next[e];
+        next[e] = first[n++];
+    }
+    first[n] = j;
+    for (int i = 0; i < n_pairs; i++) slot[i] = sel[i] >= 0 ? next[sel[i]]++ : -1;
+    return n;
+}
+
+typedef struct {
+    const Config *c;
+    const int *slot;
+    const float *w, *y;   /* [T][n_used] weights; expert outputs [rows][n_embd] */
+    float *out;           /* [T][n_embd] */
+    int T;
+    Work rows;
+} MoeSumTask;
+
+/* moe[t] = sum_r w_tr y_slot(t,r) in rank order r = 0, 1, ... (a float sum depends on its order),
+ * each term rounded to float before it is added (llama.cpp's ffn_moe_weighted, then the sum). Rank
+ * -1 (a coreset smaller than n_used) adds nothing. */
+static void moe_sum_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    MoeSumTask *ms = p;
+    int K = ms->c->n_expert_used, E = ms->c->n_embd;
+    for (int t = work_next(&ms->rows); t < ms->T; t = work_next(&ms->rows)) {
+        float *out = ms->out + (size_t)t * E;
+        memset(out, 0, (size_t)E * sizeof(float));
+        for (int r = 0; r < K; r++) {
+            int j = ms->slot[(size_t)t * K + r];
+            if (j < 0) continue;
+            const float *y = ms->y + (size_t)j * E;
+            float w = ms->w[(size_t)t * K + r];
+            for (int i = 0; i < E; i++) {
+                float term = y[i] * w;
+                out[i] += term;
+            }
+        }
+    }
+}
+
+/* --dump-tensors: an expert buffer's rows (n values each) in llama.cpp's order [T][n_used][n]
+ * (rank -1: zeros), each times its routing weight when w is not NULL (ffn_moe_weighted). */
+static void dump_pairs(const Ctx *ctx, const char *name, const float *x, int n, int T, const float *w) {
+    int K = ctx->m->c.n_expert_used;
+    float *d = dump_buf(ctx, 9, (size_t)T * K * n);
+    for (int i = 0; i < T * K; i++) {
+        int j = ctx->sc.slot[i];
+        for (int k = 0; k < n; k++) {
+            float v = j < 0 ? 0 : x[(size_t)j * n + k];
+            d[(size_t)i * n + k] = w ? v * w[i] : v;
+        }
+    }
+    dump3(ctx, name, ctx->dump_il, d, T, K, n);
+}
+
+/* Expert FFNs for T rows whose choices are in s->sel/s->w, then
+ *   moe[t] = sum_r w_r * down_e(silu(gate_e m) * up_e m),  summed in rank order r = 0, 1, ... */
 static void moe_experts(Ctx *ctx, const Layer *L, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
-    int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
-    /* --dump-tensors: per (row, slot) gate, up, swiglu [T][K][F] and down [T][K][E] */
-    float *dg = NULL, *du = NULL, *ds = NULL, *dd = NULL;
+    int first[c->n_expert + 1], expert[c->n_expert];
+    int n_groups = group_by_expert(c, s->sel, T, first, expert, s->slot);
+    int F = c->n_ff, K = c->n_expert_used;
+    float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * K * F) : s->ge;   /* keep g for the dump */
+    FfnTask f = {.up = &L->up_exps, .gate = &L->gate_exps, .down = &L->down_exps, .expert = expert, .first = first,
+                 .n_groups = n_groups, .x = s->xn, .T = T, .M = K, .slot = s->slot, .batch = false,
+                 .u = s->ue, .g = s->ge, .h = h, .y = s->ye, .xu = s->xq, .xg = gate_input(s, &L->up_exps, &L->gate_exps), .xh = s->xq};
+    pool_run(&ctx->pool, ffn_task, &f);
+    MoeSumTask ms = {.c = c, .slot = s->slot, .w = s->w, .y = s->ye, .out = s->mix, .T = T};
+    pool_run(&ctx->pool, moe_sum_task, &ms);
     if (dumping(ctx)) {
-        dg = dump_buf(ctx, 6, (size_t)T * K * F), du = dump_buf(ctx, 7, (size_t)T * K * F);
-        ds = dump_buf(ctx, 8, (size_t)T * K * F), dd = dump_buf(ctx, 9, (size_t)T * K * E);
-    }
-    for (int e = 0; e < c->n_expert; e++) {
-        int n = 0;
-        for (int i = 0; i < T * K; i++)
-            if (s->sel[i] == e) s->rows[n++] = i;
-        if (!n) continue;
-        for (int r = 0; r < n; r++) memcpy(s->xe + (size_t)r * E, s->xn + (size_t)(s->rows[r] / K) * E, (size_t)E * 4);
-        Mat gate = mat_expert(&L->gate_exps, e), up = mat_expert(&L->up_exps, e), down = mat_expert(&L->down_exps, e);
-        matmul(&ctx->pool, &up, s->xe, n, s->ue, s->xq, false);
-        matmul(&ctx->pool, &gate, s->xe, n, s->ge, s->xq, false);
-        for (int r = 0; dg && r < n; r++) {
-            memcpy(dg + (size_t)s->rows[r] * F, s->ge + (size_t)r * F, (size_t)F * sizeof(float));
-            memcpy(du + (size_t)s->rows[r] * F, s->ue + (size_t)r * F, (size_t)F * sizeof(float));
-        }
-        for (size_t i = 0; i < (size_t)n * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
-        matmul(&ctx->pool, &down, s->ge, n, s->xe, s->xq, false);
-        for (int r = 0; dg && r < n; r++) {
-            memcpy(ds + (size_t)s->rows[r] * F, s->ge + (size_t)r * F, (size_t)F * sizeof(float));
-            memcpy(dd + (size_t)s->rows[r] * E, s->xe + (size_t)r * E, (size_t)E * sizeof(float));
-        }
-        for (int r = 0; r < n; r++) {
-            float *y = s->ye + (size_t)s->rows[r] * E, w = s->w[s->rows[r]];
-            for (int i = 0; i < E; i++) y[i] = s->xe[(size_t)r * E + i] * w;
-        }
-    }
-    if (dg) {
-        dump3(ctx, "ffn_moe_gate", ctx->dump_il, dg, T, K, F);
-        dump3(ctx, "ffn_moe_up", ctx->dump_il, du, T, K, F);
-        dump3(ctx, "ffn_moe_swiglu", ctx->dump_il, ds, T, K, F);
-        dump3(ctx, "ffn_moe_down", ctx->dump_il, dd, T, K, E);
-        dump3(ctx, "ffn_moe_weighted", ctx->dump_il, s->ye, T, K, E);
-    }
-    for (int t = 0; t < T; t++) {   /* rank -1 (a coreset smaller than n_used) adds nothing */
-        float *out = s->mix + (size_t)t * E;
-        memset(out, 0, (size_t)E * 4);
-        for (int r = 0; r < K; r++)
-            if (s->sel[(size_t)t * K + r] >= 0)
-                for (int i = 0; i < E; i++) out[i] += s->ye[((size_t)t * K + r) * E + i];
+        dump_pairs(ctx, "ffn_moe_gate", s->ge, F, T, NULL);
+        dump_pairs(ctx, "ffn_moe_up", s->ue, F, T, NULL);
+        dump_pairs(ctx, "ffn_moe_swiglu", h, F, T, NULL);
+        dump_pairs(ctx, "ffn_moe_down", s->ye, c->n_embd, T, NULL);
+        dump_pairs(ctx, "ffn_moe_weighted", s->ye, c->n_embd, T, s->w);
     }
 }
 
@@ -2680,13 +2830,15 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     Scratch *s = &ctx->sc;
     int E = c->n_embd, F = c->n_ff_shexp;
     int il = ctx->dump_il;
-    matmul(&ctx->pool, &L->up_shexp, s->xn, T, s->ue, s->xq, ctx->tile_order);
-    matmul(&ctx->pool, &L->gate_shexp, s->xn, T, s->ge, s->xq, ctx->tile_order);
+    int first[2] = {0, T};
+    float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * F) : s->ge;   /* keep g for the dump */
+    FfnTask f = {.up = &L->up_shexp, .gate = &L->gate_shexp, .down = &L->down_shexp, .expert = NULL, .first = first,
+                 .n_groups = 1, .x = s->xn, .T = T, .M = 1, .slot = NULL, .batch = ctx->tile_order,
+                 .u = s->ue, .g = s->ge, .h = h, .y = s->sh, .xu = s->xq, .xg = gate_input(s, &L->up_shexp, &L->gate_shexp), .xh = s->xq};
+    pool_run(&ctx->pool, ffn_task, &f);
     dump(ctx, "ffn_gate", il, s->ge, T, F);
     dump(ctx, "ffn_up", il, s->ue, T, F);
-    for (size_t i = 0; i < (size_t)T * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
-    dump(ctx, "ffn_swiglu", il, s->ge, T, F);
-    matmul(&ctx->pool, &L->down_shexp, s->ge, T, s->sh, s->xq, ctx->tile_order);
+    dump(ctx, "ffn_swiglu", il, h, T, F);
     dump(ctx, "ffn_shexp", il, s->sh, T, E);
     float *dgl = dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * (E + 2)) : NULL;   /* logit, sigmoid, gated rows */
     for (int t = 0; t < T; t++) {
