@@ -2259,20 +2259,24 @@ static void embed(const Model *m, int token, float *x) {
 }
 
 /* --- Gated DeltaNet --------------------------------------------------------------------------- */
-/* Depthwise causal conv over [ring | u] then SiLU: y[c] = silu(sum_j w[c][j] * U[j][c]), where tap
- * d_conv-1 is the current row u. The ring then drops its oldest row and keeps u. */
-static void gdn_conv(const Config *c, const Layer *L, float *ring, const float *u, float *y) {
+/* Depthwise causal conv over [ring | u_0 .. u_T-1] for the channels [c0, c1):
+ *   y_t[c] = sum_j w[c][j] * U_t[j][c],   U_t = the d_conv-1 rows before u_t, then u_t (tap d_conv-1)
+ * and the ring keeps the last d_conv-1 rows. A channel depends only on itself, so threads may take
+ * channels; within one, rows go in order. */
+static void gdn_conv(const Config *c, const Layer *L, float *ring, const float *u, int T, float *y, int c0, int c1) {
     int K = c->d_conv, C = c->conv_dim;
-    for (int ch = 0; ch < C; ch++) {
+    for (int ch = c0; ch < c1; ch++) {
         const float *w = L->conv + (size_t)ch * K;
-        /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
-        float s = 0;
-        for (int j = 0; j < K - 1; j++) s = fmaf(ring[(size_t)j * C + ch], w[j], s);
-        s = fmaf(u[ch], w[K - 1], s);
-        y[ch] = s;
+        for (int t = 0; t < T; t++) {
+            /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
+            float s = 0;
+            for (int j = 0; j < K - 1; j++) s = fmaf(ring[(size_t)j * C + ch], w[j], s);
+            s = fmaf(u[(size_t)t * C + ch], w[K - 1], s);
+            y[(size_t)t * C + ch] = s;
+            for (int j = 0; j < K - 2; j++) ring[(size_t)j * C + ch] = ring[(size_t)(j + 1) * C + ch];
+            ring[(size_t)(K - 2) * C + ch] = u[(size_t)t * C + ch];
+        }
     }
-    memmove(ring, ring + C, (size_t)(K - 2) * C * sizeof(float));
-    memcpy(ring + (size_t)(K - 2) * C, u, (size_t)C * sizeof(float));
 }
 
 /* SiLU, then L2-normalise every q and k head of a post-conv row [q | k | v]. */
@@ -2297,23 +2301,46 @@ static void delta_rule(float *S, const float *q, const float *k, const float *v,
 
 typedef struct {
     const Config *c;
+    const Layer *L;
+    float *ring;                      /* the conv ring, or NULL: y is already convolved and normed */
+    const float *u;                   /* pre-conv rows [T][conv_dim] (with ring) */
     float *S;                         /* [n_v_heads][d*d] */
-    const float *y, *g, *beta;        /* post-conv rows [T][conv_dim], [T][n_v_heads] x2 */
+    float *y;                         /* post-conv rows [T][conv_dim] */
+    const float *g, *beta;            /* [T][n_v_heads] x2 */
     float *o;                         /* [T][value_dim] */
     int T;
     bool reverse;                     /* scan rows T-1 .. 0 (the preview's reverse branch) */
+    struct { Work conv, norm, heads; } work;
 } ScanTask;
 
-/* Heads are independent, so threads take heads and each runs its rows in order. */
+enum { CONV_CHANNELS = 256 };         /* channels per work item of the conv */
+
+/* With a ring: the conv by channel blocks, then SiLU and the q/k norms by rows. Then the scan:
+ * heads are independent, so threads take heads and each runs its rows in order. */
 static void gdn_scan_task(void *p, int ith, int nth) {
-    const ScanTask *st = p;
+    (void)ith, (void)nth;
+    ScanTask *st = p;
     const Config *c = st->c;
-    int d = c->d_state;
-    for (int h = ith; h < c->n_v_heads; h += nth) {
+    int d = c->d_state, C = c->conv_dim;
+    if (st->ring) {
+        int n = (C + CONV_CHANNELS - 1) / CONV_CHANNELS;
+        for (int i = work_next(&st->work.conv); i < n; i = work_next(&st->work.conv)) {
+            int c0 = i * CONV_CHANNELS, c1 = c0 + CONV_CHANNELS < C ? c0 + CONV_CHANNELS : C;
+            gdn_conv(c, st->L, st->ring, st->u, st->T, st->y, c0, c1);
+            work_done(&st->work.conv);
+        }
+        work_wait(&st->work.conv, n);
+        for (int t = work_next(&st->work.norm); t < st->T; t = work_next(&st->work.norm)) {
+            gdn_qk_norm(c, st->y + (size_t)t * C);
+            work_done(&st->work.norm);
+        }
+        work_wait(&st->work.norm, st->T);
+    }
+    for (int h = work_next(&st->work.heads); h < c->n_v_heads; h = work_next(&st->work.heads)) {
         int kh = h % c->n_k_heads;
         for (int i = 0; i < st->T; i++) {
             int t = st->reverse ? st->T - 1 - i : i;
-            const float *y = st->y + (size_t)t * c->conv_dim;
+            const float *y = st->y + (size_t)t * C;
             delta_rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
                        y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
                        st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
@@ -2322,14 +2349,11 @@ static void gdn_scan_task(void *p, int ith, int nth) {
 }
 
 /* The recurrent part of a GDN layer for T rows of pre-conv input u: advances the conv ring and S
- * exactly as T single-token steps would. Used by decoding, batches, and the rollback replay. */
+ * exactly as T single-token steps would, in one pool_run. Used by decoding, batches, and the
+ * rollback replay. */
 static void gdn_advance(Pool *pool, const Config *c, const Layer *L, float *ring, float *S, int T, const float *u,
                         const float *g, const float *beta, float *y, float *o) {
-    for (int t = 0; t < T; t++) {
-        gdn_conv(c, L, ring, u + (size_t)t * c->conv_dim, y + (size_t)t * c->conv_dim);
-        gdn_qk_norm(c, y + (size_t)t * c->conv_dim);
-    }
-    ScanTask st = {c, S, y, g, beta, o, T, false};
+    ScanTask st = {.c = c, .L = L, .ring = ring, .u = u, .S = S, .y = y, .g = g, .beta = beta, .o = o, .T = T};
     pool_run(pool, gdn_scan_task, &st);
 }
 
@@ -2376,17 +2400,17 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     Scratch *s = &ctx->sc;
     memcpy(s->ring, ctx->st.ring[il], ring_floats(c) * sizeof(float));
     memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
-    for (int t = 0; t < T; t++) gdn_conv(c, L, s->ring, s->qkv + (size_t)t * c->conv_dim, s->conv + (size_t)t * c->conv_dim);
+    gdn_conv(c, L, s->ring, s->qkv, T, s->conv, 0, c->conv_dim);
     if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
     for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
-    ScanTask fwd = {c, s->S, s->conv, s->g, s->beta, s->o, T, false};
+    ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T};
     pool_run(&ctx->pool, gdn_scan_task, &fwd);
     if (!L->a_rev) return;
     matmul(&ctx->pool, &L->beta_rev, s->xn, T, s->beta_rev, s->xq, false);
     matmul(&ctx->pool, &L->alpha_rev, s->xn, T, s->g_rev, s->xq, false);
     gdn_gates(c, L->a_rev, L->dt_rev, s->g_rev, s->beta_rev, T);
     memset(s->S_rev, 0, S_floats(c) * sizeof(float));
-    ScanTask rev = {c, s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true};
+    ScanTask rev = {.c = c, .S = s->S_rev, .y = s->conv, .g = s->g_rev, .beta = s->beta_rev, .o = s->o_rev, .T = T, .reverse = true};
     pool_run(&ctx->pool, gdn_scan_task, &rev);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < c->n_v_heads; h++)
@@ -2427,7 +2451,7 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
         for (int ch = 0; ch < C; ch++)
             for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : s->qkv[(size_t)(j - R) * C + ch];
         dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
-        for (int t = 0; t < T; t++) gdn_conv(c, L, ring, s->qkv + (size_t)t * C, raw + (size_t)t * C);
+        gdn_conv(c, L, ring, s->qkv, T, raw, 0, C);
         dump(ctx, "conv_output_raw", il, raw, T, C);
         for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
         dump(ctx, "conv_output_silu", il, raw, T, C);
