@@ -1513,13 +1513,16 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
         k4 = K_Q4_K_8X8_GEMM;
         T4 = T - T % 4;
     }
+    const DotRowsFn *rows_fns = dot_rows();
+    const DotFn *dot_fns = dots();
     for (int t0 = 0; t0 < T; t0 += TILE_T) {
         int t1 = t0 + TILE_T < T ? t0 + TILE_T : T;
         for (int64_t ob = o0; ob < o1; ob += TILE_O) {
             int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
             for (int t = t0; t < t1;) {
                 int kt = t < T4 ? k4 : k;
-                DotRowsFn rows = dot_rows()[kt];
+                DotRowsFn rows = rows_fns[kt];
+                DotFn dot = dot_fns[kt];
                 /* R rows of the same kernel: T4 is a multiple of MAX_ROWS, so no group straddles it */
                 int R = rows ? (t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS) : 1;
                 const uint8_t *x = xq + t * stride;
@@ -1527,7 +1530,7 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
                     float out[MAX_ROWS];
                     if (rows) rows(row, x, stride, R, w->n_in, out);
-                    else out[0] = dots()[kt](row, x, w->n_in);
+                    else out[0] = dot(row, x, w->n_in);
                     for (int r = 0; r < R; r++) y[(size_t)(t + r) * ystride + o] = out[r];
                 }
                 t += R;
