@@ -2268,17 +2268,19 @@ static void embed(const Model *m, int token, float *x) {
  * channels; within one, rows go in order. */
 static void gdn_conv(const Config *c, const Layer *L, float *ring, const float *u, int T, float *y, int c0, int c1) {
     int K = c->d_conv, C = c->conv_dim;
-    for (int ch = c0; ch < c1; ch++) {
-        const float *w = L->conv + (size_t)ch * K;
-        for (int t = 0; t < T; t++) {
+    size_t n = (size_t)(c1 - c0) * sizeof(float);
+    for (int t = 0; t < T; t++) {
+        const float *ut = u + (size_t)t * C;
+        for (int ch = c0; ch < c1; ch++) {
+            const float *w = L->conv + (size_t)ch * K;
             /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
             float s = 0;
             for (int j = 0; j < K - 1; j++) s = fmaf(ring[(size_t)j * C + ch], w[j], s);
-            s = fmaf(u[(size_t)t * C + ch], w[K - 1], s);
+            s = fmaf(ut[ch], w[K - 1], s);
             y[(size_t)t * C + ch] = s;
-            for (int j = 0; j < K - 2; j++) ring[(size_t)j * C + ch] = ring[(size_t)(j + 1) * C + ch];
-            ring[(size_t)(K - 2) * C + ch] = u[(size_t)t * C + ch];
         }
+        for (int j = 0; j < K - 2; j++) memcpy(ring + (size_t)j * C + c0, ring + (size_t)(j + 1) * C + c0, n);
+        memcpy(ring + (size_t)(K - 2) * C + c0, ut + c0, n);
     }
 }
 
@@ -2379,14 +2381,28 @@ static void gdn_gates(const Config *c, const float *a, const float *dt, float *g
     }
 }
 
-/* o_h <- rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads). */
-static void gdn_gated_norm(const Config *c, const Layer *L, float *o, const float *z, int T) {
-    for (size_t hh = 0; hh < (size_t)T * c->n_v_heads; hh++) {
-        float *oh = o + hh * c->d_state;
-        const float *zh = z + hh * c->d_state;
-        rmsnorm(oh, oh, L->ssm_norm, c->d_state, c->eps);
-        for (int j = 0; j < c->d_state; j++) oh[j] *= silu(zh[j]);
-    }
+typedef struct {
+    const Config *c;
+    const Layer *L;
+    float *o;
+    const float *z;   /* [T][value_dim] each */
+    int T;
+    Work rows;
+} GatedNormTask;
+
+/* o_h <- rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads);
+ * rows are independent, so threads take rows. */
+static void gdn_gated_norm_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    GatedNormTask *gn = p;
+    const Config *c = gn->c;
+    for (int t = work_next(&gn->rows); t < gn->T; t = work_next(&gn->rows))
+        for (int h = 0; h < c->n_v_heads; h++) {
+            float *oh = gn->o + (size_t)t * c->value_dim + (size_t)h * c->d_state;
+            const float *zh = gn->z + (size_t)t * c->value_dim + (size_t)h * c->d_state;
+            rmsnorm(oh, oh, gn->L->ssm_norm, c->d_state, c->eps);
+            for (int j = 0; j < c->d_state; j++) oh[j] *= silu(zh[j]);
+        }
 }
 
 /* Optional record of a batch's GDN inputs, so a partially accepted verify batch can be replayed. */
@@ -2482,7 +2498,8 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
         if (!preview) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
         dump3(ctx, "attn_output", il, s->o, T, H, d);
     }
-    gdn_gated_norm(c, L, s->o, s->z, T);
+    GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .T = T};
+    pool_run(&ctx->pool, gdn_gated_norm_task, &gn);
     dump(ctx, "final_output", il, s->o, T, c->value_dim);
     matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq, ctx->tile_order);
     dump(ctx, "linear_attn_out", il, s->mix, T, c->n_embd);
