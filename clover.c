@@ -2901,6 +2901,30 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     }
 }
 
+typedef struct {
+    const Config *c;
+    float *p;             /* [T][n_expert] router logits, softmaxed in place */
+    const bool *allowed;  /* the coreset, or NULL */
+    int *sel;
+    float *w;             /* [T][n_used] each */
+    int T;
+    bool softmax, route;
+    Work rows;
+} RouteTask;
+
+/* Per row: softmax the router logits, and/or choose its experts (route_top_k); rows are
+ * independent, so threads take rows. */
+static void route_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    RouteTask *rt = p;
+    const Config *c = rt->c;
+    for (int t = work_next(&rt->rows); t < rt->T; t = work_next(&rt->rows)) {
+        float *pt = rt->p + (size_t)t * c->n_expert;
+        if (rt->softmax) softmax(pt, c->n_expert);
+        if (rt->route) route_top_k(c, pt, rt->allowed, rt->sel + (size_t)t * c->n_expert_used, rt->w + (size_t)t * c->n_expert_used);
+    }
+}
+
 /* Coreset routing (clover.md 3.4): sum the block rows' router probabilities, sort experts by the
  * sum (ties to the lower index), keep the shortest prefix whose sum reaches top_p * T. */
 static void coreset(const Config *c, const float *p, int T, bool *allowed) {
@@ -2930,12 +2954,15 @@ static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
     Scratch *s = &ctx->sc;
     matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq, ctx->tile_order);
     dump(ctx, "ffn_moe_logits", il, s->router, T, c->n_expert);
-    for (int t = 0; t < T; t++) softmax(s->router + (size_t)t * c->n_expert, c->n_expert);
+    /* a coreset needs every row's probabilities before any row is routed */
     bool use_coreset = preview && c->coreset_top_p > 0;
-    if (use_coreset) coreset(c, s->router, T, s->coreset);
-    for (int t = 0; t < T; t++)
-        route_top_k(c, s->router + (size_t)t * c->n_expert, use_coreset ? s->coreset : NULL,
-                    s->sel + (size_t)t * c->n_expert_used, s->w + (size_t)t * c->n_expert_used);
+    RouteTask rt = {.c = c, .p = s->router, .sel = s->sel, .w = s->w, .T = T, .softmax = true, .route = !use_coreset};
+    pool_run(&ctx->pool, route_task, &rt);
+    if (use_coreset) {
+        coreset(c, s->router, T, s->coreset);
+        RouteTask rc = {.c = c, .p = s->router, .allowed = s->coreset, .sel = s->sel, .w = s->w, .T = T, .route = true};
+        pool_run(&ctx->pool, route_task, &rc);
+    }
     int K = c->n_expert_used;
     dump(ctx, "ffn_moe_probs", il, s->router, T, c->n_expert);
     if (dumping(ctx)) {   /* the routing steps inside route_top_k, recomputed from its inputs and outputs */
