@@ -1507,10 +1507,14 @@ static float dot_f32(const void *w, const void *a, int64_t n) { return dots()[K_
 /* ============================================================================================== */
 /* A fixed set of worker threads; pool_run(fn) calls fn(arg, ith, nth) on nth threads (the caller is
  * thread 0) and returns when all are done. -t sets nth for single-token steps, -tb for batches.
- * A decoding step runs hundreds of short tasks, so both sides first spin briefly on an atomic
- * counter (a new task: `generation` moves; all done: `busy` reaches 0) and only then sleep on a
- * condition variable; the counters change under the mutex's protection of the sleepers, so no
- * wakeup is lost. Spinning is short so that an oversubscribed machine still makes progress. */
+ * A decoding step runs dozens of short tasks, so a waiting side first spins briefly on an atomic
+ * counter (a new task: `generation` moves; all done: `busy` reaches 0) and only then sleeps on a
+ * condition variable. A sleeper says so (`sleepers`, `caller_sleeps`) before its last look at the
+ * counter, and the other side looks at that after moving the counter (both sequentially
+ * consistent), so one of the two always sees the other: no wakeup is lost, and the mutex and signal
+ * are skipped in the common case, a task that starts or ends while the other side still spins.
+ * Spinning is short so that an oversubscribed machine still makes progress. */
+#include <sched.h>
 #include <stdatomic.h>
 typedef void (*TaskFn)(void *arg, int ith, int nth);
 enum { POOL_SPIN = 500 };   /* pause instructions before sleeping: a few microseconds */
@@ -1523,7 +1527,8 @@ typedef struct {
     void *arg;
     _Atomic uint64_t generation;
     _Atomic int busy;
-    bool quit;
+    _Atomic int sleepers;        /* workers waiting on `start` */
+    _Atomic int caller_sleeps;   /* thread 0 waiting on `done` */
 } Pool;
 typedef struct { Pool *pool; int ith; } Worker;
 
@@ -1533,22 +1538,28 @@ static void cpu_relax(void) {
 #endif
 }
 
-static void *pool_worker(void *p) {
+/* A worker's wait for the task after generation `seen`: spin, then sleep; returns its generation. */
+static uint64_t pool_next_task(Pool *pool, uint64_t seen) {
+    for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
+    if (atomic_load(&pool->generation) == seen) {
+        pthread_mutex_lock(&pool->mu);
+        atomic_fetch_add(&pool->sleepers, 1);
+        while (atomic_load(&pool->generation) == seen) pthread_cond_wait(&pool->start, &pool->mu);
+        atomic_fetch_sub(&pool->sleepers, 1);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    return atomic_load(&pool->generation);
+}
+
+/* Workers live as long as the process. */
+static _Noreturn void *pool_worker(void *p) {
     Worker *w = p;
     Pool *pool = w->pool;
-    uint64_t seen = 0;
-    for (;;) {
-        for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
-        pthread_mutex_lock(&pool->mu);
-        while (atomic_load(&pool->generation) == seen && !pool->quit) pthread_cond_wait(&pool->start, &pool->mu);
-        if (pool->quit) { pthread_mutex_unlock(&pool->mu); return NULL; }
-        seen = atomic_load(&pool->generation);
-        TaskFn fn = pool->fn;
-        void *arg = pool->arg;
+    for (uint64_t seen = 0;;) {
+        seen = pool_next_task(pool, seen);
         int nth = pool->active;
-        pthread_mutex_unlock(&pool->mu);
-        if (w->ith < nth) fn(arg, w->ith, nth);
-        if (atomic_fetch_sub(&pool->busy, 1) == 1) {
+        if (w->ith < nth) pool->fn(pool->arg, w->ith, nth);
+        if (atomic_fetch_sub(&pool->busy, 1) == 1 && atomic_load(&pool->caller_sleeps)) {
             pthread_mutex_lock(&pool->mu);
             pthread_cond_signal(&pool->done);
             pthread_mutex_unlock(&pool->mu);
@@ -1572,19 +1583,40 @@ static void pool_init(Pool *p, int n_threads) {
 
 static void pool_run(Pool *p, TaskFn fn, void *arg) {
     if (p->n_threads == 1 || p->active == 1) { fn(arg, 0, 1); return; }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
     atomic_store(&p->busy, p->n_threads - 1);
     atomic_fetch_add(&p->generation, 1);
-    pthread_cond_broadcast(&p->start);
-    pthread_mutex_unlock(&p->mu);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->start);
+        pthread_mutex_unlock(&p->mu);
+    }
     fn(arg, 0, p->active);
     for (int i = 0; i < POOL_SPIN && atomic_load(&p->busy) > 0; i++) cpu_relax();
     if (atomic_load(&p->busy) > 0) {
         pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_sleeps, 1);
         while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->caller_sleeps, 0);
         pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Work shared by the threads of one task: items 0..n-1 go to whichever thread claims them next
+ * (work_next), so a thread that starts late or is descheduled just takes fewer. Which thread
+ * computes an item, and when, changes no result. A phase that reads what an earlier one wrote first
+ * waits until all of that phase's items are done (work_wait): it waits for claimed work, never for
+ * a thread, so a thread that claimed nothing holds nobody up. */
+typedef struct { _Atomic int next, done; } Work;
+
+static int work_next(Work *w) { return atomic_fetch_add(&w->next, 1); }
+static void work_done(Work *w) { atomic_fetch_add(&w->done, 1); }
+
+static void work_wait(Work *w, int n) {
+    for (int i = 0; atomic_load(&w->done) < n; i++) {
+        if (i < POOL_SPIN) cpu_relax();
+        else sched_yield();   /* the thread we wait for may need this CPU */
     }
 }
 
@@ -1604,51 +1636,59 @@ static Mat mat_expert(const Mat *m, int e) {
     return r;
 }
 
-typedef struct {
-    const Mat *w;
-    const uint8_t *xq;   /* T rounded activation rows, xq_stride bytes apart */
-    size_t xq_stride;
-    float *y;            /* y[t*n_out + o] */
-    int T;
-    bool tile;
-} MatmulTask;
+/* Bytes of one activation row of n values rounded for weights of type wtype. */
+static size_t rounded_bytes(uint32_t wtype, int64_t n) { return row_bytes(dot_type(wtype), n); }
 
-/* Each thread takes a contiguous range of output rows and multiplies them with all T activations:
- *   y[t][o] = dot(W[o], x[t])     for o in the thread's range, t = 0..T-1
- * in tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2) against
- * TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
- * activations (once for decoding). Where a kernel takes several activation rows at once, each weight
- * block is unpacked once for MAX_ROWS of them. The order of tiles changes no sum. */
+/* Round T rows of x (n values each) for weights of type wtype into xq (stride bytes apart), the
+ * rows shared among the threads; returns when all T are rounded. */
+static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t n, uint8_t *xq, size_t stride) {
+    for (int t = work_next(wk); t < T; t = work_next(wk)) {
+        quantize_row(wtype, x + (size_t)t * n, xq + (size_t)t * stride, n);
+        work_done(wk);
+    }
+    work_wait(wk, T);
+}
+
+/* y[t*ystride + o] = dot(W[o], x[t]) for the output rows o in [o0, o1) and T rounded activation
+ * rows x[t] (stride bytes apart); batch: a dense batch of prompt processing, in llama.cpp's order
+ * for it. In tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2)
+ * against TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
+ * activations (once for decoding). Where a kernel takes several activation rows at once, each
+ * weight block is unpacked once for MAX_ROWS of them. The order of tiles changes no sum. */
 enum { TILE_T = 64, TILE_O = 16 };
 
-static void matmul_task(void *p, int ith, int nth) {
-    const MatmulTask *mt = p;
-    const Mat *w = mt->w;
-    int k = dot_kernel(w->type, mt->tile, w->n_out), k4 = k;
+static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stride, int T, float *y, size_t ystride,
+                        int64_t o0, int64_t o1) {
+    /* llamafile_sgemm (tinyBLAS) takes a dense batch only when the row count is a multiple of 4
+     * (tinyBLAS::matmul); other matrices (router rows, beta/alpha heads) use ggml_vec_dot_*. */
+    bool tile = batch && T >= 2 && w->n_out % 4 == 0;
+    int k = dot_kernel(w->type, tile, w->n_out), k4 = k;
     /* repacked Q4_K in a prompt batch of T > 3 rows: the first T - T % 4 rows go through the 4-row
      * gemm (ggml_gemm_q4_K_8x8_q8_K), the rest through gemv (forward_mul_mat_one_chunk, repack.cpp) */
     int T4 = 0;
-    if (mt->tile && mt->T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
+    if (tile && T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
         k4 = K_Q4_K_8X8_GEMM;
-        T4 = mt->T - mt->T % 4;
+        T4 = T - T % 4;
     }
-    int64_t o0 = w->n_out * ith / nth, o1 = w->n_out * (ith + 1) / nth;
-    for (int t0 = 0; t0 < mt->T; t0 += TILE_T) {
-        int t1 = t0 + TILE_T < mt->T ? t0 + TILE_T : mt->T;
+    const DotRowsFn *rows_fns = dot_rows();
+    const DotFn *dot_fns = dots();
+    for (int t0 = 0; t0 < T; t0 += TILE_T) {
+        int t1 = t0 + TILE_T < T ? t0 + TILE_T : T;
         for (int64_t ob = o0; ob < o1; ob += TILE_O) {
             int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
             for (int t = t0; t < t1;) {
                 int kt = t < T4 ? k4 : k;
-                DotRowsFn rows = dot_rows()[kt];
+                DotRowsFn rows = rows_fns[kt];
+                DotFn dot = dot_fns[kt];
                 /* R rows of the same kernel: T4 is a multiple of MAX_ROWS, so no group straddles it */
                 int R = rows ? (t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS) : 1;
-                const uint8_t *x = mt->xq + t * mt->xq_stride;
+                const uint8_t *x = xq + t * stride;
                 for (int64_t o = ob; o < oe; o++) {
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
                     float out[MAX_ROWS];
-                    if (rows) rows(row, x, mt->xq_stride, R, w->n_in, out);
-                    else out[0] = dots()[kt](row, x, w->n_in);
-                    for (int r = 0; r < R; r++) mt->y[(size_t)(t + r) * w->n_out + o] = out[r];
+                    if (rows) rows(row, x, stride, R, w->n_in, out);
+                    else out[0] = dot(row, x, w->n_in);
+                    for (int r = 0; r < R; r++) y[(size_t)(t + r) * ystride + o] = out[r];
                 }
                 t += R;
             }
@@ -1656,16 +1696,47 @@ static void matmul_task(void *p, int ith, int nth) {
     }
 }
 
+/* Output rows per work item when nth threads share n_rows rows (of one or more matrices): whole
+ * TILE_O blocks, about CHUNKS_PER_THREAD items per thread (few claims, yet a late thread leaves
+ * little to the others), at most max_rows (one matrix). */
+enum { CHUNKS_PER_THREAD = 8 };
+
+static int64_t chunk_rows(int64_t n_rows, int nth, int64_t max_rows) {
+    int64_t r = n_rows / ((int64_t)nth * CHUNKS_PER_THREAD) / TILE_O * TILE_O;
+    if (r < TILE_O) r = TILE_O;
+    return r < max_rows ? r : max_rows;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct {
+    const Mat *w;
+    const float *x;      /* T activation rows of n_in values */
+    int T;
+    bool batch;
+    float *y;            /* y[t*n_out + o] */
+    uint8_t *xq;         /* x rounded, stride bytes apart */
+    size_t stride;
+    Work round, rows;
+} MatmulTask;
+
+/* The threads round the T activation rows, then share the output rows in chunks. */
+static void matmul_task(void *p, int ith, int nth) {
+    (void)ith;
+    MatmulTask *mt = p;
+    const Mat *w = mt->w;
+    round_rows(&mt->round, w->type, mt->x, mt->T, w->n_in, mt->xq, mt->stride);
+    int64_t r = chunk_rows(w->n_out, nth, w->n_out);
+    int n = (int)((w->n_out + r - 1) / r);
+    for (int i = work_next(&mt->rows); i < n; i = work_next(&mt->rows))
+        matmul_rows(w, mt->batch, mt->xq, mt->stride, mt->T, mt->y, (size_t)w->n_out, i * r, min64((i + 1) * r, w->n_out));
+}
+
 /* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out). xq is scratch for the rounded
- * activations; tile picks the summation order of a dense batch (llama.cpp uses it for two or more
- * rows of a dense matmul in prompt processing). This is the only place weights are multiplied. */
-static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, bool tile) {
-    uint32_t at = dot_type(w->type);
-    size_t stride = row_bytes(at, w->n_in);
-    for (int t = 0; t < T; t++) quantize_row(w->type, x + (size_t)t * w->n_in, xq + t * stride, w->n_in);
-    /* llamafile_sgemm (tinyBLAS) takes a dense batch only when the row count is a multiple of 4
-     * (tinyBLAS::matmul); other matrices (router rows, beta/alpha heads) use ggml_vec_dot_*. */
-    MatmulTask mt = {w, xq, stride, y, T, tile && T >= 2 && w->n_out % 4 == 0};
+ * activations; batch: the rows are a dense batch of prompt processing (tile order, see matmul_rows).
+ * This and the SwiGLU FFN (section 9) are where weights are multiplied. */
+static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, bool batch) {
+    MatmulTask mt = {w, x, T, batch, y, xq, rounded_bytes(w->type, w->n_in), {0}, {0}};
     pool_run(pool, matmul_task, &mt);
 }
 
@@ -2035,11 +2106,12 @@ typedef struct {
     float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
     float *router, *w;              /* MoE: router probabilities, chosen weights [cap][n_used] */
     int *sel;                       /* MoE: chosen experts [cap][n_used] */
-    float *xe, *ge, *ue, *ye;       /* MoE: gathered rows, gate, up, expert outputs [cap][n_used][n_embd] */
-    int *rows;                      /* MoE: (t, r) pairs routed to the current expert */
+    float *ge, *ue, *ye;            /* MoE: gate, up [cap*n_used][n_ff], expert outputs [cap*n_used][n_embd], by row j */
+    int *slot;                      /* MoE: row j of the pair (t, r), [cap][n_used] (see group_by_expert) */
     float *sh;                      /* shared expert output [cap][n_embd] */
     float *mix;                     /* [cap][n_embd] mixer / FFN output */
-    uint8_t *xq;                    /* rounded activations for matmul */
+    uint8_t *xq;                    /* rounded activations for matmul and the FFNs */
+    uint8_t *xq2;                   /* FFNs: the rounded input of gate, where its dot type is not up's */
     /* preview pass: a copy of the committed GDN state S, and the reverse branch */
     float *S, *S_rev, *g_rev, *beta_rev, *o_rev;
     bool *coreset;                  /* [n_expert] experts the block's rows may use */
@@ -2262,8 +2334,8 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->router = xcalloc(T * (size_t)c->n_expert, 4);
     s->w = xcalloc(T * K, 4);
     s->sel = xcalloc(T * K, sizeof(int));
-    s->rows = xcalloc(T * K, sizeof(int));
-    s->xe = xcalloc(T * K * E, 4);
+    s->slot = xcalloc(T * K, sizeof(int));
+    s->xq2 = xcalloc(T * K * E, 4);
     s->ge = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ye = xcalloc(T * K * E, 4);
@@ -2623,7 +2695,8 @@ static void gdn_conv_task(void *p, int ith, int nth) {
 }
 
 /* The recurrent part of a GDN layer for T rows of pre-conv input u: advances the conv ring and S
- * exactly as T single-token steps would. Used by decoding, batches, and the rollback replay. */
+ * exactly as T single-token steps would, in one pool_run. Used by decoding, batches, and the
+ * rollback replay. */
 static void gdn_advance(Pool *pool, const Config *c, const Layer *L, float *ring, float *S, int T, const float *u,
                         const float *g, const float *beta, float *y, float *o) {
     ConvTask ct = {c, L, ring, u, y, T};
@@ -2652,14 +2725,28 @@ static void gdn_gates(const Config *c, const float *a, const float *dt, float *g
     }
 }
 
-/* o_h <- rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads). */
-static void gdn_gated_norm(const Config *c, const Layer *L, float *o, const float *z, int T) {
-    for (size_t hh = 0; hh < (size_t)T * c->n_v_heads; hh++) {
-        float *oh = o + hh * c->d_state;
-        const float *zh = z + hh * c->d_state;
-        rmsnorm(oh, oh, L->ssm_norm, c->d_state, c->eps);
-        for (int j = 0; j < c->d_state; j++) oh[j] *= silu(zh[j]);
-    }
+typedef struct {
+    const Config *c;
+    const Layer *L;
+    float *o;
+    const float *z;   /* [T][value_dim] each */
+    int T;
+    Work rows;
+} GatedNormTask;
+
+/* o_h <- rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads);
+ * rows are independent, so threads take rows. */
+static void gdn_gated_norm_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    GatedNormTask *gn = p;
+    const Config *c = gn->c;
+    for (int t = work_next(&gn->rows); t < gn->T; t = work_next(&gn->rows))
+        for (int h = 0; h < c->n_v_heads; h++) {
+            float *oh = gn->o + (size_t)t * c->value_dim + (size_t)h * c->d_state;
+            const float *zh = gn->z + (size_t)t * c->value_dim + (size_t)h * c->d_state;
+            rmsnorm(oh, oh, gn->L->ssm_norm, c->d_state, c->eps);
+            for (int j = 0; j < c->d_state; j++) oh[j] *= silu(zh[j]);
+        }
 }
 
 /* Optional record of a batch's GDN inputs, so a partially accepted verify batch can be replayed. */
@@ -2678,14 +2765,14 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     gdn_conv_fn()(c, L, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
     if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
     for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
-    ScanTask fwd = {c, s->S, s->conv, s->g, s->beta, s->o, T, false};
+    ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T};
     pool_run(&ctx->pool, gdn_scan_task, &fwd);
     if (!L->a_rev) return;
     matmul(&ctx->pool, &L->beta_rev, s->xn, T, s->beta_rev, s->xq, false);
     matmul(&ctx->pool, &L->alpha_rev, s->xn, T, s->g_rev, s->xq, false);
     gdn_gates(c, L->a_rev, L->dt_rev, s->g_rev, s->beta_rev, T);
     memset(s->S_rev, 0, S_floats(c) * sizeof(float));
-    ScanTask rev = {c, s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true};
+    ScanTask rev = {.c = c, .S = s->S_rev, .y = s->conv, .g = s->g_rev, .beta = s->beta_rev, .o = s->o_rev, .T = T, .reverse = true};
     pool_run(&ctx->pool, gdn_scan_task, &rev);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < c->n_v_heads; h++)
@@ -2754,7 +2841,8 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
         if (!preview) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
         dump3(ctx, "attn_output", il, s->o, T, H, d);
     }
-    gdn_gated_norm(c, L, s->o, s->z, T);
+    GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .T = T};
+    pool_run(&ctx->pool, gdn_gated_norm_task, &gn);
     dump(ctx, "final_output", il, s->o, T, c->value_dim);
     matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq, ctx->tile_order);
     dump(ctx, "linear_attn_out", il, s->mix, T, c->n_embd);
@@ -3006,56 +3094,205 @@ static void route_top_k(const Config *c, const float *p, const bool *allowed, in
     }
 }
 
-/* Expert FFNs for T rows whose choices are in s->sel/s->w: rows routed to the same expert are
- * gathered and multiplied together, so each expert's weights are read once per batch. Then
- * moe[t] = sum_r w_r * down_e(silu(gate_e m) * up_e m), summed in rank order r = 0, 1, ... */
+/* SwiGLU FFNs over groups of rows, in one pool_run. Group g (an expert, or the shared expert) owns
+ * rows j in [first[g], first[g+1]) and has its own matrices:
+ *   u_j = up_g x_j,   g_j = gate_g x_j,   h_j = silu(g_j) * u_j,   y_j = down_g h_j
+ * Row j's input is one of the T rows of x: slot[t*M + m] = j for the M rows that read x[t] (-1:
+ * none; slot NULL: M = 1 and row j = t). The phases, each waiting for the one before:
+ *   round    each x[t] once, copied to its rows (up and gate share it where their dot types agree)
+ *   up/gate  every group's output rows, in chunks
+ *   h        per row, rounded for down
+ *   down     every group's output rows, in chunks
+ * All threads share every phase however the rows fall into groups: decoding's n_used experts of
+ * one row each are as parallel as a prompt's hundreds of experts of a few rows. A row's dot
+ * products are those of a matmul of its group's rows (the same kernels on the same inputs). */
+typedef struct {
+    const Mat *up, *gate, *down;     /* stacked [n_expert] tensors, group g using expert[g]; or, expert NULL, one each */
+    const int *expert, *first;
+    int n_groups;
+    const float *x;                  /* [T][n_in] */
+    int T, M;
+    const int *slot;
+    bool batch;                      /* a dense batch of prompt processing (the shared expert), see matmul_rows */
+    float *u, *g, *h, *y;            /* per row j: [n_ff] x3 (h may be g: computed in place), [n_out of down] */
+    uint8_t *xu, *xg, *xh;           /* rounded inputs of up, gate (xu where the types agree), down (may be xu:
+                                        written only once up and gate are done) */
+    struct { Work round, up_gate, act, down; } work;
+} FfnTask;
+
+static Mat ffn_mat(const FfnTask *f, const Mat *m, int g) { return f->expert ? mat_expert(m, f->expert[g]) : *m; }
+
+/* x (n values) rounded for weights of type wtype into rows js[0..M-1] of xq (-1: none): rounded
+ * once, then copied. */
+static void round_to_rows(uint32_t wtype, const float *x, int64_t n, uint8_t *xq, size_t stride, const int *js, int M) {
+    uint8_t *first = NULL;
+    for (int m = 0; m < M; m++) {
+        if (js[m] < 0) continue;
+        uint8_t *row = xq + (size_t)js[m] * stride;
+        if (first) memcpy(row, first, stride);
+        else quantize_row(wtype, x, first = row, n);
+    }
+}
+
+static void ffn_round(FfnTask *f) {
+    int64_t n = f->up->n_in;
+    for (int t = work_next(&f->work.round); t < f->T; t = work_next(&f->work.round)) {
+        const int *js = f->slot ? f->slot + (size_t)t * f->M : &t;
+        const float *x = f->x + (size_t)t * n;
+        round_to_rows(f->up->type, x, n, f->xu, rounded_bytes(f->up->type, n), js, f->M);
+        if (f->xg != f->xu) round_to_rows(f->gate->type, x, n, f->xg, rounded_bytes(f->gate->type, n), js, f->M);
+        work_done(&f->work.round);
+    }
+    work_wait(&f->work.round, f->T);
+}
+
+/* Items: per group, the chunks of up's output rows, then those of gate's. */
+static void ffn_up_gate(FfnTask *f, int nth) {
+    int64_t F = f->up->n_out, r = chunk_rows(2 * F * f->n_groups, nth, F);
+    int nch = (int)((F + r - 1) / r), n = 2 * nch * f->n_groups;
+    for (int i = work_next(&f->work.up_gate); i < n; i = work_next(&f->work.up_gate)) {
+        int g = i / (2 * nch), j0 = f->first[g];
+        bool gate = i / nch % 2;
+        int64_t o0 = i % nch * r;
+        Mat w = ffn_mat(f, gate ? f->gate : f->up, g);
+        size_t stride = rounded_bytes(w.type, w.n_in);
+        matmul_rows(&w, f->batch, (gate ? f->xg : f->xu) + (size_t)j0 * stride, stride, f->first[g + 1] - j0,
+                    (gate ? f->g : f->u) + (size_t)j0 * F, (size_t)F, o0, min64(o0 + r, F));
+        work_done(&f->work.up_gate);
+    }
+    work_wait(&f->work.up_gate, n);
+}
+
+static void ffn_act(FfnTask *f) {
+    int64_t F = f->up->n_out;
+    size_t stride = rounded_bytes(f->down->type, F);
+    int rows = f->first[f->n_groups];
+    for (int j = work_next(&f->work.act); j < rows; j = work_next(&f->work.act)) {
+        const float *g = f->g + (size_t)j * F, *u = f->u + (size_t)j * F;
+        float *h = f->h + (size_t)j * F;
+        for (int64_t i = 0; i < F; i++) h[i] = silu(g[i]) * u[i];
+        quantize_row(f->down->type, h, f->xh + (size_t)j * stride, F);
+        work_done(&f->work.act);
+    }
+    work_wait(&f->work.act, rows);
+}
+
+static void ffn_down(FfnTask *f, int nth) {
+    int64_t E = f->down->n_out, r = chunk_rows(E * f->n_groups, nth, E);
+    int nch = (int)((E + r - 1) / r), n = nch * f->n_groups;
+    size_t stride = rounded_bytes(f->down->type, f->down->n_in);
+    for (int i = work_next(&f->work.down); i < n; i = work_next(&f->work.down)) {
+        int g = i / nch, j0 = f->first[g];
+        int64_t o0 = i % nch * r;
+        Mat w = ffn_mat(f, f->down, g);
+        matmul_rows(&w, f->batch, f->xh + (size_t)j0 * stride, stride, f->first[g + 1] - j0, f->y + (size_t)j0 * E,
+                    (size_t)E, o0, min64(o0 + r, E));
+    }
+}
+
+static void ffn_task(void *p, int ith, int nth) {
+    (void)ith;
+    FfnTask *f = p;
+    ffn_round(f);
+    ffn_up_gate(f, nth);
+    ffn_act(f);
+    ffn_down(f, nth);
+}
+
+/* Scratch for the rounded input of gate: xq itself where up's rounding serves it too. */
+static uint8_t *gate_input(const Scratch *s, const Mat *up, const Mat *gate) {
+    return dot_type(up->type) == dot_type(gate->type) ? s->xq : s->xq2;
+}
+
+/* Pairs (t, r) routed to the same expert become consecutive rows of the expert buffers, so that an
+ * expert's weights are read once for all its rows: group g, expert expert[g], owns rows
+ * first[g]..first[g+1]-1, and slot[t*K + r] = j (-1 for rank -1). Returns the number of groups. */
+static int group_by_expert(const Config *c, const int *sel, int T, int *first, int *expert, int *slot) {
+    int n_pairs = T * c->n_expert_used, n = 0, j = 0;
+    int next[c->n_expert];   /* rows per expert, then expert e's next row */
+    for (int e = 0; e < c->n_expert; e++) next[e] = 0;
+    for (int i = 0; i < n_pairs; i++)
+        if (sel[i] >= 0) next[sel[i]]++;
+    for (int e = 0; e < c->n_expert; e++) {
+        if (!next[e]) continue;
+        expert[n] = e;
+        first[n] = j;
+        j += next[e];
+        next[e] = first[n++];
+    }
+    first[n] = j;
+    for (int i = 0; i < n_pairs; i++) slot[i] = sel[i] >= 0 ? next[sel[i]]++ : -1;
+    return n;
+}
+
+typedef struct {
+    const Config *c;
+    const int *slot;
+    const float *w, *y;   /* [T][n_used] weights; expert outputs [rows][n_embd] */
+    float *out;           /* [T][n_embd] */
+    int T;
+    Work rows;
+} MoeSumTask;
+
+/* moe[t] = sum_r w_tr y_slot(t,r) in rank order r = 0, 1, ... (a float sum depends on its order),
+ * each term rounded to float before it is added (llama.cpp's ffn_moe_weighted, then the sum). Rank
+ * -1 (a coreset smaller than n_used) adds nothing. */
+static void moe_sum_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    MoeSumTask *ms = p;
+    int K = ms->c->n_expert_used, E = ms->c->n_embd;
+    for (int t = work_next(&ms->rows); t < ms->T; t = work_next(&ms->rows)) {
+        float *out = ms->out + (size_t)t * E;
+        memset(out, 0, (size_t)E * sizeof(float));
+        for (int r = 0; r < K; r++) {
+            int j = ms->slot[(size_t)t * K + r];
+            if (j < 0) continue;
+            const float *y = ms->y + (size_t)j * E;
+            float w = ms->w[(size_t)t * K + r];
+            for (int i = 0; i < E; i++) {
+                float term = y[i] * w;
+                out[i] += term;
+            }
+        }
+    }
+}
+
+/* --dump-tensors: an expert buffer's rows (n values each) in llama.cpp's order [T][n_used][n]
+ * (rank -1: zeros), each times its routing weight when w is not NULL (ffn_moe_weighted). */
+static void dump_pairs(const Ctx *ctx, const char *name, const float *x, int n, int T, const float *w) {
+    int K = ctx->m->c.n_expert_used;
+    float *d = dump_buf(ctx, 9, (size_t)T * K * n);
+    for (int i = 0; i < T * K; i++) {
+        int j = ctx->sc.slot[i];
+        for (int k = 0; k < n; k++) {
+            float v = j < 0 ? 0 : x[(size_t)j * n + k];
+            d[(size_t)i * n + k] = w ? v * w[i] : v;
+        }
+    }
+    dump3(ctx, name, ctx->dump_il, d, T, K, n);
+}
+
+/* Expert FFNs for T rows whose choices are in s->sel/s->w, then
+ *   moe[t] = sum_r w_r * down_e(silu(gate_e m) * up_e m),  summed in rank order r = 0, 1, ... */
 static void moe_experts(Ctx *ctx, const Layer *L, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
-    int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
-    /* --dump-tensors: per (row, slot) gate, up, swiglu [T][K][F] and down [T][K][E] */
-    float *dg = NULL, *du = NULL, *ds = NULL, *dd = NULL;
+    int first[c->n_expert + 1], expert[c->n_expert];
+    int n_groups = group_by_expert(c, s->sel, T, first, expert, s->slot);
+    int F = c->n_ff, K = c->n_expert_used;
+    float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * K * F) : s->ge;   /* keep g for the dump */
+    FfnTask f = {.up = &L->up_exps, .gate = &L->gate_exps, .down = &L->down_exps, .expert = expert, .first = first,
+                 .n_groups = n_groups, .x = s->xn, .T = T, .M = K, .slot = s->slot, .batch = false,
+                 .u = s->ue, .g = s->ge, .h = h, .y = s->ye, .xu = s->xq, .xg = gate_input(s, &L->up_exps, &L->gate_exps), .xh = s->xq};
+    pool_run(&ctx->pool, ffn_task, &f);
+    MoeSumTask ms = {.c = c, .slot = s->slot, .w = s->w, .y = s->ye, .out = s->mix, .T = T};
+    pool_run(&ctx->pool, moe_sum_task, &ms);
     if (dumping(ctx)) {
-        dg = dump_buf(ctx, 6, (size_t)T * K * F), du = dump_buf(ctx, 7, (size_t)T * K * F);
-        ds = dump_buf(ctx, 8, (size_t)T * K * F), dd = dump_buf(ctx, 9, (size_t)T * K * E);
-    }
-    for (int e = 0; e < c->n_expert; e++) {
-        int n = 0;
-        for (int i = 0; i < T * K; i++)
-            if (s->sel[i] == e) s->rows[n++] = i;
-        if (!n) continue;
-        for (int r = 0; r < n; r++) memcpy(s->xe + (size_t)r * E, s->xn + (size_t)(s->rows[r] / K) * E, (size_t)E * 4);
-        Mat gate = mat_expert(&L->gate_exps, e), up = mat_expert(&L->up_exps, e), down = mat_expert(&L->down_exps, e);
-        matmul(&ctx->pool, &up, s->xe, n, s->ue, s->xq, false);
-        matmul(&ctx->pool, &gate, s->xe, n, s->ge, s->xq, false);
-        for (int r = 0; dg && r < n; r++) {
-            memcpy(dg + (size_t)s->rows[r] * F, s->ge + (size_t)r * F, (size_t)F * sizeof(float));
-            memcpy(du + (size_t)s->rows[r] * F, s->ue + (size_t)r * F, (size_t)F * sizeof(float));
-        }
-        for (size_t i = 0; i < (size_t)n * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
-        matmul(&ctx->pool, &down, s->ge, n, s->xe, s->xq, false);
-        for (int r = 0; dg && r < n; r++) {
-            memcpy(ds + (size_t)s->rows[r] * F, s->ge + (size_t)r * F, (size_t)F * sizeof(float));
-            memcpy(dd + (size_t)s->rows[r] * E, s->xe + (size_t)r * E, (size_t)E * sizeof(float));
-        }
-        for (int r = 0; r < n; r++) {
-            float *y = s->ye + (size_t)s->rows[r] * E, w = s->w[s->rows[r]];
-            for (int i = 0; i < E; i++) y[i] = s->xe[(size_t)r * E + i] * w;
-        }
-    }
-    if (dg) {
-        dump3(ctx, "ffn_moe_gate", ctx->dump_il, dg, T, K, F);
-        dump3(ctx, "ffn_moe_up", ctx->dump_il, du, T, K, F);
-        dump3(ctx, "ffn_moe_swiglu", ctx->dump_il, ds, T, K, F);
-        dump3(ctx, "ffn_moe_down", ctx->dump_il, dd, T, K, E);
-        dump3(ctx, "ffn_moe_weighted", ctx->dump_il, s->ye, T, K, E);
-    }
-    for (int t = 0; t < T; t++) {   /* rank -1 (a coreset smaller than n_used) adds nothing */
-        float *out = s->mix + (size_t)t * E;
-        memset(out, 0, (size_t)E * 4);
-        for (int r = 0; r < K; r++)
-            if (s->sel[(size_t)t * K + r] >= 0)
-                for (int i = 0; i < E; i++) out[i] += s->ye[((size_t)t * K + r) * E + i];
+        dump_pairs(ctx, "ffn_moe_gate", s->ge, F, T, NULL);
+        dump_pairs(ctx, "ffn_moe_up", s->ue, F, T, NULL);
+        dump_pairs(ctx, "ffn_moe_swiglu", h, F, T, NULL);
+        dump_pairs(ctx, "ffn_moe_down", s->ye, c->n_embd, T, NULL);
+        dump_pairs(ctx, "ffn_moe_weighted", s->ye, c->n_embd, T, s->w);
     }
 }
 
@@ -3065,13 +3302,15 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     Scratch *s = &ctx->sc;
     int E = c->n_embd, F = c->n_ff_shexp;
     int il = ctx->dump_il;
-    matmul(&ctx->pool, &L->up_shexp, s->xn, T, s->ue, s->xq, ctx->tile_order);
-    matmul(&ctx->pool, &L->gate_shexp, s->xn, T, s->ge, s->xq, ctx->tile_order);
+    int first[2] = {0, T};
+    float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * F) : s->ge;   /* keep g for the dump */
+    FfnTask f = {.up = &L->up_shexp, .gate = &L->gate_shexp, .down = &L->down_shexp, .expert = NULL, .first = first,
+                 .n_groups = 1, .x = s->xn, .T = T, .M = 1, .slot = NULL, .batch = ctx->tile_order,
+                 .u = s->ue, .g = s->ge, .h = h, .y = s->sh, .xu = s->xq, .xg = gate_input(s, &L->up_shexp, &L->gate_shexp), .xh = s->xq};
+    pool_run(&ctx->pool, ffn_task, &f);
     dump(ctx, "ffn_gate", il, s->ge, T, F);
     dump(ctx, "ffn_up", il, s->ue, T, F);
-    for (size_t i = 0; i < (size_t)T * F; i++) s->ge[i] = silu(s->ge[i]) * s->ue[i];
-    dump(ctx, "ffn_swiglu", il, s->ge, T, F);
-    matmul(&ctx->pool, &L->down_shexp, s->ge, T, s->sh, s->xq, ctx->tile_order);
+    dump(ctx, "ffn_swiglu", il, h, T, F);
     dump(ctx, "ffn_shexp", il, s->sh, T, E);
     float *dgl = dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * (E + 2)) : NULL;   /* logit, sigmoid, gated rows */
     for (int t = 0; t < T; t++) {
@@ -3087,6 +3326,30 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
         dump(ctx, "shared_expert_gate", il, dgl, T, 1);
         dump(ctx, "shared_expert_gate_sigmoid", il, dgl + T, T, 1);
         dump(ctx, "ffn_shexp_gated", il, dgl + 2 * (size_t)T, T, E);
+    }
+}
+
+typedef struct {
+    const Config *c;
+    float *p;             /* [T][n_expert] router logits, softmaxed in place */
+    const bool *allowed;  /* the coreset, or NULL */
+    int *sel;
+    float *w;             /* [T][n_used] each */
+    int T;
+    bool softmax, route;
+    Work rows;
+} RouteTask;
+
+/* Per row: softmax the router logits, and/or choose its experts (route_top_k); rows are
+ * independent, so threads take rows. */
+static void route_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    RouteTask *rt = p;
+    const Config *c = rt->c;
+    for (int t = work_next(&rt->rows); t < rt->T; t = work_next(&rt->rows)) {
+        float *pt = rt->p + (size_t)t * c->n_expert;
+        if (rt->softmax) softmax(pt, c->n_expert);
+        if (rt->route) route_top_k(c, pt, rt->allowed, rt->sel + (size_t)t * c->n_expert_used, rt->w + (size_t)t * c->n_expert_used);
     }
 }
 
@@ -3119,12 +3382,15 @@ static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
     Scratch *s = &ctx->sc;
     matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq, ctx->tile_order);
     dump(ctx, "ffn_moe_logits", il, s->router, T, c->n_expert);
-    for (int t = 0; t < T; t++) softmax(s->router + (size_t)t * c->n_expert, c->n_expert);
+    /* a coreset needs every row's probabilities before any row is routed */
     bool use_coreset = preview && c->coreset_top_p > 0;
-    if (use_coreset) coreset(c, s->router, T, s->coreset);
-    for (int t = 0; t < T; t++)
-        route_top_k(c, s->router + (size_t)t * c->n_expert, use_coreset ? s->coreset : NULL,
-                    s->sel + (size_t)t * c->n_expert_used, s->w + (size_t)t * c->n_expert_used);
+    RouteTask rt = {.c = c, .p = s->router, .sel = s->sel, .w = s->w, .T = T, .softmax = true, .route = !use_coreset};
+    pool_run(&ctx->pool, route_task, &rt);
+    if (use_coreset) {
+        coreset(c, s->router, T, s->coreset);
+        RouteTask rc = {.c = c, .p = s->router, .allowed = s->coreset, .sel = s->sel, .w = s->w, .T = T, .route = true};
+        pool_run(&ctx->pool, route_task, &rc);
+    }
     int K = c->n_expert_used;
     dump(ctx, "ffn_moe_probs", il, s->router, T, c->n_expert);
     if (dumping(ctx)) {   /* the routing steps inside route_top_k, recomputed from its inputs and outputs */
