@@ -996,6 +996,18 @@ SIMD static float dot_bf16_tile_avx2(const void *w, const void *a, int64_t n) {
     return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
 
+/* 8 int32 lanes of q . a for signed bytes q and a, lane l = elements 4l..4l+3 (ggml's
+ * mul_sum_i8_pairs): |q| times a with q's sign, as unsigned x signed products; one instruction
+ * where the build targets AVX512-VNNI, maddubs + madd otherwise (same sums: nothing saturates). */
+static inline SIMD_INLINE __m256i lanes_i8_avx2(__m256i qa, __m256i q, __m256i a) {   /* qa = |q| */
+    __m256i as = _mm256_sign_epi8(a, q);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), qa, as);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(qa, as), _mm256_set1_epi16(1));
+#endif
+}
+
 /* 8 int32 lanes from 32 unsigned q (0..63), 32 signed a and an int16 scale s per pair of products:
  * lane l = sum over elements 4l..4l+3 of s q a (no pair sum of maddubs can saturate) */
 static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i q, __m256i a, __m256i s) {
@@ -1017,25 +1029,27 @@ static inline SIMD_INLINE __m128i hsum4_i32_avx2(__m256i v0, __m256i v1, __m256i
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* The activation scales of a Q8_0 block in R rows times the weight scale dw, one per lane. */
+/* The activation scales of a Q8_0 block in R rows times the weight scale dw, one per lane: the R
+ * fp16 scales converted together (unused lanes 0). */
 static inline SIMD_INLINE __m128 q8_0_scales4_avx2(const void *a, size_t stride, const int R, int64_t b, float dw) {
-    float d[4] = {0};
+    __m128i h = _mm_setzero_si128();
     #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) d[r] = f16c(((const BlockQ8_0 *)act_block(a, stride, r, sizeof(BlockQ8_0), b))->d);
-    return _mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(d));
+    for (int r = 0; r < R; r++) h = _mm_insert_epi16(h, ((const BlockQ8_0 *)act_block(a, stride, r, sizeof(BlockQ8_0), b))->d, r);
+    return _mm_mul_ps(_mm_set1_ps(dw), _mm_cvtph_ps(h));
 }
 
 /* dot_q8_0 / dot_q4_0: acc_r = fma(d_w d_a, lanes, acc_r) per block, 8 float lanes per row.
  * q is the block's weights as signed bytes (Q4_0: unpacked first). */
 static inline SIMD_INLINE void q8_0_block_rows_avx2(__m256i q, float dw, const void *a, size_t stride, const int R,
                                                     int64_t b, __m256 acc[MAX_ROWS]) {
-    __m256i qa = _mm256_sign_epi8(q, q);   /* |q|, and a takes q's sign: ggml's mul_sum_i8_pairs */
+    __m256i qa = _mm256_sign_epi8(q, q);
+    float d[4];
+    _mm_storeu_ps(d, q8_0_scales4_avx2(a, stride, R, b, dw));
     #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
-        __m256i p = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), q));
-        __m256i l = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16c(y->d)), _mm256_cvtepi32_ps(l), acc[r]);
+        __m256i l = lanes_i8_avx2(qa, q, _mm256_loadu_si256((const __m256i *)y->qs));
+        acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&d[r]), _mm256_cvtepi32_ps(l), acc[r]);
     }
 }
 
@@ -1079,8 +1093,7 @@ static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, 
         #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
-            __m256i p = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), q));
-            l[r] = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+            l[r] = lanes_i8_avx2(qa, q, _mm256_loadu_si256((const __m256i *)y->qs));
         }
         __m128i isum = hsum4_i32_avx2(l[0], l[1], l[2], l[3]);
         acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), q8_0_scales4_avx2(a, stride, R, b, f16c(x[b].d)), acc);
