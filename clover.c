@@ -1029,12 +1029,16 @@ static inline SIMD_INLINE __m128i hsum4_i32_avx2(__m256i v0, __m256i v1, __m256i
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+/* The fp16 scale of block b of activation row r, or 0 for a row past the R rows given. */
+static inline SIMD_INLINE short q8_0_d(const void *a, size_t stride, int r, const int R, int64_t b) {
+    return r < R ? (short)((const BlockQ8_0 *)act_block(a, stride, r, sizeof(BlockQ8_0), b))->d : 0;
+}
+
 /* The activation scales of a Q8_0 block in R rows times the weight scale dw, one per lane: the R
  * fp16 scales converted together (unused lanes 0). */
 static inline SIMD_INLINE __m128 q8_0_scales4_avx2(const void *a, size_t stride, const int R, int64_t b, float dw) {
-    __m128i h = _mm_setzero_si128();
-    #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) h = _mm_insert_epi16(h, ((const BlockQ8_0 *)act_block(a, stride, r, sizeof(BlockQ8_0), b))->d, r);
+    __m128i h = _mm_setr_epi16(q8_0_d(a, stride, 0, R, b), q8_0_d(a, stride, 1, R, b), q8_0_d(a, stride, 2, R, b),
+                               q8_0_d(a, stride, 3, R, b), 0, 0, 0, 0);
     return _mm_mul_ps(_mm_set1_ps(dw), _mm_cvtph_ps(h));
 }
 
@@ -1104,13 +1108,18 @@ static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, 
     for (int r = 0; r < R; r++) out[r] = o[r];
 }
 
-/* unpack_scales_k4 on 32-bit words: bytes 0..7 the eight scales, bytes 8..15 the eight mins */
-static inline SIMD_INLINE __m128i scales_k4_avx2(const uint8_t s[12]) {
-    uint32_t u[3];
-    memcpy(u, s, sizeof u);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    return _mm_setr_epi32((int)(u[0] & low6), (int)((u[2] & low4) | (((u[0] >> 6) & top2) << 4)),
-                          (int)(u[1] & low6), (int)(((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4)));
+/* unpack_scales_k4 in one register: bytes 0..7 the eight scales, bytes 8..15 the eight mins.
+ * With s = the 12 scale bytes: A = [s0..3, s8..11, s4..7, s8..11] gives the low bits (6 of s0..7,
+ * the low or high nibble of s8..11) and B = [-, s0..3, -, s4..7] the top two bits of scales and
+ * mins 4..7. Reads 16 bytes; in a Q4_K/Q5_K block the quants follow the scales. */
+static inline SIMD_INLINE __m128i scales_k4_avx2(const uint8_t *s) {
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i A = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    __m128i B = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    __m128i lo = _mm_or_si128(_mm_and_si128(A, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0)),
+                              _mm_and_si128(_mm_srli_epi16(A, 4), _mm_setr_epi32(0, 0, 0, 0x0f0f0f0f)));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(B, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
 }
 
 /* The eight scales as int16 in both 128-bit halves, and shuffles that broadcast scale j */
@@ -1196,6 +1205,11 @@ static inline SIMD_INLINE void q5_K_rows_avx2(const void *w, const void *a, size
     k4_rows_avx2(w, sizeof(BlockQ5_K), true, a, stride, R, n, out);
 }
 
+/* The scale of Q8_K block b of activation row r, or 0 for a row past the R rows given. */
+static inline SIMD_INLINE float q8_K_d(const void *a, size_t stride, int r, const int R, int64_t b) {
+    return r < R ? ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->d : 0;
+}
+
 /* The repacked Q4_K kernels add one float term per row at a time: per block (gemv) or per pair s of
  * sub-blocks (gemm); the R rows' accumulators sit in the lanes of one register (unused lanes: 0).
  *   gemv: acc = fma(sumi, d_w d_a, acc),  acc_min = fma(summ, dmin_w d_a, acc_min),  result acc - acc_min
@@ -1207,16 +1221,11 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
     for (int64_t b = 0; b < n / 256; b++) {
         __m128i scm = scales_k4_avx2(x[b].scales), si[4], sm[4];
         __m256i sc16 = scales16_k4_avx2(scm), lanes[4];
-        float yd[4] = {0};
         #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) lanes[r] = _mm256_setzero_si256(), sm[r] = _mm_setzero_si128();
         #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-            sm[r] = k4_mins_avx2(scm, y);   /* row r: [pair 0 .. pair 3] */
-            yd[r] = y->d;
-        }
-        __m128 yd4 = _mm_loadu_ps(yd);
+        for (int r = 0; r < R; r++) sm[r] = k4_mins_avx2(scm, act_block(a, stride, r, sizeof(BlockQ8_K), b));   /* row r: [pair 0 .. pair 3] */
+        __m128 yd4 = _mm_setr_ps(q8_K_d(a, stride, 0, R, b), q8_K_d(a, stride, 1, R, b), q8_K_d(a, stride, 2, R, b), q8_K_d(a, stride, 3, R, b));
         __m128 d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
         #pragma GCC unroll 4
         for (int s = 0; s < 4; s++) {
