@@ -882,7 +882,7 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
  * float operation sees the same operands as the scalar code and the results are bit-identical
  * (checked by test/unit.c and the `simd` group of test/run.sh). CLOVER_SIMD=scalar forces the
  * scalar definitions. */
-enum { MAX_ROWS = 4 };   /* activation rows one multi-row kernel call takes (see below) */
+enum { MAX_ROWS = 8 };   /* activation rows one multi-row kernel call takes (see below) */
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -1034,12 +1034,13 @@ static inline SIMD_INLINE short q8_0_d(const void *a, size_t stride, int r, cons
     return r < R ? (short)((const BlockQ8_0 *)act_block(a, stride, r, sizeof(BlockQ8_0), b))->d : 0;
 }
 
-/* The activation scales of a Q8_0 block in R rows times the weight scale dw, one per lane: the R
- * fp16 scales converted together (unused lanes 0). */
-static inline SIMD_INLINE __m128 q8_0_scales4_avx2(const void *a, size_t stride, const int R, int64_t b, float dw) {
+/* The activation scales of a Q8_0 block in R <= 8 rows times the weight scale dw, one per lane:
+ * the R fp16 scales converted together (unused lanes 0). */
+static inline SIMD_INLINE __m256 q8_0_scales_avx2(const void *a, size_t stride, const int R, int64_t b, float dw) {
     __m128i h = _mm_setr_epi16(q8_0_d(a, stride, 0, R, b), q8_0_d(a, stride, 1, R, b), q8_0_d(a, stride, 2, R, b),
-                               q8_0_d(a, stride, 3, R, b), 0, 0, 0, 0);
-    return _mm_mul_ps(_mm_set1_ps(dw), _mm_cvtph_ps(h));
+                               q8_0_d(a, stride, 3, R, b), q8_0_d(a, stride, 4, R, b), q8_0_d(a, stride, 5, R, b),
+                               q8_0_d(a, stride, 6, R, b), q8_0_d(a, stride, 7, R, b));
+    return _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_cvtph_ps(h));
 }
 
 /* dot_q8_0 / dot_q4_0: acc_r = fma(d_w d_a, lanes, acc_r) per block, 8 float lanes per row.
@@ -1047,9 +1048,9 @@ static inline SIMD_INLINE __m128 q8_0_scales4_avx2(const void *a, size_t stride,
 static inline SIMD_INLINE void q8_0_block_rows_avx2(__m256i q, float dw, const void *a, size_t stride, const int R,
                                                     int64_t b, __m256 acc[MAX_ROWS]) {
     __m256i qa = _mm256_sign_epi8(q, q);
-    float d[4];
-    _mm_storeu_ps(d, q8_0_scales4_avx2(a, stride, R, b, dw));
-    #pragma GCC unroll 4
+    float d[8];
+    _mm256_storeu_ps(d, q8_0_scales_avx2(a, stride, R, b, dw));
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
         const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
         __m256i l = lanes_i8_avx2(qa, q, _mm256_loadu_si256((const __m256i *)y->qs));
@@ -1060,11 +1061,11 @@ static inline SIMD_INLINE void q8_0_block_rows_avx2(__m256i q, float dw, const v
 static inline SIMD_INLINE void q8_0_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
     const BlockQ8_0 *x = w;
     __m256 acc[MAX_ROWS];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++)
         q8_0_block_rows_avx2(_mm256_loadu_si256((const __m256i *)x[b].qs), f16c(x[b].d), a, stride, R, b, acc);
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
@@ -1078,10 +1079,10 @@ static inline SIMD_INLINE __m256i unpack_q4_0_avx2(const BlockQ4_0 *b) {
 static inline SIMD_INLINE void q4_0_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
     const BlockQ4_0 *x = w;
     __m256 acc[MAX_ROWS];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++) q8_0_block_rows_avx2(unpack_q4_0_avx2(&x[b]), f16c(x[b].d), a, stride, R, b, acc);
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
@@ -1100,7 +1101,7 @@ static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, 
             l[r] = lanes_i8_avx2(qa, q, _mm256_loadu_si256((const __m256i *)y->qs));
         }
         __m128i isum = hsum4_i32_avx2(l[0], l[1], l[2], l[3]);
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), q8_0_scales4_avx2(a, stride, R, b, f16c(x[b].d)), acc);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm256_castps256_ps128(q8_0_scales_avx2(a, stride, R, b, f16c(x[b].d))), acc);
     }
     float o[4];
     _mm_storeu_ps(o, acc);
@@ -1358,13 +1359,18 @@ static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
-/* the kernels for R = 1..4 activation rows */
+/* the kernels for R = 1..8 activation rows: Q8_0 and Q4_0 take all eight at once (their per-row work
+ * is small beside the weight block's), the others four at a time */
 SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     switch (R) {
     case 1: q8_0_rows_avx2(w, a, stride, 1, n, out); break;
     case 2: q8_0_rows_avx2(w, a, stride, 2, n, out); break;
     case 3: q8_0_rows_avx2(w, a, stride, 3, n, out); break;
-    default: q8_0_rows_avx2(w, a, stride, 4, n, out); break;
+    case 4: q8_0_rows_avx2(w, a, stride, 4, n, out); break;
+    case 5: q8_0_rows_avx2(w, a, stride, 5, n, out); break;
+    case 6: q8_0_rows_avx2(w, a, stride, 6, n, out); break;
+    case 7: q8_0_rows_avx2(w, a, stride, 7, n, out); break;
+    default: q8_0_rows_avx2(w, a, stride, 8, n, out); break;
     }
 }
 
@@ -1373,7 +1379,11 @@ SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int
     case 1: q4_0_rows_avx2(w, a, stride, 1, n, out); break;
     case 2: q4_0_rows_avx2(w, a, stride, 2, n, out); break;
     case 3: q4_0_rows_avx2(w, a, stride, 3, n, out); break;
-    default: q4_0_rows_avx2(w, a, stride, 4, n, out); break;
+    case 4: q4_0_rows_avx2(w, a, stride, 4, n, out); break;
+    case 5: q4_0_rows_avx2(w, a, stride, 5, n, out); break;
+    case 6: q4_0_rows_avx2(w, a, stride, 6, n, out); break;
+    case 7: q4_0_rows_avx2(w, a, stride, 7, n, out); break;
+    default: q4_0_rows_avx2(w, a, stride, 8, n, out); break;
     }
 }
 
@@ -1382,7 +1392,11 @@ SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride,
     case 1: q4_0_8x8_rows_avx2(w, a, stride, 1, n, out); break;
     case 2: q4_0_8x8_rows_avx2(w, a, stride, 2, n, out); break;
     case 3: q4_0_8x8_rows_avx2(w, a, stride, 3, n, out); break;
-    default: q4_0_8x8_rows_avx2(w, a, stride, 4, n, out); break;
+    case 4: q4_0_8x8_rows_avx2(w, a, stride, 4, n, out); break;
+    default:   /* five to eight rows: four, then the rest */
+        q4_0_8x8_rows_avx2(w, a, stride, 4, n, out);
+        rows_q4_0_8x8_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
+        break;
     }
 }
 
@@ -1391,7 +1405,11 @@ SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int
     case 1: q4_K_rows_avx2(w, a, stride, 1, n, out); break;
     case 2: q4_K_rows_avx2(w, a, stride, 2, n, out); break;
     case 3: q4_K_rows_avx2(w, a, stride, 3, n, out); break;
-    default: q4_K_rows_avx2(w, a, stride, 4, n, out); break;
+    case 4: q4_K_rows_avx2(w, a, stride, 4, n, out); break;
+    default:   /* five to eight rows: four, then the rest */
+        q4_K_rows_avx2(w, a, stride, 4, n, out);
+        rows_q4_K_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
+        break;
     }
 }
 
@@ -1400,7 +1418,11 @@ SIMD static void rows_q4_K_8x8_avx2(const void *w, const void *a, size_t stride,
     case 1: q4_K_8x8_gemv_rows_avx2(w, a, stride, 1, n, out); break;
     case 2: q4_K_8x8_gemv_rows_avx2(w, a, stride, 2, n, out); break;
     case 3: q4_K_8x8_gemv_rows_avx2(w, a, stride, 3, n, out); break;
-    default: q4_K_8x8_gemv_rows_avx2(w, a, stride, 4, n, out); break;
+    case 4: q4_K_8x8_gemv_rows_avx2(w, a, stride, 4, n, out); break;
+    default:   /* five to eight rows: four, then the rest */
+        q4_K_8x8_gemv_rows_avx2(w, a, stride, 4, n, out);
+        rows_q4_K_8x8_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
+        break;
     }
 }
 
@@ -1409,7 +1431,11 @@ SIMD static void rows_q4_K_8x8_gemm_avx2(const void *w, const void *a, size_t st
     case 1: q4_K_8x8_gemm_rows_avx2(w, a, stride, 1, n, out); break;
     case 2: q4_K_8x8_gemm_rows_avx2(w, a, stride, 2, n, out); break;
     case 3: q4_K_8x8_gemm_rows_avx2(w, a, stride, 3, n, out); break;
-    default: q4_K_8x8_gemm_rows_avx2(w, a, stride, 4, n, out); break;
+    case 4: q4_K_8x8_gemm_rows_avx2(w, a, stride, 4, n, out); break;
+    default:   /* five to eight rows: four, then the rest */
+        q4_K_8x8_gemm_rows_avx2(w, a, stride, 4, n, out);
+        rows_q4_K_8x8_gemm_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
+        break;
     }
 }
 
@@ -1418,7 +1444,11 @@ SIMD static void rows_q5_K_avx2(const void *w, const void *a, size_t stride, int
     case 1: q5_K_rows_avx2(w, a, stride, 1, n, out); break;
     case 2: q5_K_rows_avx2(w, a, stride, 2, n, out); break;
     case 3: q5_K_rows_avx2(w, a, stride, 3, n, out); break;
-    default: q5_K_rows_avx2(w, a, stride, 4, n, out); break;
+    case 4: q5_K_rows_avx2(w, a, stride, 4, n, out); break;
+    default:   /* five to eight rows: four, then the rest */
+        q5_K_rows_avx2(w, a, stride, 4, n, out);
+        rows_q5_K_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
+        break;
     }
 }
 
@@ -1427,7 +1457,11 @@ SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int
     case 1: q6_K_rows_avx2(w, a, stride, 1, n, out); break;
     case 2: q6_K_rows_avx2(w, a, stride, 2, n, out); break;
     case 3: q6_K_rows_avx2(w, a, stride, 3, n, out); break;
-    default: q6_K_rows_avx2(w, a, stride, 4, n, out); break;
+    case 4: q6_K_rows_avx2(w, a, stride, 4, n, out); break;
+    default:   /* five to eight rows: four, then the rest */
+        q6_K_rows_avx2(w, a, stride, 4, n, out);
+        rows_q6_K_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
+        break;
     }
 }
 
@@ -1702,8 +1736,8 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                 int kt = t < T4 ? k4 : k;
                 DotRowsFn rows = rows_fns[kt];
                 DotFn dot = dot_fns[kt];
-                /* R rows of the same kernel: T4 is a multiple of MAX_ROWS, so no group straddles it */
-                int R = rows ? (t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS) : 1;
+                /* R rows of the same kernel: no group straddles T4 */
+                int t_end = t < T4 && T4 < t1 ? T4 : t1, R = rows ? (t_end - t < MAX_ROWS ? t_end - t : MAX_ROWS) : 1;
                 const uint8_t *x = xq + t * stride;
                 for (int64_t o = ob; o < oe; o++) {
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
