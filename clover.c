@@ -1359,6 +1359,81 @@ static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
+/* --- Activation rounding with SIMD: quantize_q8_0 and quantize_q8_K, the same float operations --- */
+/* max |x| over 8 lanes as fmaxf(amax, fabsf(x)) in any order: max_ps keeps its second operand when
+ * the first is NaN, so a NaN never becomes the maximum (fmaxf ignores NaN the same way) */
+static inline SIMD_INLINE __m256 amax_avx2(__m256 amax, __m256 x) {
+    return _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), amax);
+}
+
+static inline SIMD_INLINE float hmax8_avx2(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+}
+
+/* lrintf(x * id) of 32 values as bytes: round to nearest even (the default mode), and a NaN or an
+ * out-of-range product, which lrintf turns into a long whose low byte is 0, becomes 0 too */
+static inline SIMD_INLINE __m256i round_bytes_avx2(const float *x, __m256 id, int clamp127) {
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) {
+        __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id));
+        v = _mm256_andnot_si256(_mm256_cmpeq_epi32(v, _mm256_set1_epi32(INT32_MIN)), v);
+        q[k] = clamp127 ? _mm256_min_epi32(v, _mm256_set1_epi32(127)) : v;
+    }
+    /* packs saturate, but every value is in -128..127 here; then undo the lane interleave */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+SIMD static void quantize_q8_0_avx2(const float *x, BlockQ8_0 *y, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *v = x + 32 * b;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) m = amax_avx2(m, _mm256_loadu_ps(v + 8 * k));
+        float amax = hmax8_avx2(m);
+        float d = amax / 127, id = amax != 0 ? 127.f / amax : 0;
+        y[b].d = fp32_to_fp16(d);
+        _mm256_storeu_si256((__m256i *)y[b].qs, round_bytes_avx2(v, _mm256_set1_ps(id), 0));
+    }
+}
+
+SIMD static void quantize_q8_K_avx2(const float *x, BlockQ8_K *y, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *v = x + 256 * b;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 32; k++) m = amax_avx2(m, _mm256_loadu_ps(v + 8 * k));
+        float amax = hmax8_avx2(m);
+        if (amax == 0) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float max = 0;   /* the first value of largest magnitude, with its sign */
+        for (int k = 0; k < 32; k++) {
+            int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_loadu_ps(v + 8 * k)),
+                                                       _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (hit) {
+                max = v[8 * k + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        float iscale = -127.f / max;
+        for (int k = 0; k < 8; k++) {
+            __m256i q = round_bytes_avx2(v + 32 * k, _mm256_set1_ps(iscale), 1);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + 32 * k), q);
+            /* bsums of the two groups of 16: sign-extended bytes summed by madd and a horizontal add */
+            __m256i s = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), _mm256_set1_epi16(1));
+            __m256i t = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)), _mm256_set1_epi16(1));
+            __m256i h = _mm256_hadd_epi32(s, t);   /* [s01 s23 t01 t23 | s45 s67 t45 t67] */
+            h = _mm256_hadd_epi32(h, h);           /* [s0-3 t0-3 .. | s4-7 t4-7 ..] */
+            __m128i g = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            y[b].bsums[2 * k] = (int16_t)_mm_cvtsi128_si32(g);
+            y[b].bsums[2 * k + 1] = (int16_t)_mm_extract_epi32(g, 1);
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+
 /* the kernels for R = 1..8 activation rows: Q8_0 and Q4_0 take all eight at once (their per-row work
  * is small beside the weight block's), the others four at a time */
 SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
@@ -1534,6 +1609,16 @@ static const DotRowsFn *dot_rows(void) {
 /* Whether the SIMD kernels were chosen; the forward pass's own SIMD twins (section 9) follow. */
 static bool simd_chosen(void) { return dots() != DOT_SCALAR; }
 
+/* quantize_row, with the SIMD twins of the Q8_0 and Q8_K rounding when the SIMD kernels were chosen */
+static void round_row(uint32_t wtype, const float *x, void *y, int64_t n) {
+#if defined(__x86_64__)
+    if (simd_chosen() && dot_type(wtype) == T_Q8_0) quantize_q8_0_avx2(x, y, n);
+    else if (simd_chosen() && dot_type(wtype) == T_Q8_K) quantize_q8_K_avx2(x, y, n);
+    else
+#endif
+    quantize_row(wtype, x, y, n);
+}
+
 /* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
  * multiple of 8 (ggml_repack_get_optimal_repack_type on AVX2), which changes their float order. */
 static int dot_kernel(uint32_t wtype, bool tile, int64_t n_rows) {
@@ -1699,7 +1784,7 @@ static size_t rounded_bytes(uint32_t wtype, int64_t n) { return row_bytes(dot_ty
  * rows shared among the threads; returns when all T are rounded. */
 static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t n, uint8_t *xq, size_t stride) {
     for (int t = work_next(wk); t < T; t = work_next(wk)) {
-        quantize_row(wtype, x + (size_t)t * n, xq + (size_t)t * stride, n);
+        round_row(wtype, x + (size_t)t * n, xq + (size_t)t * stride, n);
         work_done(wk);
     }
     work_wait(wk, T);
@@ -3186,7 +3271,7 @@ static void round_to_rows(uint32_t wtype, const float *x, int64_t n, uint8_t *xq
         if (js[m] < 0) continue;
         uint8_t *row = xq + (size_t)js[m] * stride;
         if (first) memcpy(row, first, stride);
-        else quantize_row(wtype, x, first = row, n);
+        else round_row(wtype, x, first = row, n);
     }
 }
 
@@ -3227,7 +3312,7 @@ static void ffn_act(FfnTask *f) {
         const float *g = f->g + (size_t)j * F, *u = f->u + (size_t)j * F;
         float *h = f->h + (size_t)j * F;
         for (int64_t i = 0; i < F; i++) h[i] = silu(g[i]) * u[i];
-        quantize_row(f->down->type, h, f->xh + (size_t)j * stride, F);
+        round_row(f->down->type, h, f->xh + (size_t)j * stride, F);
         work_done(&f->work.act);
     }
     work_wait(&f->work.act, rows);

@@ -290,6 +290,42 @@ static void test_quantize_q8_0(void) {
     free(x), free(a), free(b);
 }
 
+/* The SIMD twins of the activation rounding (round_row) against quantize_row, byte for byte:
+ * activation-like rows, and blocks with NaN, infinities, denormals, signed zeros and a largest
+ * magnitude that occurs with both signs (the first one sets Q8_K's scale). */
+static void test_round_row_simd(void) {
+    if (!simd_chosen()) {
+        check(true, "SIMD activation rounding vs scalar (no SIMD kernels on this CPU or CLOVER_SIMD=scalar: skipped)", "");
+        return;
+    }
+    const int64_t n = 256 * 16;
+    float *x = xmalloc((size_t)n * 4);
+    uint8_t *a = xmalloc(row_bytes(T_Q8_K, n) + row_bytes(T_Q8_0, n)), *b = xmalloc(row_bytes(T_Q8_K, n) + row_bytes(T_Q8_0, n));
+    const uint32_t wtypes[] = {T_Q8_0, T_Q4_K};   /* dot types Q8_0 and Q8_K */
+    int bad = 0, n_rows = 0;
+    char detail[128] = "";
+    for (int kind = 0; kind < 8; kind++)
+        for (int rep = 0; rep < 6; rep++) {
+            activation_row(x, n, kind % 5);
+            if (kind >= 5)
+                for (int64_t i = 0; i < n; i += 1 + (int64_t)(rnd32() % 61)) {
+                    const float odd[] = {NAN, -NAN, INFINITY, -INFINITY, 1e-40f, -1e-45f, -0.0f, 3e38f, -3e38f};
+                    x[i] = kind == 7 ? -x[i - i % 256] : odd[rnd32() % 9];
+                }
+            for (int w = 0; w < 2; w++) {
+                size_t bytes = row_bytes(dot_type(wtypes[w]), n);
+                memset(a, 0, bytes), memset(b, 0, bytes);
+                quantize_row(wtypes[w], x, a, n);
+                round_row(wtypes[w], x, b, n);
+                n_rows++;
+                if (memcmp(a, b, bytes) && bad++ == 0)
+                    snprintf(detail, sizeof detail, "%s, row kind %d, repetition %d", TYPES[dot_type(wtypes[w])].name, kind, rep);
+            }
+        }
+    check(bad == 0, "SIMD activation rounding (Q8_0, Q8_K) vs scalar, byte for byte", "%d of %d rows differ; first: %s", bad, n_rows, detail);
+    free(x), free(a), free(b);
+}
+
 static void test_quantize_q8_K(void) {
     const int64_t n = 256 * 64;
     float *x = xmalloc((size_t)n * 4);
@@ -534,6 +570,7 @@ int main(void) {
     test_dots();
     test_simd_dots();
     test_simd_forward();
+    test_round_row_simd();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
