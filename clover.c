@@ -1220,12 +1220,15 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
     const BlockQ4_K *x = w;
     __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
-        __m128i scm = scales_k4_avx2(x[b].scales), si[4], sm[4];
-        __m256i sc16 = scales16_k4_avx2(scm), lanes[4];
+        __m128i scm = scales_k4_avx2(x[b].scales), si[4];
+        __m256i sc16 = scales16_k4_avx2(scm), lanes[4], mins[4];
+        /* row r's mins m_j (b_2j + b_2j+1) for j = 0..7: one madd of its 16 bsums with the mins doubled */
+        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
         #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) lanes[r] = _mm256_setzero_si256(), sm[r] = _mm_setzero_si128();
-        #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) sm[r] = k4_mins_avx2(scm, act_block(a, stride, r, sizeof(BlockQ8_K), b));   /* row r: [pair 0 .. pair 3] */
+        for (int r = 0; r < 4; r++) {
+            lanes[r] = mins[r] = _mm256_setzero_si256();
+            if (r < R) mins[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->bsums), mn16);
+        }
         __m128 yd4 = _mm_setr_ps(q8_K_d(a, stride, 0, R, b), q8_K_d(a, stride, 1, R, b), q8_K_d(a, stride, 2, R, b), q8_K_d(a, stride, 3, R, b));
         __m128 d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
         #pragma GCC unroll 4
@@ -1244,10 +1247,11 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
             }
         }
         if (gemm) {
-            __m128 fm[4];
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) fm[r] = _mm_cvtepi32_ps(sm[r]);
-            _MM_TRANSPOSE4_PS(fm[0], fm[1], fm[2], fm[3]);   /* fm[s] = [row 0 .. row 3] of pair s */
+            /* the pairs' mins as [row 0 .. row 3] for each pair s: pair sums, then a transpose */
+            __m256i h01 = _mm256_hadd_epi32(mins[0], mins[1]), h23 = _mm256_hadd_epi32(mins[2], mins[3]);
+            __m256i lo = _mm256_unpacklo_epi32(h01, h23), hi = _mm256_unpackhi_epi32(h01, h23);
+            __m256 m02 = _mm256_cvtepi32_ps(_mm256_unpacklo_epi32(lo, hi)), m13 = _mm256_cvtepi32_ps(_mm256_unpackhi_epi32(lo, hi));
+            __m128 fm[4] = {_mm256_castps256_ps128(m02), _mm256_castps256_ps128(m13), _mm256_extractf128_ps(m02, 1), _mm256_extractf128_ps(m13, 1)};
             #pragma GCC unroll 4
             for (int s = 0; s < 4; s++) {
                 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(si[s]), d, acc);
@@ -1255,7 +1259,7 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
             }
         } else {
             __m128i sumi = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);
-            __m128i summ = _mm_hadd_epi32(_mm_hadd_epi32(sm[0], sm[1]), _mm_hadd_epi32(sm[2], sm[3]));
+            __m128i summ = hsum4_i32_avx2(mins[0], mins[1], mins[2], mins[3]);
             acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sumi), d, acc);
             accm = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), dmin, accm);
         }
