@@ -1149,6 +1149,13 @@ static inline SIMD_INLINE __m128i k4_mins_avx2(__m128i scm, const BlockQ8_K *y) 
     return _mm_madd_epi16(b, _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8)));
 }
 
+/* The mins per sub-block in 8 int32 lanes, m_j (b_2j + b_2j+1): one madd of the 16 bsums with
+ * mn16, the eight mins of scm each twice as int16 */
+static inline SIMD_INLINE __m256i k4_mins16_avx2(__m128i scm) { return _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm)); }
+static inline SIMD_INLINE __m256i k4_mins8_avx2(__m256i mn16, const BlockQ8_K *y) {
+    return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn16);
+}
+
 /* dot_q4_K / dot_q5_K: per row, acc = fma(d_a d_w, lanes, acc) in 8 float lanes; the mins
  * either in 4 lanes (Q4_K: fma(-d_a dmin_w, pair sum, accm), folded at the end) or one scalar
  * (Q5_K: summs = fma(-d_a dmin_w, k4_summ, summs)). */
@@ -1222,12 +1229,11 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
     for (int64_t b = 0; b < n / 256; b++) {
         __m128i scm = scales_k4_avx2(x[b].scales), si[4];
         __m256i sc16 = scales16_k4_avx2(scm), lanes[4], mins[4];
-        /* row r's mins m_j (b_2j + b_2j+1) for j = 0..7: one madd of its 16 bsums with the mins doubled */
-        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
+        __m256i mn16 = k4_mins16_avx2(scm);
         #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 4; r++) {   /* row r's mins per sub-block */
             lanes[r] = mins[r] = _mm256_setzero_si256();
-            if (r < R) mins[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->bsums), mn16);
+            if (r < R) mins[r] = k4_mins8_avx2(mn16, act_block(a, stride, r, sizeof(BlockQ8_K), b));
         }
         __m128 yd4 = _mm_setr_ps(q8_K_d(a, stride, 0, R, b), q8_K_d(a, stride, 1, R, b), q8_K_d(a, stride, 2, R, b), q8_K_d(a, stride, 3, R, b));
         __m128 d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
@@ -1279,11 +1285,10 @@ static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a,
     float acc = 0, accm = 0;
     int64_t nb = n / 256;
     for (int64_t b0 = 0; b0 < nb; b0 += 4) {
-        __m256i lanes[4];
-        __m128i mins[4];
+        __m256i lanes[4], mins[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
-            lanes[i] = _mm256_setzero_si256(), mins[i] = _mm_setzero_si128();
+            lanes[i] = mins[i] = _mm256_setzero_si256();
             if (b0 + i >= nb) continue;
             const BlockQ4_K *k = &x[b0 + i];
             __m128i scm = scales_k4_avx2(k->scales);
@@ -1291,11 +1296,11 @@ static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a,
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++)
                 lanes[i] = _mm256_add_epi32(lanes[i], k4_sub_avx2(k4_sub_q_avx2(k->qs, NULL, j), scale_k4_avx2(sc16, j), y[b0 + i].qs, j));
-            mins[i] = k4_mins_avx2(scm, &y[b0 + i]);
+            mins[i] = k4_mins8_avx2(k4_mins16_avx2(scm), &y[b0 + i]);
         }
         int32_t sumi[4], summ[4];
         _mm_storeu_si128((__m128i *)sumi, hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]));
-        _mm_storeu_si128((__m128i *)summ, _mm_hadd_epi32(_mm_hadd_epi32(mins[0], mins[1]), _mm_hadd_epi32(mins[2], mins[3])));
+        _mm_storeu_si128((__m128i *)summ, hsum4_i32_avx2(mins[0], mins[1], mins[2], mins[3]));
         for (int i = 0; i < 4 && b0 + i < nb; i++) {
             acc = fmaf((float)sumi[i], f16c(x[b0 + i].d) * y[b0 + i].d, acc);
             accm = fmaf((float)summ[i], f16c(x[b0 + i].dmin) * y[b0 + i].d, accm);
