@@ -182,6 +182,24 @@ i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), le
 print("differ at byte %d of %d/%d: clover %r vs llama.cpp %r" % (i, len(a), len(b), a[max(0, i - 10):i + 20], b[max(0, i - 10):i + 20]))' "$1" "$2"
 }
 
+# check_greedy_text NAME MODEL PROMPT_IDS N: clover -n N (greedy, f32 cache) prints the text of the
+# prompt and llama.cpp's greedy continuation (N + 1 tokens: clover's -n counts as
+# llama-speculative-simple does), byte for byte
+check_greedy_text() {
+    local name=$1 m=$2 ids=$3 n=$4 g
+    if ! g=$(ref -m "$m" --greedy "$ids" $((n + 1))); then
+        fail "$name" "$(why)"
+    elif ! expected_text "$m" "$ids" "$g" "$TMP/gt.want"; then
+        fail "$name" "ref --detok failed: $(first_line "$TMP/gt.want.err")"
+    elif ! clover -m "$m" --tokens "$ids" -n "$n" --temp 0 -ctk f32 -ctv f32 > "$TMP/gt.got"; then
+        fail "$name" "$(why)"
+    elif cmp -s "$TMP/gt.got" "$TMP/gt.want"; then
+        pass "$name"
+    else
+        fail "$name" "$(text_diff "$TMP/gt.got" "$TMP/gt.want")"
+    fi
+}
+
 # ------------------------------------------------------------------------------------------------
 test_unit() {
     if $TO "$UNIT" > "$TMP/unit.out" 2>&1; then
@@ -226,20 +244,14 @@ print("ids differ at %d (%d vs %d ids): clover %s vs llama.cpp %s" % (i, len(a),
     fi
 
     # decoding: each corpus as prompt ids; clover prints their text and one greedy token (-n 0)
-    local mf ids g
+    local mf ids
     mf=$(model f32) || { fail detokenize "cannot generate the model"; return; }
     for f in test/texts/*.txt; do
         name=detokenize/$(basename "$f" .txt)
-        if ! ids=$(ref -m "$mf" --tokenize "$f") || ! g=$(ref -m "$mf" --greedy "$ids" 1); then
+        if ! ids=$(ref -m "$mf" --tokenize "$f"); then
             fail "$name" "$(why)"
-        elif ! expected_text "$mf" "$ids" "$g" "$TMP/dt.want"; then
-            fail "$name" "ref --detok failed: $(first_line "$TMP/dt.want.err")"
-        elif ! clover -m "$mf" --tokens "$ids" -n 0 --temp 0 -ctk f32 -ctv f32 > "$TMP/dt.got"; then
-            fail "$name" "$(why)"
-        elif cmp -s "$TMP/dt.got" "$TMP/dt.want"; then
-            pass "$name"
         else
-            fail "$name" "$(text_diff "$TMP/dt.got" "$TMP/dt.want")"
+            check_greedy_text "$name" "$mf" "$ids" 0
         fi
     done
 }
@@ -265,23 +277,12 @@ test_logits() {
 
 test_greedy() {
     prompts || { fail greedy "cannot make the prompts"; return; }
-    local t m name g ids
+    local t m name ids
     ids=$(cat "$TMP/pg.ids")
     for t in $TYPES; do
         name="greedy/$t"
         m=$(model "$t") || { fail "$name" "cannot generate the model"; continue; }
-        # clover's -n counts as llama-speculative-simple does: -n 64 generates 65 tokens
-        if ! g=$(ref -m "$m" --greedy "$ids" 65); then
-            fail "$name" "$(why)"
-        elif ! expected_text "$m" "$ids" "$g" "$TMP/g.want"; then
-            fail "$name" "ref --detok failed: $(first_line "$TMP/g.want.err")"
-        elif ! clover -m "$m" --tokens "$ids" -n 64 --temp 0 -ctk f32 -ctv f32 > "$TMP/g.got"; then
-            fail "$name" "$(why)"
-        elif cmp -s "$TMP/g.got" "$TMP/g.want"; then
-            pass "$name"
-        else
-            fail "$name" "$(text_diff "$TMP/g.got" "$TMP/g.want")"
-        fi
+        check_greedy_text "$name" "$m" "$ids" 64
     done
 }
 
