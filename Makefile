@@ -27,7 +27,7 @@ build/gen: test/gen.c | build
 build/cmp: test/cmp.c | build
 	$(CC) $(CFLAGS) -o $@ test/cmp.c $(LDLIBS)
 
-build/ref: test/ref.c | build
+build/ref: test/ref.c test/llama_host.h | build
 	$(CC) $(CFLAGS) -I$(LLAMA_INC) -I$(GGML_INC) -o $@ test/ref.c $(LLAMA_LIBS) $(LDLIBS)
 
 # an independent float64 evaluation of the preview pass (links ggml only for its dequantisers)
@@ -37,7 +37,7 @@ build/preview_ref: test/preview_ref.c | build
 build/unit: test/unit.c clover.c | build
 	$(CC) $(CFLAGS) -I$(GGML_INC) -o $@ test/unit.c $(LLAMA_LIBS) $(LDLIBS)
 
-build/bench: test/bench.c clover.c | build
+build/bench: test/bench.c test/llama_host.h clover.c | build
 	$(CC) $(CFLAGS) -I$(LLAMA_INC) -I$(GGML_INC) -o $@ test/bench.c $(LLAMA_LIBS) $(LDLIBS)
 
 # clover-cuda: the same program with the GPU side (clover.cu), for sm_90 plus PTX for newer GPUs.

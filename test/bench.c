@@ -20,21 +20,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"   /* clover.c's command-line half is not used here */
 #include "../clover.c"
 
-#include <dlfcn.h>
-#include <limits.h>
-
-#include "ggml-backend.h"
-#include "llama.h"
-
-static void load_backends(void) {   /* the CPU variant for this machine, from libllama's folder */
-    Dl_info info;
-    if (!dladdr((void *)llama_backend_init, &info) || !info.dli_fname) fatal("cannot locate libllama");
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", info.dli_fname);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    ggml_backend_load_all_from_path(dir);
-}
+#include "llama_host.h"
 
 static void quiet_log(enum ggml_log_level level, const char *text, void *ud) {
     (void)ud;
@@ -71,17 +57,7 @@ static Times clover_run(Ctx *ctx, const int *ids, int P, int N, int V, float *lo
 
 /* --- llama.cpp -------------------------------------------------------------------------------- */
 static void llama_eval(struct llama_context *c, const int *ids, int n, int pos0, bool all_logits) {
-    struct llama_batch b = llama_batch_init(n, 0, 1);
-    for (int i = 0; i < n; i++) {
-        b.token[i] = ids[i];
-        b.pos[i] = pos0 + i;
-        b.n_seq_id[i] = 1;
-        b.seq_id[i][0] = 0;
-        b.logits[i] = (int8_t)(all_logits || i == n - 1);
-    }
-    b.n_tokens = n;
-    if (llama_decode(c, b) != 0) fatal("llama_decode failed for %d tokens at position %d", n, pos0);
-    llama_batch_free(b);
+    if (eval_batch(c, ids, n, pos0, all_logits) != 0) fatal("llama_decode failed for %d tokens at position %d", n, pos0);
 }
 
 static Times llama_run(struct llama_context *c, const int *ids, int P, int N, int V) {
@@ -182,7 +158,8 @@ int main(int argc, char **argv) {
 
     llama_log_set(quiet_log, NULL);
     llama_backend_init();
-    load_backends();
+    const char *err = load_backends();
+    if (err) fatal("%s", err);
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     struct llama_model *lm = llama_model_load_from_file(path, mp);

@@ -14,7 +14,6 @@
 // Context: n_ctx = n_batch = n_ubatch = N_CTX (default 4096), F32 K/V cache, flash attention off,
 // CPU only. Every error prints one line on stderr and exits with status 1.
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -25,9 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ggml-backend.h"
 #include "ggml.h"
-#include "llama.h"
+#include "llama_host.h"
 
 // ---------------------------------------------------------------------------------------------
 // errors and logging
@@ -161,20 +159,6 @@ static void print_ids(const llama_token *ids, int n) {
     if (fflush(stdout) || ferror(stdout)) die("cannot write to stdout");
 }
 
-// Loads the ggml backends (the CPU variant best for this machine) from the folder that holds
-// libllama, since the executable does not live there.
-static void load_backends(void) {
-    Dl_info info;
-    if (!dladdr((void *)llama_backend_init, &info) || !info.dli_fname) die("cannot locate libllama");
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", info.dli_fname);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
-    ggml_backend_load_all_from_path(dir);
-    if (ggml_backend_dev_count() == 0) die("no ggml backend found in %s", dir);
-}
-
 // ---------------------------------------------------------------------------------------------
 
 struct opts {
@@ -276,17 +260,7 @@ static void check_ids(const struct llama_vocab *v, const llama_token *ids, int n
 
 // Evaluates ids[0..n) at positions pos0.. in one batch; logits for every row or only the last.
 static void decode(struct llama_context *c, const llama_token *ids, int n, int pos0, bool all_logits) {
-    struct llama_batch b = llama_batch_init(n, 0, 1);
-    for (int i = 0; i < n; i++) {
-        b.token[i] = ids[i];
-        b.pos[i] = pos0 + i;
-        b.n_seq_id[i] = 1;
-        b.seq_id[i][0] = 0;
-        b.logits[i] = (int8_t)(all_logits || i == n - 1);
-    }
-    b.n_tokens = n;
-    int r = llama_decode(c, b);
-    llama_batch_free(b);
+    int r = eval_batch(c, ids, n, pos0, all_logits);
     if (r != 0) die("llama_decode failed (%d) for %d tokens at position %d", r, n, pos0);
 }
 
@@ -324,7 +298,8 @@ int main(int argc, char **argv) {
     if (!o.model || !mode) usage();
 
     llama_backend_init();
-    load_backends();
+    const char *err = load_backends();
+    if (err) die("%s", err);
 
     if (!strcmp(mode, "--tokenize")) {
         size_t len;
