@@ -884,6 +884,20 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
  * scalar definitions. */
 enum { MAX_ROWS = 8 };   /* activation rows one multi-row kernel call takes (see below) */
 
+/* A group of R <= MAX_ROWS Q8_0 activation rows as the multi-row kernels take them: block b of
+ * every row in one record, the scales converted to float once (not once per weight row) and row
+ * r's quants at qs[r], so that one pointer walks all the rows (scales past R are 0). */
+typedef struct { float d[MAX_ROWS]; int8_t qs[MAX_ROWS][32]; } BlockQ8_0x8;
+
+static void pack_q8_0_rows(const uint8_t *x, size_t stride, int R, int64_t n, BlockQ8_0x8 *p) {
+    for (int64_t b = 0; b < n / 32; b++)
+        for (int r = 0; r < MAX_ROWS; r++) {
+            const BlockQ8_0 *y = (const BlockQ8_0 *)(x + (size_t)r * stride) + b;
+            p[b].d[r] = r < R ? fp16_to_fp32(y->d) : 0;
+            if (r < R) memcpy(p[b].qs[r], y->qs, 32);
+        }
+}
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -1014,8 +1028,8 @@ static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i q, __m256i a, __m256i 
     return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), s);
 }
 
-/* The quantized kernels take R <= MAX_ROWS activation rows at once (a, a + stride, ...) against one
- * weight row: the weight block is unpacked once and dotted with every row, each row keeping its own
+/* The quantized kernels take R <= MAX_ROWS activation rows at once (a, a + stride, ..., or for Q8_0
+ * activations a packed group, BlockQ8_0x8) against one weight row: the weight block is unpacked once and dotted with every row, each row keeping its own
  * accumulators, so each result is exactly the single-row dot (the wrappers below, R = 1).
  * Each kernel is written once as an inline body for a constant R and instantiated for each R
  * (rows_*_avx2 below), unrolled, so that the compiler keeps every row's accumulators in registers. */
@@ -1029,44 +1043,20 @@ static inline SIMD_INLINE __m128i hsum4_i32_avx2(__m256i v0, __m256i v1, __m256i
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* The fp16 scale of block b of activation row r, or 0 for a row past the R rows given. */
-static inline SIMD_INLINE short q8_0_d(const void *a, size_t stride, int r, const int R, int64_t b) {
-    return r < R ? (short)((const BlockQ8_0 *)act_block(a, stride, r, sizeof(BlockQ8_0), b))->d : 0;
+/* dot_q8_0 / dot_q4_0: acc = fma(d_w d_a, lanes, acc) per block, 8 float lanes; q is the block's
+ * weights as signed bytes (Q4_0: unpacked first), qa = |q|, qs the activation block's quants. */
+static inline SIMD_INLINE __m256 q8_0_block_avx2(__m256i qa, __m256i q, const int8_t *qs, float d, __m256 acc) {
+    __m256i l = lanes_i8_avx2(qa, q, _mm256_loadu_si256((const __m256i *)qs));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(l), acc);
 }
 
-/* The activation scales of a Q8_0 block in R <= 8 rows times the weight scale dw, one per lane:
- * the R fp16 scales converted together (unused lanes 0). */
-static inline SIMD_INLINE __m256 q8_0_scales_avx2(const void *a, size_t stride, const int R, int64_t b, float dw) {
-    __m128i h = _mm_setr_epi16(q8_0_d(a, stride, 0, R, b), q8_0_d(a, stride, 1, R, b), q8_0_d(a, stride, 2, R, b),
-                               q8_0_d(a, stride, 3, R, b), q8_0_d(a, stride, 4, R, b), q8_0_d(a, stride, 5, R, b),
-                               q8_0_d(a, stride, 6, R, b), q8_0_d(a, stride, 7, R, b));
-    return _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_cvtph_ps(h));
-}
-
-/* dot_q8_0 / dot_q4_0: acc_r = fma(d_w d_a, lanes, acc_r) per block, 8 float lanes per row.
- * q is the block's weights as signed bytes (Q4_0: unpacked first). */
-static inline SIMD_INLINE void q8_0_block_rows_avx2(__m256i q, float dw, const void *a, size_t stride, const int R,
-                                                    int64_t b, __m256 acc[MAX_ROWS]) {
+/* The same for R rows of a packed group (BlockQ8_0x8): the R products d_w d_a in one multiply. */
+static inline SIMD_INLINE void q8_0_block_rows_avx2(__m256i q, float dw, const BlockQ8_0x8 *y, const int R, __m256 acc[MAX_ROWS]) {
     __m256i qa = _mm256_sign_epi8(q, q);
-    float d[8];
-    _mm256_storeu_ps(d, q8_0_scales_avx2(a, stride, R, b, dw));
+    float d[MAX_ROWS];
+    _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(y->d)));
     #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
-        __m256i l = lanes_i8_avx2(qa, q, _mm256_loadu_si256((const __m256i *)y->qs));
-        acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&d[r]), _mm256_cvtepi32_ps(l), acc[r]);
-    }
-}
-
-static inline SIMD_INLINE void q8_0_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
-    const BlockQ8_0 *x = w;
-    __m256 acc[MAX_ROWS];
-    #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 32; b++)
-        q8_0_block_rows_avx2(_mm256_loadu_si256((const __m256i *)x[b].qs), f16c(x[b].d), a, stride, R, b, acc);
-    #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
+    for (int r = 0; r < R; r++) acc[r] = q8_0_block_avx2(qa, q, y->qs[r], d[r], acc[r]);
 }
 
 /* unpack_q4_0: low nibbles are elements 0..15, high nibbles 16..31, minus 8 */
@@ -1076,36 +1066,72 @@ static inline SIMD_INLINE __m256i unpack_q4_0_avx2(const BlockQ4_0 *b) {
     return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
 
-static inline SIMD_INLINE void q4_0_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
-    const BlockQ4_0 *x = w;
+/* q4: the weights are Q4_0 blocks (else Q8_0) */
+static inline SIMD_INLINE __m256i q8_0_weights_avx2(const void *w, bool q4, int64_t b) {
+    return q4 ? unpack_q4_0_avx2((const BlockQ4_0 *)w + b) : _mm256_loadu_si256((const __m256i *)((const BlockQ8_0 *)w)[b].qs);
+}
+static inline SIMD_INLINE float q8_0_weight_d(const void *w, bool q4, int64_t b) {
+    return f16c(q4 ? ((const BlockQ4_0 *)w)[b].d : ((const BlockQ8_0 *)w)[b].d);
+}
+
+static inline SIMD_INLINE float q8_0_dot_avx2(const void *w, bool q4, const void *a, int64_t n) {
+    const BlockQ8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = q8_0_weights_avx2(w, q4, b);
+        acc = q8_0_block_avx2(_mm256_sign_epi8(q, q), q, y[b].qs, q8_0_weight_d(w, q4, b) * f16c(y[b].d), acc);
+    }
+    return fold8_avx2(acc);
+}
+
+static inline SIMD_INLINE void q8_0_rows_avx2(const void *w, bool q4, const void *a, const int R, int64_t n, float *out) {
+    const BlockQ8_0x8 *y = a;
     __m256 acc[MAX_ROWS];
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 32; b++) q8_0_block_rows_avx2(unpack_q4_0_avx2(&x[b]), f16c(x[b].d), a, stride, R, b, acc);
+    for (int64_t b = 0; b < n / 32; b++) q8_0_block_rows_avx2(q8_0_weights_avx2(w, q4, b), q8_0_weight_d(w, q4, b), &y[b], R, acc);
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
-/* dot_q4_0_8x8: one integer sum per block and row, acc_r = fma(isum_r, d_w d_a, acc_r); the R rows'
- * accumulators sit in the lanes of one register (unused lanes stay zero). */
-static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+/* [sum v[0], ..., sum v[7]] of eight 8-lane int32 vectors */
+static inline SIMD_INLINE __m256i hsum8_i32_avx2(const __m256i v[8]) {
+    __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+}
+
+/* dot_q4_0_8x8: one integer sum per block, acc = fma(isum, d_w d_a, acc) */
+static inline SIMD_INLINE float q4_0_8x8_dot_avx2(const void *w, const void *a, int64_t n) {
     const BlockQ4_0 *x = w;
-    __m128 acc = _mm_setzero_ps();
+    const BlockQ8_0 *y = a;
+    float acc = 0;
     for (int64_t b = 0; b < n / 32; b++) {
-        __m256i q = unpack_q4_0_avx2(&x[b]), qa = _mm256_sign_epi8(q, q), l[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) l[r] = _mm256_setzero_si256();
-        #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const BlockQ8_0 *y = act_block(a, stride, r, sizeof *y, b);
-            l[r] = lanes_i8_avx2(qa, q, _mm256_loadu_si256((const __m256i *)y->qs));
-        }
-        __m128i isum = hsum4_i32_avx2(l[0], l[1], l[2], l[3]);
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm256_castps256_ps128(q8_0_scales_avx2(a, stride, R, b, f16c(x[b].d))), acc);
+        __m256i q = unpack_q4_0_avx2(&x[b]);
+        __m256i l = lanes_i8_avx2(_mm256_sign_epi8(q, q), q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
+        s = _mm_hadd_epi32(s, s);
+        acc = fmaf((float)_mm_cvtsi128_si32(_mm_hadd_epi32(s, s)), f16c(x[b].d) * f16c(y[b].d), acc);
     }
-    float o[4];
-    _mm_storeu_ps(o, acc);
-    #pragma GCC unroll 4
+    return acc;
+}
+
+/* The same for R rows of a packed group, whose accumulators sit in the lanes of one register. */
+static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, const int R, int64_t n, float *out) {
+    const BlockQ4_0 *x = w;
+    const BlockQ8_0x8 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = unpack_q4_0_avx2(&x[b]), qa = _mm256_sign_epi8(q, q), l[MAX_ROWS];
+        #pragma GCC unroll 8
+        for (int r = 0; r < MAX_ROWS; r++)
+            l[r] = r < R ? lanes_i8_avx2(qa, q, _mm256_loadu_si256((const __m256i *)y[b].qs[r])) : _mm256_setzero_si256();
+        __m256 d = _mm256_mul_ps(_mm256_set1_ps(f16c(x[b].d)), _mm256_loadu_ps(y[b].d));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32_avx2(l)), d, acc);
+    }
+    float o[MAX_ROWS];
+    _mm256_storeu_ps(o, acc);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = o[r];
 }
 
@@ -1443,44 +1469,48 @@ SIMD static void quantize_q8_K_avx2(const float *x, BlockQ8_K *y, int64_t n) {
     }
 }
 
-/* the kernels for R = 1..8 activation rows: Q8_0 and Q4_0 take all eight at once (their per-row work
- * is small beside the weight block's), the others four at a time */
+/* the kernels for R = 1..8 activation rows: those on Q8_0 activations take a packed group
+ * (BlockQ8_0x8, stride unused) and all eight rows at once (their per-row work is small beside the
+ * weight block's); the K-quants take rows stride bytes apart, four at a time */
 SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    (void)stride;
     switch (R) {
-    case 1: q8_0_rows_avx2(w, a, stride, 1, n, out); break;
-    case 2: q8_0_rows_avx2(w, a, stride, 2, n, out); break;
-    case 3: q8_0_rows_avx2(w, a, stride, 3, n, out); break;
-    case 4: q8_0_rows_avx2(w, a, stride, 4, n, out); break;
-    case 5: q8_0_rows_avx2(w, a, stride, 5, n, out); break;
-    case 6: q8_0_rows_avx2(w, a, stride, 6, n, out); break;
-    case 7: q8_0_rows_avx2(w, a, stride, 7, n, out); break;
-    default: q8_0_rows_avx2(w, a, stride, 8, n, out); break;
+    case 1: q8_0_rows_avx2(w, false, a, 1, n, out); break;
+    case 2: q8_0_rows_avx2(w, false, a, 2, n, out); break;
+    case 3: q8_0_rows_avx2(w, false, a, 3, n, out); break;
+    case 4: q8_0_rows_avx2(w, false, a, 4, n, out); break;
+    case 5: q8_0_rows_avx2(w, false, a, 5, n, out); break;
+    case 6: q8_0_rows_avx2(w, false, a, 6, n, out); break;
+    case 7: q8_0_rows_avx2(w, false, a, 7, n, out); break;
+    default: q8_0_rows_avx2(w, false, a, 8, n, out); break;
     }
 }
 
 SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    (void)stride;
     switch (R) {
-    case 1: q4_0_rows_avx2(w, a, stride, 1, n, out); break;
-    case 2: q4_0_rows_avx2(w, a, stride, 2, n, out); break;
-    case 3: q4_0_rows_avx2(w, a, stride, 3, n, out); break;
-    case 4: q4_0_rows_avx2(w, a, stride, 4, n, out); break;
-    case 5: q4_0_rows_avx2(w, a, stride, 5, n, out); break;
-    case 6: q4_0_rows_avx2(w, a, stride, 6, n, out); break;
-    case 7: q4_0_rows_avx2(w, a, stride, 7, n, out); break;
-    default: q4_0_rows_avx2(w, a, stride, 8, n, out); break;
+    case 1: q8_0_rows_avx2(w, true, a, 1, n, out); break;
+    case 2: q8_0_rows_avx2(w, true, a, 2, n, out); break;
+    case 3: q8_0_rows_avx2(w, true, a, 3, n, out); break;
+    case 4: q8_0_rows_avx2(w, true, a, 4, n, out); break;
+    case 5: q8_0_rows_avx2(w, true, a, 5, n, out); break;
+    case 6: q8_0_rows_avx2(w, true, a, 6, n, out); break;
+    case 7: q8_0_rows_avx2(w, true, a, 7, n, out); break;
+    default: q8_0_rows_avx2(w, true, a, 8, n, out); break;
     }
 }
 
 SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    (void)stride;
     switch (R) {
-    case 1: q4_0_8x8_rows_avx2(w, a, stride, 1, n, out); break;
-    case 2: q4_0_8x8_rows_avx2(w, a, stride, 2, n, out); break;
-    case 3: q4_0_8x8_rows_avx2(w, a, stride, 3, n, out); break;
-    case 4: q4_0_8x8_rows_avx2(w, a, stride, 4, n, out); break;
-    default:   /* five to eight rows: four, then the rest */
-        q4_0_8x8_rows_avx2(w, a, stride, 4, n, out);
-        rows_q4_0_8x8_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
-        break;
+    case 1: q4_0_8x8_rows_avx2(w, a, 1, n, out); break;
+    case 2: q4_0_8x8_rows_avx2(w, a, 2, n, out); break;
+    case 3: q4_0_8x8_rows_avx2(w, a, 3, n, out); break;
+    case 4: q4_0_8x8_rows_avx2(w, a, 4, n, out); break;
+    case 5: q4_0_8x8_rows_avx2(w, a, 5, n, out); break;
+    case 6: q4_0_8x8_rows_avx2(w, a, 6, n, out); break;
+    case 7: q4_0_8x8_rows_avx2(w, a, 7, n, out); break;
+    default: q4_0_8x8_rows_avx2(w, a, 8, n, out); break;
     }
 }
 
@@ -1550,9 +1580,9 @@ SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int
 }
 
 /* single rows */
-SIMD static float dot_q8_0_avx2(const void *w, const void *a, int64_t n) { float o; rows_q8_0_avx2(w, a, 0, 1, n, &o); return o; }
-SIMD static float dot_q4_0_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_0_avx2(w, a, 0, 1, n, &o); return o; }
-SIMD static float dot_q4_0_8x8_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_0_8x8_avx2(w, a, 0, 1, n, &o); return o; }
+SIMD static float dot_q8_0_avx2(const void *w, const void *a, int64_t n) { return q8_0_dot_avx2(w, false, a, n); }
+SIMD static float dot_q4_0_avx2(const void *w, const void *a, int64_t n) { return q8_0_dot_avx2(w, true, a, n); }
+SIMD static float dot_q4_0_8x8_avx2(const void *w, const void *a, int64_t n) { return q4_0_8x8_dot_avx2(w, a, n); }
 SIMD static float dot_q4_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_avx2(w, a, 0, 1, n, &o); return o; }
 SIMD static float dot_q4_K_8x8_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_avx2(w, a, 0, 1, n, &o); return o; }
 SIMD static float dot_q4_K_8x8_gemm_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_gemm_avx2(w, a, 0, 1, n, &o); return o; }
@@ -1804,11 +1834,15 @@ static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t 
  * for it. In tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2)
  * against TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
  * activations (once for decoding). Where a kernel takes several activation rows at once, each
- * weight block is unpacked once for MAX_ROWS of them. The order of tiles changes no sum. */
+ * weight block is unpacked once for MAX_ROWS of them; Q8_0 activations are first packed into
+ * `pack` (this thread's, packed_bytes(n_in)) by groups of MAX_ROWS. The order of tiles changes no
+ * sum. */
 enum { TILE_T = 64, TILE_O = 16 };
 
+static size_t packed_bytes(int64_t n) { return (size_t)(TILE_T / MAX_ROWS) * (size_t)(n / 32) * sizeof(BlockQ8_0x8); }
+
 static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stride, int T, float *y, size_t ystride,
-                        int64_t o0, int64_t o1) {
+                        int64_t o0, int64_t o1, uint8_t *pack) {
     /* llamafile_sgemm (tinyBLAS) takes a dense batch only when the row count is a multiple of 4
      * (tinyBLAS::matmul); other matrices (router rows, beta/alpha heads) use ggml_vec_dot_*. */
     bool tile = batch && T >= 2 && w->n_out % 4 == 0;
@@ -1822,8 +1856,13 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
     }
     const DotRowsFn *rows_fns = dot_rows();
     const DotFn *dot_fns = dots();
+    bool packed = rows_fns[k] && dot_type(w->type) == T_Q8_0 && T > 1;   /* (no T4 split for these) */
+    size_t group_bytes = (size_t)(w->n_in / 32) * sizeof(BlockQ8_0x8);
     for (int t0 = 0; t0 < T; t0 += TILE_T) {
         int t1 = t0 + TILE_T < T ? t0 + TILE_T : T;
+        for (int t = t0; packed && t < t1; t += MAX_ROWS)
+            pack_q8_0_rows(xq + t * stride, stride, t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS, w->n_in,
+                           (BlockQ8_0x8 *)(pack + (t - t0) / MAX_ROWS * group_bytes));
         for (int64_t ob = o0; ob < o1; ob += TILE_O) {
             int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
             for (int t = t0; t < t1;) {
@@ -1832,12 +1871,12 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                 DotFn dot = dot_fns[kt];
                 /* R rows of the same kernel: no group straddles T4 */
                 int t_end = t < T4 && T4 < t1 ? T4 : t1, R = rows ? (t_end - t < MAX_ROWS ? t_end - t : MAX_ROWS) : 1;
-                const uint8_t *x = xq + t * stride;
+                const uint8_t *x = packed ? pack + (t - t0) / MAX_ROWS * group_bytes : xq + t * stride;
                 for (int64_t o = ob; o < oe; o++) {
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
                     float out[MAX_ROWS];
-                    if (rows) rows(row, x, stride, R, w->n_in, out);
-                    else out[0] = dot(row, x, w->n_in);
+                    if (R > 1) rows(row, x, stride, R, w->n_in, out);
+                    else out[0] = dot(row, xq + t * stride, w->n_in);
                     for (int r = 0; r < R; r++) y[(size_t)(t + r) * ystride + o] = out[r];
                 }
                 t += R;
@@ -1867,26 +1906,27 @@ typedef struct {
     float *y;            /* y[t*n_out + o] */
     uint8_t *xq;         /* x rounded, stride bytes apart */
     size_t stride;
+    uint8_t *pack;       /* per thread, packed_bytes(n_in) apart (matmul_rows) */
     Work round, rows;
 } MatmulTask;
 
 /* The threads round the T activation rows, then share the output rows in chunks. */
 static void matmul_task(void *p, int ith, int nth) {
-    (void)ith;
     MatmulTask *mt = p;
     const Mat *w = mt->w;
     round_rows(&mt->round, w->type, mt->x, mt->T, w->n_in, mt->xq, mt->stride);
     int64_t r = chunk_rows(w->n_out, nth, w->n_out);
     int n = (int)((w->n_out + r - 1) / r);
     for (int i = work_next(&mt->rows); i < n; i = work_next(&mt->rows))
-        matmul_rows(w, mt->batch, mt->xq, mt->stride, mt->T, mt->y, (size_t)w->n_out, i * r, min64((i + 1) * r, w->n_out));
+        matmul_rows(w, mt->batch, mt->xq, mt->stride, mt->T, mt->y, (size_t)w->n_out, i * r, min64((i + 1) * r, w->n_out),
+                    mt->pack + ith * packed_bytes(w->n_in));
 }
 
 /* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out). xq is scratch for the rounded
- * activations; batch: the rows are a dense batch of prompt processing (tile order, see matmul_rows).
+ * activations, pack for their packed groups (packed_bytes(n_in) per thread); batch: the rows are a dense batch of prompt processing (tile order, see matmul_rows).
  * This and the SwiGLU FFN (section 9) are where weights are multiplied. */
-static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, bool batch) {
-    MatmulTask mt = {w, x, T, batch, y, xq, rounded_bytes(w->type, w->n_in), {0}, {0}};
+static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, uint8_t *pack, bool batch) {
+    MatmulTask mt = {w, x, T, batch, y, xq, rounded_bytes(w->type, w->n_in), pack, {0}, {0}};
     pool_run(pool, matmul_task, &mt);
 }
 
@@ -2262,6 +2302,7 @@ typedef struct {
     float *mix;                     /* [cap][n_embd] mixer / FFN output */
     uint8_t *xq;                    /* rounded activations for matmul and the FFNs */
     uint8_t *xq2;                   /* FFNs: the rounded input of gate, where its dot type is not up's */
+    uint8_t *pack;                  /* matmul_rows' packed activations, [n_threads][packed_bytes(widest input)] */
     /* preview pass: a copy of the committed GDN state S, and the reverse branch */
     float *S, *S_rev, *g_rev, *beta_rev, *o_rev;
     bool *coreset;                  /* [n_expert] experts the block's rows may use */
@@ -2456,7 +2497,8 @@ static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) 
     floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
     floats = add_size(floats, 2 * S_floats(c), "scratch");
-    return add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
+    size_t bytes = add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
+    return add_size(bytes, mul_size((size_t)n_threads, packed_bytes((int64_t)maxin), "scratch"), "scratch");
 }
 
 static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_threads) {
@@ -2490,6 +2532,7 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ye = xcalloc(T * K * E, 4);
     s->xq = xcalloc(T * K * maxin, 4);
+    s->pack = xcalloc((size_t)n_threads, packed_bytes((int64_t)maxin));
     s->S = xcalloc(S_floats(c), 4);
     s->S_rev = xcalloc(S_floats(c), 4);
     s->g_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
@@ -2918,8 +2961,8 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T};
     pool_run(&ctx->pool, gdn_scan_task, &fwd);
     if (!L->a_rev) return;
-    matmul(&ctx->pool, &L->beta_rev, s->xn, T, s->beta_rev, s->xq, false);
-    matmul(&ctx->pool, &L->alpha_rev, s->xn, T, s->g_rev, s->xq, false);
+    matmul(&ctx->pool, &L->beta_rev, s->xn, T, s->beta_rev, s->xq, s->pack, false);
+    matmul(&ctx->pool, &L->alpha_rev, s->xn, T, s->g_rev, s->xq, s->pack, false);
     gdn_gates(c, L->a_rev, L->dt_rev, s->g_rev, s->beta_rev, T);
     memset(s->S_rev, 0, S_floats(c) * sizeof(float));
     ScanTask rev = {.c = c, .S = s->S_rev, .y = s->conv, .g = s->g_rev, .beta = s->beta_rev, .o = s->o_rev, .T = T, .reverse = true};
@@ -2936,10 +2979,10 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
-    matmul(&ctx->pool, &L->qkv, s->xn, T, s->qkv, s->xq, ctx->tile_order);
-    matmul(&ctx->pool, &L->gate, s->xn, T, s->z, s->xq, ctx->tile_order);
-    matmul(&ctx->pool, &L->beta, s->xn, T, s->beta, s->xq, ctx->tile_order);
-    matmul(&ctx->pool, &L->alpha, s->xn, T, s->g, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->qkv, s->xn, T, s->qkv, s->xq, s->pack, ctx->tile_order);
+    matmul(&ctx->pool, &L->gate, s->xn, T, s->z, s->xq, s->pack, ctx->tile_order);
+    matmul(&ctx->pool, &L->beta, s->xn, T, s->beta, s->xq, s->pack, ctx->tile_order);
+    matmul(&ctx->pool, &L->alpha, s->xn, T, s->g, s->xq, s->pack, ctx->tile_order);
     int H = c->n_v_heads, C = c->conv_dim, d = c->d_state, R = c->d_conv - 1;
     float *alpha = NULL;
     if (dumping(ctx)) {
@@ -2994,7 +3037,7 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
     GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .T = T};
     pool_run(&ctx->pool, gdn_gated_norm_task, &gn);
     dump(ctx, "final_output", il, s->o, T, c->value_dim);
-    matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq, s->pack, ctx->tile_order);
     dump(ctx, "linear_attn_out", il, s->mix, T, c->n_embd);
 }
 
@@ -3193,9 +3236,9 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos, bool preview) {
     Scratch *s = &ctx->sc;
     State *st = &ctx->st;
     int kvd = c->n_head_kv * c->head_dim;
-    matmul(&ctx->pool, &L->wq, s->xn, T, s->qg, s->xq, ctx->tile_order);
-    matmul(&ctx->pool, &L->wk, s->xn, T, s->kr, s->xq, ctx->tile_order);
-    matmul(&ctx->pool, &L->wv, s->xn, T, s->vr, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->wq, s->xn, T, s->qg, s->xq, s->pack, ctx->tile_order);
+    matmul(&ctx->pool, &L->wk, s->xn, T, s->kr, s->xq, s->pack, ctx->tile_order);
+    matmul(&ctx->pool, &L->wv, s->xn, T, s->vr, s->xq, s->pack, ctx->tile_order);
     int hd = c->head_dim;
     dump(ctx, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
     dump_qg(ctx, "Qcur_reshaped", il, T, 0, false);
@@ -3217,7 +3260,7 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos, bool preview) {
     pool_run(&ctx->pool, attn_task, &at);
     if (at.pregate) dump(ctx, "attn_pregate", il, at.pregate, T, c->n_head * hd);
     dump(ctx, "attn_gated", il, s->ao, T, c->n_head * hd);
-    matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq, s->pack, ctx->tile_order);
 }
 
 /* --- MoE --------------------------------------------------------------------------------------- */
@@ -3267,6 +3310,7 @@ typedef struct {
     float *u, *g, *h, *y;            /* per row j: [n_ff] x3 (h may be g: computed in place), [n_out of down] */
     uint8_t *xu, *xg, *xh;           /* rounded inputs of up, gate (xu where the types agree), down (may be xu:
                                         written only once up and gate are done) */
+    uint8_t *pack;                   /* per thread (matmul_rows) */
     struct { Work round, up_gate, act, down; } work;
 } FfnTask;
 
@@ -3297,7 +3341,7 @@ static void ffn_round(FfnTask *f) {
 }
 
 /* Items: per group, the chunks of up's output rows, then those of gate's. */
-static void ffn_up_gate(FfnTask *f, int nth) {
+static void ffn_up_gate(FfnTask *f, int ith, int nth) {
     int64_t F = f->up->n_out, r = chunk_rows(2 * F * f->n_groups, nth, F);
     int nch = (int)((F + r - 1) / r), n = 2 * nch * f->n_groups;
     for (int i = work_next(&f->work.up_gate); i < n; i = work_next(&f->work.up_gate)) {
@@ -3307,7 +3351,7 @@ static void ffn_up_gate(FfnTask *f, int nth) {
         Mat w = ffn_mat(f, gate ? f->gate : f->up, g);
         size_t stride = rounded_bytes(w.type, w.n_in);
         matmul_rows(&w, f->batch, (gate ? f->xg : f->xu) + (size_t)j0 * stride, stride, f->first[g + 1] - j0,
-                    (gate ? f->g : f->u) + (size_t)j0 * F, (size_t)F, o0, min64(o0 + r, F));
+                    (gate ? f->g : f->u) + (size_t)j0 * F, (size_t)F, o0, min64(o0 + r, F), f->pack + ith * packed_bytes(w.n_in));
         work_done(&f->work.up_gate);
     }
     work_wait(&f->work.up_gate, n);
@@ -3327,7 +3371,7 @@ static void ffn_act(FfnTask *f) {
     work_wait(&f->work.act, rows);
 }
 
-static void ffn_down(FfnTask *f, int nth) {
+static void ffn_down(FfnTask *f, int ith, int nth) {
     int64_t E = f->down->n_out, r = chunk_rows(E * f->n_groups, nth, E);
     int nch = (int)((E + r - 1) / r), n = nch * f->n_groups;
     size_t stride = rounded_bytes(f->down->type, f->down->n_in);
@@ -3336,17 +3380,16 @@ static void ffn_down(FfnTask *f, int nth) {
         int64_t o0 = i % nch * r;
         Mat w = ffn_mat(f, f->down, g);
         matmul_rows(&w, f->batch, f->xh + (size_t)j0 * stride, stride, f->first[g + 1] - j0, f->y + (size_t)j0 * E,
-                    (size_t)E, o0, min64(o0 + r, E));
+                    (size_t)E, o0, min64(o0 + r, E), f->pack + ith * packed_bytes(w.n_in));
     }
 }
 
 static void ffn_task(void *p, int ith, int nth) {
-    (void)ith;
     FfnTask *f = p;
     ffn_round(f);
-    ffn_up_gate(f, nth);
+    ffn_up_gate(f, ith, nth);
     ffn_act(f);
-    ffn_down(f, nth);
+    ffn_down(f, ith, nth);
 }
 
 /* Scratch for the rounded input of gate: xq itself where up's rounding serves it too. */
@@ -3433,7 +3476,8 @@ static void moe_experts(Ctx *ctx, const Layer *L, int T) {
     float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * K * F) : s->ge;   /* keep g for the dump */
     FfnTask f = {.up = &L->up_exps, .gate = &L->gate_exps, .down = &L->down_exps, .expert = expert, .first = first,
                  .n_groups = n_groups, .x = s->xn, .T = T, .M = K, .slot = s->slot, .batch = false,
-                 .u = s->ue, .g = s->ge, .h = h, .y = s->ye, .xu = s->xq, .xg = gate_input(s, &L->up_exps, &L->gate_exps), .xh = s->xq};
+                 .u = s->ue, .g = s->ge, .h = h, .y = s->ye, .xu = s->xq, .xg = gate_input(s, &L->up_exps, &L->gate_exps), .xh = s->xq,
+                 .pack = s->pack};
     pool_run(&ctx->pool, ffn_task, &f);
     MoeSumTask ms = {.c = c, .slot = s->slot, .w = s->w, .y = s->ye, .out = s->mix, .T = T};
     pool_run(&ctx->pool, moe_sum_task, &ms);
@@ -3456,7 +3500,8 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * F) : s->ge;   /* keep g for the dump */
     FfnTask f = {.up = &L->up_shexp, .gate = &L->gate_shexp, .down = &L->down_shexp, .expert = NULL, .first = first,
                  .n_groups = 1, .x = s->xn, .T = T, .M = 1, .slot = NULL, .batch = ctx->tile_order,
-                 .u = s->ue, .g = s->ge, .h = h, .y = s->sh, .xu = s->xq, .xg = gate_input(s, &L->up_shexp, &L->gate_shexp), .xh = s->xq};
+                 .u = s->ue, .g = s->ge, .h = h, .y = s->sh, .xu = s->xq, .xg = gate_input(s, &L->up_shexp, &L->gate_shexp), .xh = s->xq,
+                 .pack = s->pack};
     pool_run(&ctx->pool, ffn_task, &f);
     dump(ctx, "ffn_gate", il, s->ge, T, F);
     dump(ctx, "ffn_up", il, s->ue, T, F);
@@ -3530,7 +3575,7 @@ static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
-    matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq, s->pack, ctx->tile_order);
     dump(ctx, "ffn_moe_logits", il, s->router, T, c->n_expert);
     /* a coreset needs every row's probabilities before any row is routed */
     bool use_coreset = preview && c->coreset_top_p > 0;
@@ -3575,7 +3620,7 @@ static void lm_head(Ctx *ctx, const int *rows, int n_rows, float *logits) {
     for (int r = 0; r < n_rows; r++)
         rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)rows[r] * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
     dump(ctx, "result_norm", -1, s->xn, n_rows, c->n_embd);
-    matmul(&ctx->pool, &ctx->m->output, s->xn, n_rows, logits, s->xq, ctx->tile_order);
+    matmul(&ctx->pool, &ctx->m->output, s->xn, n_rows, logits, s->xq, s->pack, ctx->tile_order);
     dump(ctx, "result_output", -1, logits, n_rows, c->n_vocab);
 }
 

@@ -406,6 +406,7 @@ static void test_simd_dots(void) {
     float *x = xmalloc(4096 * 4);
     void *w = xmalloc(4096 * 4), *act = xmalloc(4096 * 4 + 1024);
     uint8_t *rows_act = xmalloc(MAX_ROWS * (4096 * 4 + 1024));
+    BlockQ8_0x8 *packed = xmalloc(4096 / 32 * sizeof *packed);
     for (int k = 0; k < N_KERNELS; k++) {
         uint32_t type = 0;
         for (int t = 0; t < N_WEIGHT_TYPES; t++)
@@ -438,7 +439,10 @@ static void test_simd_dots(void) {
                         free(xr);
                     }
                     float out[MAX_ROWS];
-                    rows(w, rows_act, stride, R, n, out);
+                    if (dot_type(type) == T_Q8_0) {   /* these take a packed group (as matmul_rows gives them) */
+                        pack_q8_0_rows(rows_act, stride, R, n, packed);
+                        rows(w, packed, stride, R, n, out);
+                    } else rows(w, rows_act, stride, R, n, out);
                     for (int r = 0; r < R; r++) {
                         float want = DOT_SCALAR[k](w, rows_act + r * stride, n);
                         n_checks++;
@@ -452,7 +456,7 @@ static void test_simd_dots(void) {
         snprintf(name, sizeof name, "SIMD dot kernel %d (%s) vs scalar, bit for bit", k, TYPES[type].name);
         check(bad == 0 && n_checks > 0, name, "%d of %d differ; %s", bad, n_checks, detail);
     }
-    free(x), free(w), free(act), free(rows_act);
+    free(x), free(w), free(act), free(rows_act), free(packed);
 }
 
 /* The forward pass's SIMD twins (the GDN delta rule, the attention's V sum) against their scalar
