@@ -1089,11 +1089,12 @@ static inline SIMD_INLINE __m256i q8_0_packed_lanes_avx2(__m256i qa, __m256i q, 
 /* The same for R rows of a packed group (BlockQ8_0x8): the R products d_w d_a in one multiply. */
 static inline SIMD_INLINE void q8_0_block_rows_avx2(__m256i q, float dw, const BlockQ8_0x8 *y, const int R, __m256 acc[MAX_ROWS]) {
     __m256i qa = _mm256_sign_epi8(q, q), nc = q8_0_packed_start_avx2(q);
-    float d[MAX_ROWS];
-    _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(y->d)));
+    __m256 d = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(y->d));
     #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), _mm256_cvtepi32_ps(q8_0_packed_lanes_avx2(qa, q, nc, y->qs[r])), acc[r]);
+    for (int r = 0; r < R; r++) {   /* lane r of d in every lane */
+        __m256 dr = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(r));
+        acc[r] = _mm256_fmadd_ps(dr, _mm256_cvtepi32_ps(q8_0_packed_lanes_avx2(qa, q, nc, y->qs[r])), acc[r]);
+    }
 }
 
 /* unpack_q4_0: low nibbles are elements 0..15, high nibbles 16..31, minus 8 */
@@ -1967,8 +1968,9 @@ static void matmul_task(void *p, int ith, int nth) {
 }
 
 /* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out). xq is scratch for the rounded
- * activations, pack for their packed groups (packed_bytes(n_in) per thread); batch: the rows are a dense batch of prompt processing (tile order, see matmul_rows).
- * This and the SwiGLU FFN (section 9) are where weights are multiplied. */
+ * activations, pack for their packed groups (packed_bytes(n_in) per thread); batch: the rows are a
+ * dense batch of prompt processing (tile order, see matmul_rows). This and the SwiGLU FFN
+ * (section 9) are where weights are multiplied. */
 static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, uint8_t *pack, bool batch) {
     MatmulTask mt = {w, x, T, batch, y, xq, rounded_bytes(w->type, w->n_in), pack, {0}, {0}};
     pool_run(pool, matmul_task, &mt);
