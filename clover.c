@@ -1035,10 +1035,15 @@ static inline SIMD_INLINE __m256i lanes_i8_avx2(__m256i qa, __m256i q, __m256i a
 #endif
 }
 
-/* 8 int32 lanes from 32 unsigned q (0..63), 32 signed a and an int16 scale s per pair of products:
- * lane l = sum over elements 4l..4l+3 of s q a (no pair sum of maddubs can saturate) */
-static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i q, __m256i a, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), s);
+/* acc plus 8 int32 lanes from 32 unsigned q (0..63), 32 signed a and an int16 scale s per pair of
+ * products: lane l += sum over elements 4l..4l+3 of s q a (no pair sum of maddubs can saturate);
+ * with AVX512-VNNI the scaling madd and the add are one vpdpwssd */
+static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i acc, __m256i q, __m256i a, __m256i s) {
+#if VNNI
+    return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(q, a), s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), s));
+#endif
 }
 
 /* The quantized kernels take R <= MAX_ROWS activation rows at once (a, a + stride, ..., or for Q8_0
@@ -1208,9 +1213,9 @@ static inline SIMD_INLINE __m256i k4_sub_q_avx2(const uint8_t *qs, const uint8_t
     return _mm256_or_si256(q, _mm256_slli_epi16(h, 4));
 }
 
-/* sc_j (q_j . a_j) in 8 lanes (lane l: elements 4l..4l+3 of sub-block j): maddubs, then madd with the scale */
-static inline SIMD_INLINE __m256i k4_sub_avx2(__m256i q, __m256i s, const int8_t *a, int j) {
-    return lanes_u8i8_avx2(q, _mm256_loadu_si256((const __m256i *)(a + 32 * j)), s);
+/* acc + sc_j (q_j . a_j) in 8 lanes (lane l: elements 4l..4l+3 of sub-block j) */
+static inline SIMD_INLINE __m256i k4_sub_avx2(__m256i acc, __m256i q, __m256i s, const int8_t *a, int j) {
+    return lanes_u8i8_avx2(acc, q, _mm256_loadu_si256((const __m256i *)(a + 32 * j)), s);
 }
 
 /* 4 int32 sums m_2s (b_4s + b_4s+1) + m_2s+1 (b_4s+2 + b_4s+3) over the bsums b of a Q8_K block:
@@ -1250,7 +1255,7 @@ static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_
             __m256i q = k4_sub_q_avx2(qs, qh, j), s = scale_k4_avx2(sc16, j);
             #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
-                lanes[r] = _mm256_add_epi32(lanes[r], k4_sub_avx2(q, s, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j));
+                lanes[r] = k4_sub_avx2(lanes[r], q, s, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j);
         }
         float dw = f16c(k->d), dmw = f16c(k->dmin);
         #pragma GCC unroll 4
@@ -1315,7 +1320,7 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
                 __m256i q = k4_sub_q_avx2(x[b].qs, NULL, j), sj = scale_k4_avx2(sc16, j);
                 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++)
-                    lanes[r] = _mm256_add_epi32(lanes[r], k4_sub_avx2(q, sj, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j));
+                    lanes[r] = k4_sub_avx2(lanes[r], q, sj, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j);
             }
             if (gemm) {
                 si[s] = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);   /* [row 0 .. row 3] of pair s */
@@ -1366,7 +1371,7 @@ static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a,
             __m256i sc16 = scales16_k4_avx2(scm);
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++)
-                lanes[i] = _mm256_add_epi32(lanes[i], k4_sub_avx2(k4_sub_q_avx2(k->qs, NULL, j), scale_k4_avx2(sc16, j), y[b0 + i].qs, j));
+                lanes[i] = k4_sub_avx2(lanes[i], k4_sub_q_avx2(k->qs, NULL, j), scale_k4_avx2(sc16, j), y[b0 + i].qs, j);
             mins[i] = k4_mins8_avx2(k4_mins16_avx2(scm), &y[b0 + i]);
         }
         int32_t sumi[4], summ[4];
@@ -1425,7 +1430,7 @@ static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size
             #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-                lane[r] = _mm256_add_epi32(lane[r], lanes_u8i8_avx2(u, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s));
+                lane[r] = lanes_u8i8_avx2(lane[r], u, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s);
             }
         }
         float dw = f16c(x[b].d);
