@@ -14,6 +14,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 THREADS=${1:-2}
 REPS=${2:-5}
+make -s build/gen build/bench || exit 1   # (run directly, this script would time whatever binary was built last)
 DIR=$(mktemp -d "${BENCH_DIR:-/tmp}/clover-bench.XXXXXX") || exit 1
 trap 'rm -rf "$DIR"' EXIT
 trap 'exit 130' INT TERM
