@@ -12,7 +12,7 @@
  * These machines drift by 30-50% between runs, so the summary gives medians over repetitions of
  * each figure and of the per-repetition clover/llama.cpp ratios. It also measures the memory
  * bandwidth (THREADS threads streaming a 1 GiB buffer, best of 3, in every repetition, so that it
- * sees the same machine as the programs; the best of all) and the fraction of it that decoding
+ * sees the same machine as the programs; their median) and the fraction of it that decoding
  * reaches: bytes of weights one decode step reads (every matrix, the n_used experts of
  * each expert tensor, one embedding row) over the median step time.
  * Both use an F16 KV cache and llama.cpp's flash attention is off (clover's attention is exact).
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
     size_t n_stream = (size_t)1 << 27;   /* 1 GiB of uint64 for memory_bandwidth */
     uint64_t *stream = xmalloc(n_stream * 8);
     for (size_t i = 0; i < n_stream; i++) stream[i] = i;
-    double bw = 0;
+    double *bws = xmalloc(reps * sizeof(double));
     double *cr[3], *lr[3], *ratio[4];
     for (int k = 0; k < 3; k++) cr[k] = xmalloc(reps * sizeof(double)), lr[k] = xmalloc(reps * sizeof(double));
     for (int k = 0; k < 4; k++) ratio[k] = xmalloc(reps * sizeof(double));
@@ -204,8 +204,7 @@ int main(int argc, char **argv) {
             printf("%-4d %-10s %12.2f %12.2f %12.1f %12.2f\n", r, k ? "llama.cpp" : "clover", *out[k][0], *out[k][1],
                    1e3 * tt[k]->verify, tt[k]->verify / (tt[k]->decode / N));
         }
-        double bw_r = memory_bandwidth(&ctx.pool, stream, n_stream);
-        if (bw_r > bw) bw = bw_r;
+        bws[r] = memory_bandwidth(&ctx.pool, stream, n_stream);
         ratio[0][r] = cr[0][r] / lr[0][r];
         ratio[1][r] = cr[1][r] / lr[1][r];
         ratio[2][r] = tc.verify / (tc.decode / N);   /* verify cost in decode steps */
@@ -213,7 +212,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     free(stream);
-    double bytes = decode_bytes(&m);
+    double bw = median(bws, reps), bytes = decode_bytes(&m);
     double c_pre = median(cr[0], reps), c_dec = median(cr[1], reps), c_ver = median(cr[2], reps);
     double l_pre = median(lr[0], reps), l_dec = median(lr[1], reps), l_ver = median(lr[2], reps);
     double r_pre = median(ratio[0], reps), r_dec = median(ratio[1], reps);
