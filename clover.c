@@ -1047,10 +1047,12 @@ static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i acc, __m256i q, __m256
 }
 
 /* The quantized kernels take R <= MAX_ROWS activation rows at once (a, a + stride, ..., or for Q8_0
- * activations a packed group, BlockQ8_0x8) against one weight row: the weight block is unpacked once and dotted with every row, each row keeping its own
- * accumulators, so each result is exactly the single-row dot (the wrappers below, R = 1).
- * Each kernel is written once as an inline body for a constant R and instantiated for each R
- * (rows_*_avx2 below), unrolled, so that the compiler keeps every row's accumulators in registers. */
+ * activations a packed group, BlockQ8_0x8) against one weight row: the weight block is unpacked once
+ * and dotted with every row, each row keeping its own accumulators, so each result is exactly the
+ * single-row dot (the wrappers at the end: R = 1, or for Q8_0 activations a kernel of its own on the
+ * plain row). Each kernel is written once as an inline body for a constant R and instantiated for
+ * each R (rows_*_avx2 below), unrolled, so that the compiler keeps every row's accumulators in
+ * registers. */
 static inline SIMD_INLINE const void *act_block(const void *a, size_t stride, int r, size_t block_bytes, int64_t b) {
     return (const uint8_t *)a + r * stride + (size_t)b * block_bytes;
 }
