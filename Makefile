@@ -37,6 +37,11 @@ build/preview_ref: test/preview_ref.c | build
 build/unit: test/unit.c clover.c | build
 	$(CC) $(CFLAGS) -I$(GGML_INC) -o $@ test/unit.c $(LLAMA_LIBS) $(LDLIBS)
 
+# The same checks with the kernels built for AVX2 without AVX-512: the code paths of CPUs without
+# AVX512-VNNI, which build/unit (-march=native) does not compile where the build machine has it.
+build/unit-avx2: test/unit.c clover.c | build
+	$(CC) $(filter-out -march=%,$(CFLAGS)) -march=x86-64-v3 -I$(GGML_INC) -o $@ test/unit.c $(LLAMA_LIBS) $(LDLIBS)
+
 build/bench: test/bench.c test/llama_host.h clover.c | build
 	$(CC) $(CFLAGS) -I$(LLAMA_INC) -I$(GGML_INC) -o $@ test/bench.c $(LLAMA_LIBS) $(LDLIBS)
 
@@ -60,7 +65,7 @@ build/fuzz/%: test/%.c test/fuzz.h clover.c | build
 	mkdir -p build/fuzz
 	$(SAN_CC) -O1 -g -std=c11 -Wall -Wextra -D_GNU_SOURCE -fsanitize=fuzzer $(SANITIZE) -o $@ $< $(LDLIBS)
 
-tools: build/gen build/cmp build/ref build/unit build/preview_ref
+tools: build/gen build/cmp build/ref build/unit build/unit-avx2 build/preview_ref
 
 # test/setup-llama.sh installs llama.cpp (the oracle) once; later runs are a no-op.
 test: clover

@@ -8,7 +8,7 @@
 # Prints one line per check, `PASS name` or `FAIL name: reason`, and ends with `N passed, N failed`;
 # exit status 1 if any check failed. Models are random tiny GGUFs (build/gen, fixed seeds) in a
 # temporary folder removed at exit. Groups:
-#   unit       build/unit: half precision, dequantisation, activation rounding, dot products vs ggml
+#   unit       build/unit and build/unit-avx2: half precision, dequantisation, activation rounding, dot products vs ggml
 #   tokenizer  clover --tokenize vs llama.cpp on every test/texts/*.txt; decoding of those texts
 #   logits     clover --dump-logits vs llama.cpp logits, every weight type, two prompts (TOL table)
 #   greedy     64 greedy tokens, clover vs llama.cpp, every weight type
@@ -43,6 +43,7 @@ GEN=build/gen
 REF=${REF:-build/ref}
 CMP=build/cmp
 UNIT=build/unit
+UNIT_AVX2=build/unit-avx2
 EDIT="python3 test/gguf_edit.py"
 TO="timeout 300"          # no single command may hang the suite
 N_VOCAB=1024              # build/gen's tiny vocabulary
@@ -201,12 +202,14 @@ check_greedy_text() {
 }
 
 # ------------------------------------------------------------------------------------------------
-test_unit() {
-    if $TO "$UNIT" > "$TMP/unit.out" 2>&1; then
-        pass "unit ($(tail -n 1 "$TMP/unit.out"))"
-    else
-        fail unit "$(grep -m 3 '^FAIL\|error' "$TMP/unit.out" | tr '\n' ';') $(tail -n 1 "$TMP/unit.out")"
-    fi
+test_unit() {   # as built for this CPU, and for AVX2 without AVX-512 (the kernels' other code paths)
+    for u in "$UNIT" "$UNIT_AVX2"; do
+        if $TO "$u" > "$TMP/unit.out" 2>&1; then
+            pass "$(basename "$u") ($(tail -n 1 "$TMP/unit.out"))"
+        else
+            fail "$(basename "$u")" "$(grep -m 3 '^FAIL\|error' "$TMP/unit.out" | tr '\n' ';') $(tail -n 1 "$TMP/unit.out")"
+        fi
+    done
 }
 
 test_tokenizer() {
