@@ -1524,32 +1524,25 @@ SIMD static void quantize_q8_K_avx2(const float *x, BlockQ8_K *y, int64_t n) {
 /* the kernels for R = 1..8 activation rows: those on Q8_0 activations take a packed group
  * (BlockQ8_0x8, stride unused) and all eight rows at once (their per-row work is small beside the
  * weight block's); the K-quants take rows stride bytes apart, four at a time */
-SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    (void)stride;
+static inline SIMD_INLINE void rows_q8_0_q4_0_avx2(const void *w, bool q4, const void *a, int R, int64_t n, float *out) {
     switch (R) {
-    case 1: q8_0_rows_avx2(w, false, a, 1, n, out); break;
-    case 2: q8_0_rows_avx2(w, false, a, 2, n, out); break;
-    case 3: q8_0_rows_avx2(w, false, a, 3, n, out); break;
-    case 4: q8_0_rows_avx2(w, false, a, 4, n, out); break;
-    case 5: q8_0_rows_avx2(w, false, a, 5, n, out); break;
-    case 6: q8_0_rows_avx2(w, false, a, 6, n, out); break;
-    case 7: q8_0_rows_avx2(w, false, a, 7, n, out); break;
-    default: q8_0_rows_avx2(w, false, a, 8, n, out); break;
+    case 1: q8_0_rows_avx2(w, q4, a, 1, n, out); break;
+    case 2: q8_0_rows_avx2(w, q4, a, 2, n, out); break;
+    case 3: q8_0_rows_avx2(w, q4, a, 3, n, out); break;
+    case 4: q8_0_rows_avx2(w, q4, a, 4, n, out); break;
+    case 5: q8_0_rows_avx2(w, q4, a, 5, n, out); break;
+    case 6: q8_0_rows_avx2(w, q4, a, 6, n, out); break;
+    case 7: q8_0_rows_avx2(w, q4, a, 7, n, out); break;
+    default: q8_0_rows_avx2(w, q4, a, 8, n, out); break;
     }
 }
-
+SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    (void)stride;
+    rows_q8_0_q4_0_avx2(w, false, a, R, n, out);
+}
 SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     (void)stride;
-    switch (R) {
-    case 1: q8_0_rows_avx2(w, true, a, 1, n, out); break;
-    case 2: q8_0_rows_avx2(w, true, a, 2, n, out); break;
-    case 3: q8_0_rows_avx2(w, true, a, 3, n, out); break;
-    case 4: q8_0_rows_avx2(w, true, a, 4, n, out); break;
-    case 5: q8_0_rows_avx2(w, true, a, 5, n, out); break;
-    case 6: q8_0_rows_avx2(w, true, a, 6, n, out); break;
-    case 7: q8_0_rows_avx2(w, true, a, 7, n, out); break;
-    default: q8_0_rows_avx2(w, true, a, 8, n, out); break;
-    }
+    rows_q8_0_q4_0_avx2(w, true, a, R, n, out);
 }
 
 SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
