@@ -1559,69 +1559,42 @@ SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride,
     }
 }
 
+/* The K-quant kernels on R <= MAX_ROWS = 8 rows, four at a time: k is one of the inline bodies
+ * above, so that after inlining each call is an instance for a constant row count. */
+typedef void KRowsFn(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out);
+static inline SIMD_INLINE void rows_upto_four_avx2(KRowsFn *k, const void *w, const void *a, size_t stride, int R, int64_t n,
+                                                   float *out) {
+    switch (R) {
+    case 1: k(w, a, stride, 1, n, out); break;
+    case 2: k(w, a, stride, 2, n, out); break;
+    case 3: k(w, a, stride, 3, n, out); break;
+    default: k(w, a, stride, 4, n, out); break;
+    }
+}
+static inline SIMD_INLINE void rows_by_four_avx2(KRowsFn *k, const void *w, const void *a, size_t stride, int R, int64_t n,
+                                                 float *out) {
+    if (R > 4) {   /* four, then the rest */
+        k(w, a, stride, 4, n, out);
+        rows_upto_four_avx2(k, w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
+    } else {
+        rows_upto_four_avx2(k, w, a, stride, R, n, out);
+    }
+}
+
 SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    switch (R) {
-    case 1: q4_K_rows_avx2(w, a, stride, 1, n, out); break;
-    case 2: q4_K_rows_avx2(w, a, stride, 2, n, out); break;
-    case 3: q4_K_rows_avx2(w, a, stride, 3, n, out); break;
-    case 4: q4_K_rows_avx2(w, a, stride, 4, n, out); break;
-    default:   /* five to eight rows: four, then the rest */
-        q4_K_rows_avx2(w, a, stride, 4, n, out);
-        rows_q4_K_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
-        break;
-    }
+    rows_by_four_avx2(q4_K_rows_avx2, w, a, stride, R, n, out);
 }
-
 SIMD static void rows_q4_K_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    switch (R) {
-    case 1: q4_K_8x8_gemv_rows_avx2(w, a, stride, 1, n, out); break;
-    case 2: q4_K_8x8_gemv_rows_avx2(w, a, stride, 2, n, out); break;
-    case 3: q4_K_8x8_gemv_rows_avx2(w, a, stride, 3, n, out); break;
-    case 4: q4_K_8x8_gemv_rows_avx2(w, a, stride, 4, n, out); break;
-    default:   /* five to eight rows: four, then the rest */
-        q4_K_8x8_gemv_rows_avx2(w, a, stride, 4, n, out);
-        rows_q4_K_8x8_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
-        break;
-    }
+    rows_by_four_avx2(q4_K_8x8_gemv_rows_avx2, w, a, stride, R, n, out);
 }
-
 SIMD static void rows_q4_K_8x8_gemm_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    switch (R) {
-    case 1: q4_K_8x8_gemm_rows_avx2(w, a, stride, 1, n, out); break;
-    case 2: q4_K_8x8_gemm_rows_avx2(w, a, stride, 2, n, out); break;
-    case 3: q4_K_8x8_gemm_rows_avx2(w, a, stride, 3, n, out); break;
-    case 4: q4_K_8x8_gemm_rows_avx2(w, a, stride, 4, n, out); break;
-    default:   /* five to eight rows: four, then the rest */
-        q4_K_8x8_gemm_rows_avx2(w, a, stride, 4, n, out);
-        rows_q4_K_8x8_gemm_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
-        break;
-    }
+    rows_by_four_avx2(q4_K_8x8_gemm_rows_avx2, w, a, stride, R, n, out);
 }
-
 SIMD static void rows_q5_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    switch (R) {
-    case 1: q5_K_rows_avx2(w, a, stride, 1, n, out); break;
-    case 2: q5_K_rows_avx2(w, a, stride, 2, n, out); break;
-    case 3: q5_K_rows_avx2(w, a, stride, 3, n, out); break;
-    case 4: q5_K_rows_avx2(w, a, stride, 4, n, out); break;
-    default:   /* five to eight rows: four, then the rest */
-        q5_K_rows_avx2(w, a, stride, 4, n, out);
-        rows_q5_K_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
-        break;
-    }
+    rows_by_four_avx2(q5_K_rows_avx2, w, a, stride, R, n, out);
 }
-
 SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    switch (R) {
-    case 1: q6_K_rows_avx2(w, a, stride, 1, n, out); break;
-    case 2: q6_K_rows_avx2(w, a, stride, 2, n, out); break;
-    case 3: q6_K_rows_avx2(w, a, stride, 3, n, out); break;
-    case 4: q6_K_rows_avx2(w, a, stride, 4, n, out); break;
-    default:   /* five to eight rows: four, then the rest */
-        q6_K_rows_avx2(w, a, stride, 4, n, out);
-        rows_q6_K_avx2(w, (const uint8_t *)a + 4 * stride, stride, R - 4, n, out + 4);
-        break;
-    }
+    rows_by_four_avx2(q6_K_rows_avx2, w, a, stride, R, n, out);
 }
 
 /* single rows */
