@@ -2472,6 +2472,23 @@ static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int 
     dump_nd(ctx, name, il, x, false, T, 1, n1, n0);
 }
 
+/* Creates the folder path and its parents where missing (mkdir -p), so that --dump-tensors DIR
+ * works on a fresh path. */
+static void make_dirs(const char *path) {
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) fatal("--dump-tensors: the path '%.40s...' is too long", path);
+    for (char *c = p + 1; ; c++) {
+        if (*c != '/' && *c) continue;
+        char was = *c;
+        *c = 0;
+        struct stat st;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) fatal("--dump-tensors: cannot create '%s': %s", p, strerror(errno));
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--dump-tensors: '%s' is not a folder", p);
+        if (!was) return;
+        *c = was;
+    }
+}
+
 /* DIR/index.tsv: one line per file written in this run. */
 static void dump_index(const Ctx *ctx) {
     if (!ctx->dump_dir) return;
@@ -4754,6 +4771,7 @@ typedef struct {
     uint32_t k_type, v_type;
     bool tokenize, chat, color, diffusion;
     bool trace;                /* --trace: one block per draft-self round on stderr */
+    bool utf8_replace;         /* --utf8-replace: print valid UTF-8 only (else the tokens' raw bytes) */
     float diffusion_threshold;
 } Args;
 
@@ -4771,6 +4789,7 @@ static void usage(void) {
         "  --diffusion --diffusion-threshold P       native block-diffusion generation\n"
         "  --chat                    wrap the prompt in the chat template (thinking on)\n"
         "  --color on|off            mark accepted drafts in the output\n"
+        "  --utf8-replace            print invalid UTF-8 in the output as U+FFFD (default: the tokens' raw bytes)\n"
         "  --trace                   draft-self: print each round (drafts, verifier tokens, why acceptance stopped)\n"
         "  -ngl N, --flash-attn on|off|auto          accepted for compatibility (CPU build: no effect)\n"
         "  --tokenize                print the prompt's token ids and exit\n"
@@ -4864,6 +4883,7 @@ static Args parse_args(int argc, char **argv) {
             else if (!strcmp(f, "--diffusion")) a.diffusion = true;
             else if (!strcmp(f, "--test-check-state")) a.test_check_state = true;
             else if (!strcmp(f, "--trace")) a.trace = true;
+            else if (!strcmp(f, "--utf8-replace")) a.utf8_replace = true;
             else fatal("unknown argument '%s'; see --help", f);
         }
         if (takes) {
@@ -4959,13 +4979,16 @@ static void tokenizer_load(Tokenizer *tok, EogSet *eog, const Model *m) {
     }
 }
 
-/* Stream tokens to stdout as whole UTF-8 characters. */
-typedef struct { const Tokenizer *tok; Utf8Stream utf8; } Printer;
+/* Stream tokens to stdout: their raw bytes, as llama.cpp's examples print them (so the output can be
+ * diffed with upstream's byte for byte), or with --utf8-replace as whole UTF-8 characters, each
+ * invalid sequence one U+FFFD (for a terminal). */
+typedef struct { const Tokenizer *tok; bool utf8_replace; Utf8Stream utf8; } Printer;
 
 static void print_token(Printer *pr, int id) {
     char buf[512];
     int n = tokenizer_decode(pr->tok, id, buf, sizeof buf);
-    if (n > 0) utf8_stream_write(&pr->utf8, buf, n, stdout);
+    if (n > 0 && pr->utf8_replace) utf8_stream_write(&pr->utf8, buf, n, stdout);
+    else if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
     fflush(stdout);
 }
 
@@ -5538,6 +5561,7 @@ int main(int argc, char **argv) {
     ctx.n_threads = a.n_threads;
     ctx.n_threads_batch = a.n_threads_batch;
     ctx.dump_dir = a.dump_tensors;
+    if (ctx.dump_dir) make_dirs(ctx.dump_dir);
     static Dumps dumps;
     ctx.dumps = &dumps;
     if (regcomp(&ctx.dump_filter, a.dump_filter ? a.dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
@@ -5571,7 +5595,7 @@ int main(int argc, char **argv) {
     Sampler smp = {a.temp, a.top_p, a.top_k, 0, xmalloc((size_t)c->n_vocab * sizeof(int)), xmalloc((size_t)c->n_vocab * sizeof(float))};
     uint64_t seed = a.seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a.seed;
     smp.rng = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
-    Printer pr = {&tok, {{0}, 0}};
+    Printer pr = {&tok, a.utf8_replace, {{0}, 0}};
     for (int i = 0; i < n_prompt; i++) print_token(&pr, prompt[i]);
     Stats stats = {0};
     if (a.diffusion) generate_diffusion(&ctx, &eog, &pr, prompt, n_prompt, &a, &stats);

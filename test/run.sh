@@ -21,7 +21,8 @@
 #   unit       build/unit and build/unit-avx2: half precision, dequantisation, activation rounding, dot products vs ggml
 #   tokenizer  clover --tokenize vs llama.cpp on every test/texts/*.txt; decoding of those texts
 #   logits     clover --dump-logits vs llama.cpp logits, every weight type, two prompts
-#   greedy     64 greedy tokens, clover vs llama.cpp, every weight type
+#   greedy     64 greedy tokens, clover vs llama.cpp, every weight type (stdout: the raw bytes)
+#   output     --utf8-replace: invalid UTF-8 as U+FFFD
 #   twin       a clover_moe file and its qwen35moe twin give bit-identical logits
 #   threads    -t 1 and -t 2 give bit-identical logits and text
 #   simd       SIMD and scalar (CLOVER_SIMD=scalar) dot products give bit-identical logits, every type
@@ -186,11 +187,12 @@ eog_ids() {
 }
 
 # The text clover must print for a greedy run: llama.cpp's prompt + generated ids, cut before the
-# first end-of-generation id, rendered by llama.cpp, invalid UTF-8 replaced as clover's streaming
-# printer does (maximal subparts -> U+FFFD, like Python's 'replace'), plus the final newline.
-# expected_text MODEL PROMPT_IDS GEN_IDS OUT
+# first end-of-generation id, rendered by llama.cpp (the tokens' raw bytes, as upstream prints
+# them), plus the final newline. With "replace" as a fifth argument: as clover --utf8-replace prints
+# it, invalid UTF-8 replaced by U+FFFD (maximal subparts, like Python's 'replace').
+# expected_text MODEL PROMPT_IDS GEN_IDS OUT [replace]
 expected_text() {
-    local m=$1 p=$2 g=$3 out=$4 eog ids
+    local m=$1 p=$2 g=$3 out=$4 errors=${5:-surrogateescape} eog ids
     eog=$(eog_ids "$m")
     ids=$(python3 -c '
 import sys
@@ -203,8 +205,8 @@ print(",".join(p + keep))' "$p" "$g" "$eog")
     $TO "$REF" -m "$m" --detok "$ids" > "$out.raw" 2> "$out.err" || return 1
     python3 -c '
 import sys
-b = open(sys.argv[1], "rb").read().decode("utf-8", "replace").encode("utf-8") + b"\n"
-open(sys.argv[2], "wb").write(b)' "$out.raw" "$out"
+b = open(sys.argv[1], "rb").read().decode("utf-8", sys.argv[3]).encode("utf-8", "surrogateescape") + b"\n"
+open(sys.argv[2], "wb").write(b)' "$out.raw" "$out" "$errors"
 }
 
 # where two text files first differ, for a reason line
@@ -385,6 +387,30 @@ test_greedy() {
         m=$(model "$t") || { fail "$name" "cannot generate the model"; continue; }
         check_greedy_text "$name" "$m" "$t" "$ids" 64
     done
+}
+
+# clover's stdout is the tokens' raw bytes (checked above, byte for byte against llama.cpp's
+# rendering, on random models whose greedy texts are full of partial UTF-8 sequences); with
+# --utf8-replace, each invalid sequence becomes U+FFFD
+test_output() {
+    prompts || { fail output "cannot make the prompts"; return; }
+    local m g ids name
+    ids=$(cat "$TMP/pg.ids")
+    m=$(model q8_0) || { fail output "cannot generate the model"; return; }
+    name="output/--utf8-replace: invalid UTF-8 of the greedy text as U+FFFD, the rest as without it"
+    if ! g=$(ref -m "$m" --greedy "$ids" 65); then
+        fail "$name" "$(why)"
+    elif ! expected_text "$m" "$ids" "$g" "$TMP/ou.raw" || ! expected_text "$m" "$ids" "$g" "$TMP/ou.want" replace; then
+        fail "$name" "ref --detok failed: $(first_line "$TMP/ou.raw.err")"
+    elif cmp -s "$TMP/ou.raw" "$TMP/ou.want"; then
+        fail "$name" "the greedy text is valid UTF-8: nothing to replace, choose another prompt"
+    elif ! clover -m "$m" --tokens "$ids" -n 64 --temp 0 -ctk f32 -ctv f32 --utf8-replace > "$TMP/ou.got"; then
+        fail "$name" "$(why)"
+    elif cmp -s "$TMP/ou.got" "$TMP/ou.want"; then
+        pass "$name"
+    else
+        fail "$name" "$(text_diff "$TMP/ou.got" "$TMP/ou.want")"
+    fi
 }
 
 test_twin() {
@@ -616,16 +642,17 @@ test_dumps() {
     else
         fail "$name" "$(head -n 1 "$TMP/dneg.txt" 2>/dev/null)"
     fi
-    name="dumps/--dump-filter '^l_out-' writes only l_out, index.tsv lists them"
-    rm -rf "$TMP/df" && mkdir "$TMP/df"
+    name="dumps/--dump-filter '^l_out-' writes only l_out, index.tsv lists them; DIR and its parents are created"
+    rm -rf "$TMP/dfp"
+    local df=$TMP/dfp/new/df
     m=$(model q8_0)
-    if ! clover -m "$m" --tokens 1,2,3,4,5 --dump-logits "$TMP/dl.bin" --dump-tensors "$TMP/df" --dump-filter '^l_out-' > /dev/null; then
+    if ! clover -m "$m" --tokens 1,2,3,4,5 --dump-logits "$TMP/dl.bin" --dump-tensors "$df" --dump-filter '^l_out-' > /dev/null; then
         fail "$name" "$(why)"
-    elif n=$(ls "$TMP/df" | grep -c '\.bin$') && [ "$n" = 4 ] && [ "$(ls "$TMP/df" | grep -v '^l_out-[0-9]*\.bin$' )" = index.tsv ] &&
-        [ "$(grep -c '^l_out-' "$TMP/df/index.tsv")" = 4 ]; then
+    elif n=$(ls "$df" | grep -c '\.bin$') && [ "$n" = 4 ] && [ "$(ls "$df" | grep -v '^l_out-[0-9]*\.bin$' )" = index.tsv ] &&
+        [ "$(grep -c '^l_out-' "$df/index.tsv")" = 4 ]; then
         pass "$name"
     else
-        fail "$name" "files: $(ls "$TMP/df" | tr '\n' ' ' | cut -c1-200)"
+        fail "$name" "files: $(ls "$df" | tr '\n' ' ' | cut -c1-200)"
     fi
     name="dumps/batches append rows: -ub 3 gives the same files as one batch (f32 weights)"
     rm -rf "$TMP/du" && mkdir "$TMP/du"
@@ -1328,6 +1355,8 @@ test_errors() {
     expect_error "negative token id" "id|token" -m "$m" --tokens 1,-2,3
     expect_error "malformed token list" "token|id|expected" -m "$m" --tokens 1,2x,3
     expect_error "unwritable --dump-logits" "cannot write|writ" -m "$m" --tokens 1,2 --dump-logits "$TMP/no/such/dir/x.bin"
+    touch "$TMP/afile"
+    expect_error "--dump-tensors on a file" "not a folder" -m "$m" --tokens 1,2 --dump-logits "$TMP/x.bin" --dump-tensors "$TMP/afile/sub"
     expect_error "value out of range (-ub 0)" "range" -m "$m" --tokens 1,2 -ub 0
     expect_error "negative value (-c -5)" "range" -m "$m" --tokens 1,2 -c -5
     expect_error "number out of range (--top-p 2)" "top-p" -m "$m" --tokens 1,2 --top-p 2
@@ -1470,7 +1499,7 @@ test_regressions() {
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy twin threads simd batch smoke draft dumps trace preview drafts stats diffusion errors regressions; do
+for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps trace preview drafts stats diffusion errors regressions; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
