@@ -629,7 +629,10 @@ static void quantize_row(uint32_t wtype, const float *x, void *y, int64_t n) {
  * the next activation magnifies any difference, so these add in the orders of llama.cpp's x86
  * AVX-512 kernels:
  *   row order  (ggml_vec_dot_*: single rows, expert matmuls, the GDN recurrence): element i goes
- *              to accumulator i % 64; the tail past the last multiple of 64 is added in double;
+ *              to accumulator i % 64; the tail past the last multiple of 64 is added in double,
+ *              but for F32, whose ggml_vec_dot_f32 keeps a float sum: the folded lanes rounded
+ *              to float, then each tail product added in float (mul, then add: not fused). This
+ *              shows where rows are not multiples of 64, e.g. a GDN state of 16;
  *   tile order (llamafile tinyBLAS: dense matmuls of two or more rows): element i to lane i % 16.
  * Accumulators are then folded by halving (64 -> 32 -> ... -> 1). BF16 products are taken in pairs,
  * odd element first, as the AVX512-BF16 dot instruction does. fp16 and bf16 products are exact in
@@ -644,18 +647,32 @@ static float f32_at(const void *p, int64_t i) { return ((const float *)p)[i]; }
 static float f16_at(const void *p, int64_t i) { return fp16_to_fp32(((const uint16_t *)p)[i]); }
 static float bf16_at(const void *p, int64_t i) { return bf16_to_fp32(((const uint16_t *)p)[i]); }
 
-static float dot_float_row(float (*at)(const void *, int64_t), const void *x, const void *y, int64_t n) {
+/* row order over the first np elements (a multiple of 64), folded */
+static float dot_float_lanes(float (*at)(const void *, int64_t), const void *x, const void *y, int64_t np) {
     float acc[64] = {0};
-    int64_t np = n & ~(int64_t)63;
     for (int64_t i = 0; i < np; i += 64)
         for (int l = 0; l < 64; l++) acc[l] = fmaf(at(x, i + l), at(y, i + l), acc[l]);
-    double sum = fold(acc, 64);
-    for (int64_t i = np; i < n; i++) sum += at(x, i) * at(y, i);
+    return fold(acc, 64);
+}
+
+static float dot_f32_row(const void *w, const void *a, int64_t n) {
+    const float *x = w, *y = a;
+    int64_t np = n & ~(int64_t)63;
+    float sum = dot_float_lanes(f32_at, x, y, np);
+    for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
+    return sum;
+}
+
+static float dot_f16_row(const void *x, const void *y, int64_t n) {
+    int64_t np = n & ~(int64_t)63;
+    double sum = dot_float_lanes(f16_at, x, y, np);
+    for (int64_t i = np; i < n; i++) sum += f16_at(x, i) * f16_at(y, i);
     return (float)sum;
 }
 
+/* tile order; the callers hand rows that are not multiples of 16 to the row order, as tinyBLAS
+ * declines them */
 static float dot_float_tile(float (*at)(const void *, int64_t), const void *x, const void *y, int64_t n) {
-    if (n % 16) return dot_float_row(at, x, y, n);   /* tinyBLAS declines such rows */
     float acc[16] = {0};
     for (int64_t i = 0; i < n; i += 16)
         for (int l = 0; l < 16; l++) acc[l] = fmaf(at(x, i + l), at(y, i + l), acc[l]);
@@ -689,10 +706,8 @@ static float dot_bf16_tile(const void *x, const void *y, int64_t n) {
     return fold(acc, 16);
 }
 
-static float dot_f32_row(const void *w, const void *a, int64_t n) { return dot_float_row(f32_at, w, a, n); }
-static float dot_f16_row(const void *w, const void *a, int64_t n) { return dot_float_row(f16_at, w, a, n); }
-static float dot_f32_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f32_at, w, a, n); }
-static float dot_f16_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f16_at, w, a, n); }
+static float dot_f32_tile(const void *w, const void *a, int64_t n) { return n % 16 ? dot_f32_row(w, a, n) : dot_float_tile(f32_at, w, a, n); }
+static float dot_f16_tile(const void *w, const void *a, int64_t n) { return n % 16 ? dot_f16_row(w, a, n) : dot_float_tile(f16_at, w, a, n); }
 
 static int32_t dot_i8(const int8_t *x, const int8_t *y, int n) {
     int32_t s = 0;
@@ -942,10 +957,11 @@ static inline SIMD_INLINE __m256 load_f32_avx2(const float *p) { return _mm256_l
 
 /* The end of dot_f32_avx2 for accumulators acc over x, y[0..np): fold, then the tail np..n in double
  * (also used by the GDN recurrence, which fills acc itself). */
+/* ggml_vec_dot_f32's float sum (see dot_f32_row) */
 static inline SIMD_INLINE float dot_f32_finish_avx2(__m256 acc[8], const float *x, const float *y, int64_t np, int64_t n) {
-    double sum = fold64_avx2(acc);
+    float sum = (float)fold64_avx2(acc);
     for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
-    return (float)sum;
+    return sum;
 }
 
 SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
@@ -3314,9 +3330,9 @@ static void route_top_k(const Config *c, const float *p, const bool *allowed, in
         sel[r] = best;
         w[r] = best >= 0 ? p[best] : 0;
     }
-    float sum = 0;
-    for (int r = 0; r < k; r++) sum += w[r];
-    sum = fmaxf(sum, 6.103515625e-5f);   /* smallest normal fp16, llama.cpp's clamp */
+    double total = 0;   /* ggml_sum_rows adds in double (ggml_vec_sum_f32) */
+    for (int r = 0; r < k; r++) total += w[r];
+    float sum = fmaxf((float)total, 6.103515625e-5f);   /* smallest normal fp16, llama.cpp's clamp */
     for (int r = 0; r < k; r++) {
         w[r] /= sum;
         if (c->expert_weights_scale != 0 && c->expert_weights_scale != 1) w[r] *= c->expert_weights_scale;
@@ -3628,13 +3644,13 @@ static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
         dump_nd(ctx, "ffn_moe_topk", il, s->sel, true, T, 1, 1, K);
         float *w = dump_buf(ctx, 0, (size_t)T * (K + 2));
         for (int t = 0; t < T; t++) {
-            float sum = 0;
+            double sum = 0;
             for (int r = 0; r < K; r++) {
                 int e = s->sel[(size_t)t * K + r];
                 sum += w[(size_t)t * K + r] = e >= 0 ? s->router[(size_t)t * c->n_expert + e] : 0;
             }
-            w[(size_t)T * K + t] = sum;
-            w[(size_t)T * (K + 1) + t] = fmaxf(sum, 6.103515625e-5f);
+            w[(size_t)T * K + t] = (float)sum;
+            w[(size_t)T * (K + 1) + t] = fmaxf((float)sum, 6.103515625e-5f);
         }
         dump3(ctx, "ffn_moe_weights", il, w, T, K, 1);
         dump(ctx, "ffn_moe_weights_sum", il, w + (size_t)T * K, T, 1);

@@ -3,7 +3,8 @@
 //
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --tokenize FILE   ids of FILE's bytes, comma-separated
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --logits IDS OUT  float32 logits [n_tokens][n_vocab] to OUT
-//   build/ref -m MODEL [-c N_CTX] [-t THREADS] --greedy IDS N    N greedy ids after the prompt IDS
+//   build/ref -m MODEL [-c N_CTX] [-t THREADS] --greedy IDS N    N greedy ids after the prompt IDS (all but
+//                                                                its last token in one batch, then one per step)
 //   build/ref -m MODEL --detok IDS                               text of IDS (special tokens rendered)
 //   build/ref --cpu-variant                                      the CPU variant of llama.cpp it loads
 //
@@ -386,12 +387,15 @@ int main(int argc, char **argv) {
         struct llama_context *c = new_ctx(&o, m, 1);
         llama_token *out = malloc(((size_t)n_gen + 1) * sizeof *out);
         if (!out) die("out of memory");
-        if (n_gen > 0) decode(c, ids, n, 0, false);
+        // as llama-speculative-simple (and clover) run it: the prompt but its last token in one
+        // batch, then one token per step from the last prompt token on
+        if (n_gen > 0 && n > 1) decode(c, ids, n - 1, 0, false);
+        llama_token last = ids[n - 1];
         for (int i = 0; i < n_gen; i++) {
+            decode(c, &last, 1, n - 1 + i, true);
             const float *row = llama_get_logits_ith(c, -1);
             if (!row) die("no logits at generation step %d", i);
-            out[i] = argmax(row, nv);
-            if (i + 1 < n_gen) decode(c, &out[i], 1, n + i, true);
+            last = out[i] = argmax(row, nv);
         }
         print_ids(out, n_gen);
         llama_free(c);

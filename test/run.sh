@@ -31,6 +31,7 @@
 #   smoke      default options (f16 cache), sampling with a seed, --chat
 #   draft      --spec-type draft-self (exact rule) prints the same text as plain greedy decoding
 #   dumps      --dump-tensors vs llama.cpp's graph callback tensors, name by name (test/dumpcmp.py)
+#   shapes     logits, dumps and greedy text on a narrow model (GDN state 16) and real-shape slices
 #   trace      --trace: per-round accepted/drafted counts add up to n_accept/n_drafted
 #   preview    clover --preview-block vs build/preview_ref (test/preview_ref.c), an independent
 #              float64 evaluation of the preview pass, every combination of the clover_moe extras
@@ -609,34 +610,41 @@ test_draft() {
 # does not write are allowed only if they match DUMP_SKIP (README "Porting checklist" says why).
 DUMP_TOL=1e-4
 DUMP_SKIP='^(norm|conv_states|conv_states_reshaped|qkv_mixed_transposed|conv_state_last|conv_state_update|ffn_moe_argsort|kq|kq_soft_max|kqv)(-[0-9]+)?$|^h_nextn$'
+# check_dumps NAME MODEL IDS_FILE DIR: clover's and llama.cpp's --dump-tensors (DIR/mine, DIR/theirs)
+# and logits (DIR/mine.bin, DIR/theirs.bin) of the prompt in IDS_FILE in one batch, compared name by
+# name as the comment above says
+check_dumps() {
+    local name=$1 m=$2 ids=$3 d=$4 lim out
+    rm -rf "$d" && mkdir -p "$d/theirs" "$d/reference"
+    if [ "$VARIANT" = "$REFERENCE" ]; then
+        lim="--tol 0"
+    elif [ -n "$REFERENCE_RUNS" ]; then
+        ref_reference -m "$m" --logits "@$ids" "$d/reference.bin" --dump-tensors "$d/reference" > /dev/null || { fail "$name" "$(why)"; return; }
+        lim="--tol $DUMP_TOL --spread $d/reference"
+    else
+        lim="--tol $DUMP_TOL"
+    fi
+    if ! clover -m "$m" --tokens "$(cat "$ids")" --dump-logits "$d/mine.bin" --dump-tensors "$d/mine" -ctk f32 -ctv f32 > /dev/null ||
+        ! ref -m "$m" --logits "@$ids" "$d/theirs.bin" --dump-tensors "$d/theirs" > /dev/null; then
+        fail "$name" "$(why)"
+    elif out=$(python3 test/dumpcmp.py "$d/mine" "$d/theirs" $lim --skip "$DUMP_SKIP" 2>&1); then
+        pass "$name ($out)"
+    else
+        fail "$name" "$(echo "$out" | tr '\n' ' ' | cut -c1-400)"
+    fi
+}
+
 test_dumps() {
     prompts || { fail dumps "cannot make the prompts"; return; }
-    local t m name out n lim
+    local t m name out n
     for t in f32 q8_0; do
         name="dumps/$t: clover --dump-tensors vs llama.cpp's callback tensors (prompt p1)"
         m=$(model "$t") || { fail "$name" "cannot generate the model"; continue; }
-        rm -rf "$TMP/dc_$t" "$TMP/dr_$t" && mkdir -p "$TMP/dc_$t" "$TMP/dr_$t"
-        if [ "$VARIANT" = "$REFERENCE" ]; then
-            lim="--tol 0"
-        elif [ -n "$REFERENCE_RUNS" ]; then
-            rm -rf "$TMP/drr_$t" && mkdir -p "$TMP/drr_$t"
-            ref_reference -m "$m" --logits "@$TMP/p1.ids" "$TMP/dlr.bin" --dump-tensors "$TMP/drr_$t" > /dev/null || { fail "$name" "$(why)"; continue; }
-            lim="--tol $DUMP_TOL --spread $TMP/drr_$t"
-        else
-            lim="--tol $DUMP_TOL"
-        fi
-        if ! clover -m "$m" --tokens "$(cat "$TMP/p1.ids")" --dump-logits "$TMP/dl.bin" --dump-tensors "$TMP/dc_$t" -ctk f32 -ctv f32 > /dev/null ||
-            ! ref -m "$m" --logits "@$TMP/p1.ids" "$TMP/dlr.bin" --dump-tensors "$TMP/dr_$t" > /dev/null; then
-            fail "$name" "$(why)"
-        elif out=$(python3 test/dumpcmp.py "$TMP/dc_$t" "$TMP/dr_$t" $lim --skip "$DUMP_SKIP" 2>&1); then
-            pass "$name ($out)"
-        else
-            fail "$name" "$(echo "$out" | tr '\n' ' ' | cut -c1-400)"
-        fi
+        check_dumps "$name" "$m" "$TMP/p1.ids" "$TMP/d_$t"
     done
     name="dumps/the comparison catches a wrong model (f32 dumps vs q8_0 reference must disagree)"
-    if [ -f "$TMP/dc_f32/index.tsv" ] && [ -f "$TMP/dr_q8_0/index.tsv" ] &&
-        ! python3 test/dumpcmp.py "$TMP/dc_f32" "$TMP/dr_q8_0" --tol "$DUMP_TOL" --skip "$DUMP_SKIP" > "$TMP/dneg.txt" 2>&1 &&
+    if [ -f "$TMP/d_f32/mine/index.tsv" ] && [ -f "$TMP/d_q8_0/theirs/index.tsv" ] &&
+        ! python3 test/dumpcmp.py "$TMP/d_f32/mine" "$TMP/d_q8_0/theirs" --tol "$DUMP_TOL" --skip "$DUMP_SKIP" > "$TMP/dneg.txt" 2>&1 &&
         grep -q disagree "$TMP/dneg.txt"; then
         pass "$name ($(head -n 1 "$TMP/dneg.txt" | sed 's/;.*//'))"
     else
@@ -659,7 +667,7 @@ test_dumps() {
     m=$(model f32)
     if ! clover -m "$m" --tokens "$(cat "$TMP/p1.ids")" -ub 3 --dump-logits "$TMP/dl.bin" --dump-tensors "$TMP/du" -ctk f32 -ctv f32 --dump-filter '^(l_out|attn_output|ffn_moe_topk|result_output)' > /dev/null; then
         fail "$name" "$(why)"
-    elif out=$(python3 test/dumpcmp.py "$TMP/du" "$TMP/dc_f32" --tol "$DUMP_TOL" --skip . 2>&1); then
+    elif out=$(python3 test/dumpcmp.py "$TMP/du" "$TMP/d_f32/mine" --tol "$DUMP_TOL" --skip . 2>&1); then
         pass "$name ($out)"
     else
         fail "$name" "$(echo "$out" | tr '\n' ' ' | cut -c1-400)"
@@ -677,6 +685,28 @@ test_dumps() {
     else
         fail "$name" "index: $(grep 'l_out-0\|result_output' "$TMP/dp/index.tsv" | cut -f1-3 | tr '\n' ' ')"
     fi
+}
+
+# Shapes beyond the tiny models, the whole prompt (p2, 64 tokens) in one batch: logits and every
+# dump as for the tiny models, and a greedy text. narrow: n_embd 64 and a GDN state of 16, rows
+# shorter than one 64-lane step of ggml_vec_dot_f32 (whose float tail differs from the other
+# dots'). real: the 35B model's layer shapes, 16 experts of which 8 are used (the sum of 8 routing
+# weights, in double as ggml_sum_rows adds), 4 layers, the real vocabulary for Q4_K_M.
+test_shapes() {
+    prompts || { fail shapes "cannot make the prompts"; return; }
+    local spec t shape opts m name n_vocab
+    for spec in "f16 narrow" "bf16 narrow" "f32 narrow" "q8_0 narrow" "q4_k narrow" \
+        "q4_k_m real --layers 4 --experts 16 --vocab 248320" "q8_0 real --layers 4 --experts 16 --vocab 32768"; do
+        read -r t shape opts <<< "$spec"
+        # shellcheck disable=SC2086
+        m=$(model "$t" 1 --shape "$shape" $opts) || { fail "shapes/$t $shape" "cannot generate the model"; continue; }
+        name="shapes/$t $shape${opts:+ ($opts)}"
+        n_vocab=$(echo "$opts" | sed -n 's/.*--vocab \([0-9]*\).*/\1/p')
+        check_dumps "$name: dumps" "$m" "$TMP/p2.ids" "$TMP/sh"
+        [ -f "$TMP/sh/mine.bin" ] && [ -f "$TMP/sh/theirs.bin" ] &&
+            N_VOCAB=${n_vocab:-$N_VOCAB} check_logits "$name: logits" "$t" "$TMP/sh/mine.bin" "$TMP/sh/theirs.bin" -m "$m" --logits "@$TMP/p2.ids" "$TMP/theirs_ref.bin"
+        check_greedy_text "$name: greedy" "$m" "$t" "$(cat "$TMP/p2.ids")" $([ "$shape" = real ] && echo 7 || echo 31)
+    done
 }
 
 # --trace prints one block per draft-self round (README "One draft-self round"): the per-round
@@ -1499,7 +1529,7 @@ test_regressions() {
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps trace preview drafts stats diffusion errors regressions; do
+for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
