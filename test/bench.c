@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
     llama_log_set(quiet_log, NULL);
     llama_backend_init();
     char variant[64];
-    const char *err = load_backends(variant);
+    const char *err = load_backends(NULL, variant);
     if (err) fatal("%s", err);
     fprintf(stderr, "bench: llama.cpp CPU variant %s\n", variant);
     struct llama_model_params mp = llama_model_default_params();

@@ -14,9 +14,10 @@
 
 /* llama.cpp's CPU backend comes as variants (libggml-cpu-<name>.so: haswell, icelake, zen4,
  * sapphirerapids, ...) that round differently; left to itself llama.cpp loads the one with the
- * best score for this CPU, so the oracle would change from machine to machine. clover reproduces
- * the zen4 variant bit for bit (README "What is verified"), so that is the one loaded wherever
- * this CPU can execute it, else the best-scoring one; LLAMA_CPU_VARIANT=NAME forces one. */
+ * best score for this CPU, so an oracle would change from machine to machine. clover reproduces
+ * the zen4 variant bit for bit (README "What is verified"): build/ref loads that one wherever this
+ * CPU can execute it, else the best-scoring one; build/bench loads llama.cpp's own choice, the
+ * best-scoring one (its speed is what a user gets). LLAMA_CPU_VARIANT=NAME forces one for both. */
 #define REFERENCE_VARIANT "zen4"
 
 /* The folder that holds libllama and the backends (the executable does not live there). */
@@ -45,9 +46,9 @@ static int variant_score(const char *dir, const char *name) {
     return s;
 }
 
-/* The variant to load: LLAMA_CPU_VARIANT, else REFERENCE_VARIANT if this CPU runs it, else the
- * best-scoring one. Writes its name to name[64]; returns NULL or what went wrong. */
-static const char *choose_variant(const char *dir, char name[64]) {
+/* The variant to load: LLAMA_CPU_VARIANT, else `preferred` (NULL: none) if this CPU runs it, else
+ * the best-scoring one. Writes its name to name[64]; returns NULL or what went wrong. */
+static const char *choose_variant(const char *dir, const char *preferred, char name[64]) {
     static char err[PATH_MAX + 128];
     const char *forced = getenv("LLAMA_CPU_VARIANT");
     if (forced && *forced) {
@@ -60,8 +61,8 @@ static const char *choose_variant(const char *dir, char name[64]) {
         }
         return err;
     }
-    if (variant_score(dir, REFERENCE_VARIANT) > 0) {
-        snprintf(name, 64, "%s", REFERENCE_VARIANT);
+    if (preferred && variant_score(dir, preferred) > 0) {
+        snprintf(name, 64, "%s", preferred);
         return NULL;
     }
     DIR *d = opendir(dir);
@@ -88,14 +89,14 @@ static const char *choose_variant(const char *dir, char name[64]) {
     return err;
 }
 
-/* Loads the chosen CPU variant; writes its name to variant[64] (may be NULL). Returns NULL, or
+/* Loads the CPU variant choose_variant picks; writes its name to variant[64]. Returns NULL, or
  * what went wrong. */
-static const char *load_backends(char *variant) {
+static const char *load_backends(const char *preferred, char variant[64]) {
     static char err[PATH_MAX + 192];
     const char *dir = backend_dir();
     if (!dir) return "cannot locate libllama";
     char name[64];
-    const char *why = choose_variant(dir, name);
+    const char *why = choose_variant(dir, preferred, name);
     if (why) return why;
     char path[PATH_MAX + 80];
     snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", dir, name);
@@ -103,7 +104,7 @@ static const char *load_backends(char *variant) {
         snprintf(err, sizeof err, "cannot load the ggml CPU backend %s", path);
         return err;
     }
-    if (variant) snprintf(variant, 64, "%s", name);
+    snprintf(variant, 64, "%s", name);
     return NULL;
 }
 

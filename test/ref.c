@@ -304,7 +304,7 @@ int main(int argc, char **argv) {
 
     llama_backend_init();
     char variant[64];
-    const char *err = load_backends(variant);
+    const char *err = load_backends(REFERENCE_VARIANT, variant);
     if (err) die("%s", err);
     if (!strcmp(mode, "--cpu-variant")) {
         printf("%s\n", variant);
