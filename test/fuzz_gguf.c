@@ -53,7 +53,7 @@ static void load(const uint8_t *data, size_t size) {
     memset(&ctx, 0, sizeof ctx);
     ctx.m = &m;
     ctx.n_threads = ctx.n_threads_batch = 1;
-    pool_init(&ctx.pool, 1);
+    ctx.pool = pool_new(1);
     state_init(&ctx.st, &m, n_ctx, T_F16, T_BF16);
     scratch_init(&ctx.sc, &m.c, cap, n_ctx, 1);
     int V = m.c.n_vocab, toks[3] = {0, V / 2, V - 1};
