@@ -1019,7 +1019,7 @@ static int64_t dim_size(const Config *c, Dim d) {
 }
 
 typedef enum { IN_MODEL, IN_ALL, IN_GDN, IN_ATTN } Where;
-typedef enum { REQUIRED, OPTIONAL, PREVIEW } Need;   /* PREVIEW: optional, read only for clover_moe */
+typedef enum { REQUIRED, OPTIONAL, CLOVER_EXTRA } Need;   /* CLOVER_EXTRA: optional, read only for clover_moe (the preview pass) */
 typedef enum { AS_MAT, AS_VEC } Kind;                /* matrix used in place, or small vector read as f32 */
 typedef struct { const char *name; Where where; Need need; Kind kind; size_t field; Dim ne[3]; } TensorName;
 
@@ -1040,12 +1040,12 @@ static const TensorName TENSOR_NAMES[] = {
     {"blk.%d.ssm_a", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, a), {D_VHEADS}},
     {"blk.%d.ssm_norm.weight", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, ssm_norm), {D_STATE}},
     {"blk.%d.ssm_out.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, ssm_out), {D_VALUE, D_EMBD}},
-    {"blk.%d.ssm_conv1d_right.weight", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, conv_right), {D_RIGHT, D_CONV}},
-    {"blk.%d.ssm_a_rev", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, a_rev), {D_VHEADS}},
-    {"blk.%d.ssm_dt_rev.bias", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, dt_rev), {D_VHEADS}},
-    {"blk.%d.ssm_alpha_rev.weight", IN_GDN, PREVIEW, AS_MAT, offsetof(Layer, alpha_rev), {D_EMBD, D_VHEADS}},
-    {"blk.%d.ssm_beta_rev.weight", IN_GDN, PREVIEW, AS_MAT, offsetof(Layer, beta_rev), {D_EMBD, D_VHEADS}},
-    {"blk.%d.ssm_rev_mix", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, rev_mix), {D_VHEADS}},
+    {"blk.%d.ssm_conv1d_right.weight", IN_GDN, CLOVER_EXTRA, AS_VEC, offsetof(Layer, conv_right), {D_RIGHT, D_CONV}},
+    {"blk.%d.ssm_a_rev", IN_GDN, CLOVER_EXTRA, AS_VEC, offsetof(Layer, a_rev), {D_VHEADS}},
+    {"blk.%d.ssm_dt_rev.bias", IN_GDN, CLOVER_EXTRA, AS_VEC, offsetof(Layer, dt_rev), {D_VHEADS}},
+    {"blk.%d.ssm_alpha_rev.weight", IN_GDN, CLOVER_EXTRA, AS_MAT, offsetof(Layer, alpha_rev), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_beta_rev.weight", IN_GDN, CLOVER_EXTRA, AS_MAT, offsetof(Layer, beta_rev), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_rev_mix", IN_GDN, CLOVER_EXTRA, AS_VEC, offsetof(Layer, rev_mix), {D_VHEADS}},
     {"blk.%d.attn_q.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wq), {D_EMBD, D_QG}},
     {"blk.%d.attn_k.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wk), {D_EMBD, D_KV}},
     {"blk.%d.attn_v.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wv), {D_EMBD, D_KV}},
@@ -1187,7 +1187,7 @@ static void model_init(Model *m) {
     bool clover = strcmp(c->arch, "clover_moe") == 0;
     for (size_t i = 0; i < sizeof TENSOR_NAMES / sizeof TENSOR_NAMES[0]; i++) {
         const TensorName *tn = &TENSOR_NAMES[i];
-        if (tn->need == PREVIEW && !clover) continue;
+        if (tn->need == CLOVER_EXTRA && !clover) continue;
         if (tn->where == IN_MODEL) { load_tensor(m, tn, 0, m); continue; }
         for (int il = 0; il < c->n_layer; il++) {
             Layer *L = &m->layers[il];
@@ -1580,6 +1580,11 @@ static void dump_nd(const Ctx *ctx, const char *name, int il, const void *x, boo
 static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n);
 static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0);
 
+/* The two passes over a batch of rows: CAUSAL appends the rows to the state, each computed exactly
+ * as if the tokens came one at a time; PREVIEW is the block-diffusion pass over a block
+ * [id_last, MASK x n] (clover.md 3), which reads the state and never writes it. */
+typedef enum { CAUSAL, PREVIEW } Pass;
+
 /* --- primitives, as llama.cpp's CPU ops compute them ------------------------------------------ */
 /* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w; the sum of squares is accumulated in double. */
 static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
@@ -1845,7 +1850,7 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
             }
 }
 
-static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
+static void gdn_layer(Ctx *ctx, Pass pass, int il, int T, GdnLog *log) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
@@ -1869,7 +1874,7 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
         dump(ctx, "a_softplus", il, alpha, T, H);
     }
     dump(ctx, "gate", il, s->g, T, H);
-    if (dumping(ctx) && !preview) {
+    if (dumping(ctx) && pass == CAUSAL) {
         /* the causal conv recomputed from the ring (read only), with the function gdn_advance uses */
         const float *ring = ctx->st.ring[il];
         float *in = dump_buf(ctx, 2, (size_t)(R + T) * C), *raw = dump_buf(ctx, 3, (size_t)T * C);
@@ -1892,7 +1897,7 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
         memcpy(log->g[il], s->g, (size_t)T * c->n_v_heads * sizeof(float));
         memcpy(log->beta[il], s->beta, (size_t)T * c->n_v_heads * sizeof(float));
     }
-    if (!preview) gdn_advance(ctx, il, T, s->qkv, s->g, s->beta);
+    if (pass == CAUSAL) gdn_advance(ctx, il, T, s->qkv, s->g, s->beta);
     else gdn_preview(ctx, L, il, T);
     if (dumping(ctx)) {
         float *q = dump_buf(ctx, 4, (size_t)T * c->value_dim);
@@ -1901,7 +1906,7 @@ static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
             for (int t = 0; t < T; t++) memcpy(q + (size_t)t * n, s->conv + (size_t)t * C + part * c->key_dim, (size_t)n * sizeof(float));
             dump3(ctx, part == 0 ? "q_conv_predelta" : part == 1 ? "k_conv_predelta" : "v_conv_predelta", il, q, T, n / d, d);
         }
-        if (!preview) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
+        if (pass == CAUSAL) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
         dump3(ctx, "attn_output", il, s->o, T, H, d);
     }
     GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .T = T};
@@ -2022,7 +2027,7 @@ static void dump_qg(const Ctx *ctx, const char *name, int il, int T, int part, b
 /* Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
  * committed prefix (scratch: nothing there is committed) and every row sees the whole prefix and
  * the whole block. */
-static void attn_layer(Ctx *ctx, int il, int T, int pos, bool preview) {
+static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
@@ -2047,12 +2052,13 @@ static void attn_layer(Ctx *ctx, int il, int T, int pos, bool preview) {
         store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
         store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
     }
-    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, preview ? -1 : pos,
+    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pass == PREVIEW ? -1 : pos,
                    ctx->tile_order && T >= 2 && c->head_dim % 4 == 0, dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * c->n_head * hd) : NULL};
     pool_run(ctx->pool, attn_task, &at);
     if (at.pregate) dump(ctx, "attn_pregate", il, at.pregate, T, c->n_head * hd);
     dump(ctx, "attn_gated", il, s->ao, T, c->n_head * hd);
     matmul(ctx, &L->wo, s->ao, T, s->mix);
+    dump(ctx, "attn_output", il, s->mix, T, c->n_embd);
 }
 
 /* --- MoE --------------------------------------------------------------------------------------- */
@@ -2363,14 +2369,14 @@ static void coreset(const Config *c, const float *p, int T, bool *allowed) {
     }
 }
 
-static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
+static void moe_layer(Ctx *ctx, Pass pass, int il, int T) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
     matmul(ctx, &L->router, s->xn, T, s->router);
     dump(ctx, "ffn_moe_logits", il, s->router, T, c->n_expert);
     /* a coreset needs every row's probabilities before any row is routed */
-    bool use_coreset = preview && c->coreset_top_p > 0;
+    bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;
     RouteTask rt = {.c = c, .p = s->router, .sel = s->sel, .w = s->w, .T = T, .softmax = true, .route = !use_coreset};
     pool_run(ctx->pool, route_task, &rt);
     if (use_coreset) {
@@ -2405,53 +2411,65 @@ static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
 }
 
 /* --- the whole pass ---------------------------------------------------------------------------- */
-/* Final norm and LM head for the given rows of the residual stream. */
-static void lm_head(Ctx *ctx, const int *rows, int n_rows, float *logits) {
+/* Final norm and LM head for rows first..first+n-1 of the residual stream: logits [n][n_vocab]. */
+static void lm_head(Ctx *ctx, int first, int n, float *logits) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
-    for (int r = 0; r < n_rows; r++)
-        rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)rows[r] * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
-    dump(ctx, "result_norm", -1, s->xn, n_rows, c->n_embd);
-    matmul(ctx, &ctx->m->output, s->xn, n_rows, logits);
-    dump(ctx, "result_output", -1, logits, n_rows, c->n_vocab);
+    for (int r = 0; r < n; r++)
+        rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)(first + r) * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
+    dump(ctx, "result_norm", -1, s->xn, n, c->n_embd);
+    matmul(ctx, &ctx->m->output, s->xn, n, logits);
+    dump(ctx, "result_output", -1, logits, n, c->n_vocab);
 }
 
-/* Evaluate T <= cap tokens at positions n_past..n_past+T-1.
- * Causal (preview false): appends to the state; every row is computed exactly as if the tokens
- * were fed one at a time (in decoding order; prompt prefill may use the batch order, tile_order).
- * Preview (clover.md 3): the block-diffusion pass over the block; reads the state, never writes it.
- * logits: [T][n_vocab] when all_logits, else the last row only; NULL for none. */
-static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, bool all_logits, GdnLog *log, bool preview) {
+/* Every layer over T <= cap tokens at positions n_past..n_past+T-1, leaving the residual stream in
+ * s->x; log: where the causal pass records the GDN inputs (for the rollback), or NULL. */
+static void forward_layers(Ctx *ctx, Pass pass, const int *tokens, int T, GdnLog *log) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
     int E = c->n_embd, pos = ctx->st.n_past;
     pool_use(ctx->pool, T == 1 ? ctx->n_threads : ctx->n_threads_batch);
+    ctx->dump_preview = pass == PREVIEW;
     for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], s->x + (size_t)t * E);
-    ctx->dump_preview = preview;
     dump(ctx, "model.input_embed", -1, s->x, T, E);
     for (int il = 0; il < c->n_layer; il++) {
         const Layer *L = &ctx->m->layers[il];
         for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->eps);
         dump(ctx, "attn_norm", il, s->xn, T, E);
-        if (L->recurrent) gdn_layer(ctx, il, T, log, preview);   /* dumps its own attn_output: the delta-rule o */
-        else {
-            attn_layer(ctx, il, T, pos, preview);
-            dump(ctx, "attn_output", il, s->mix, T, E);
-        }
+        if (L->recurrent) gdn_layer(ctx, pass, il, T, log);
+        else attn_layer(ctx, pass, il, T, pos);
         for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
         dump(ctx, "attn_residual", il, s->x, T, E);
         for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->post_norm, E, c->eps);
         dump(ctx, "attn_post_norm", il, s->xn, T, E);
-        moe_layer(ctx, il, T, preview);
+        moe_layer(ctx, pass, il, T);
         for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
         dump(ctx, "l_out", il, s->x, T, E);
     }
-    if (!preview) ctx->st.n_past += T;
-    if (!logits) return;
-    int rows[T];
-    int n_rows = 0;
-    for (int t = all_logits ? 0 : T - 1; t < T; t++) rows[n_rows++] = t;
-    lm_head(ctx, rows, n_rows, logits);
+}
+
+/* The causal pass: appends T tokens to the state, every row computed exactly as if the tokens were
+ * fed one at a time (in decoding order; prompt prefill may use the batch order, tile_order);
+ * logits of the last n_logits rows, [n_logits][n_vocab] (0: none). */
+static void forward_causal(Ctx *ctx, const int *tokens, int T, float *logits, int n_logits) {
+    forward_layers(ctx, CAUSAL, tokens, T, NULL);
+    ctx->st.n_past += T;
+    if (n_logits > 0) lm_head(ctx, T - n_logits, n_logits, logits);
+}
+
+/* draft-self's verification: the causal pass with every row's logits, the GDN inputs logged so
+ * that a partly accepted batch can be rolled back and replayed (rollback). */
+static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, GdnLog *log) {
+    forward_layers(ctx, CAUSAL, tokens, T, log);
+    ctx->st.n_past += T;
+    lm_head(ctx, 0, T, logits);
+}
+
+/* The preview pass (clover.md 3) over a block of T rows after the committed prefix: reads the
+ * state, never writes it; logits of every row. */
+static void forward_preview(Ctx *ctx, const int *block, int T, float *logits) {
+    forward_layers(ctx, PREVIEW, block, T, NULL);
+    lm_head(ctx, 0, T, logits);
 }
 
 /* ============================================================================================== */
@@ -4994,7 +5012,7 @@ static void prefill(Ctx *ctx, const int *tokens, int n, float *logits, FILE *dum
     ctx->tile_order = true;
     for (int i = 0; i < n; i += cap) {
         int T = n - i < cap ? n - i : cap;
-        forward_batch(ctx, tokens + i, T, dump ? logits : (i + T == n ? logits : NULL), dump != NULL, NULL, false);
+        forward_causal(ctx, tokens + i, T, logits, dump ? T : logits && i + T == n ? 1 : 0);
         if (dump && fwrite(logits, sizeof(float) * (size_t)V, (size_t)T, dump) != (size_t)T) fatal("writing logits: %s", strerror(errno));
     }
     ctx->tile_order = false;
@@ -5034,7 +5052,7 @@ static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *
     int id_last = prompt[n_prompt - 1];
     t0 = now_seconds();
     while ((a->n_predict < 0 || stats->n_predict <= a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
-        forward_batch(ctx, &id_last, 1, logits, false, NULL, false);
+        forward_causal(ctx, &id_last, 1, logits, 1);
         int id = sample(smp, logits, V);
         stats->n_predict++;
         stats->n_rounds++;
@@ -5087,7 +5105,7 @@ static int draft_block(Ctx *ctx, const Args *a, const EogSet *eog, int id_last, 
     for (int j = 1; j <= n; j++) block[j] = c->mask_id;
     for (int step = 0; step < a->draft_steps; step++) {
         bool last = step == a->draft_steps - 1, leftmost = true;
-        forward_batch(ctx, block, n + 1, logits, true, NULL, true);
+        forward_preview(ctx, block, n + 1, logits);
         for (int j = 1; j <= n; j++) {
             if (block[j] != c->mask_id) continue;
             const float *z = logits + (size_t)(c->shift_logits ? j - 1 : j) * V;
@@ -5160,8 +5178,7 @@ typedef struct { Ctx *ctx; int rounds; } StateCheck;   /* --test-check-state: a 
 
 static void check_state(StateCheck *chk, const Ctx *ctx, const int *tokens, int n) {
     Ctx *sh = chk->ctx;
-    float *unused = NULL;
-    for (int i = 0; i < n; i++) forward_batch(sh, &tokens[i], 1, unused, false, NULL, false);
+    for (int i = 0; i < n; i++) forward_causal(sh, &tokens[i], 1, NULL, 0);
     const Model *m = ctx->m;
     const Config *c = &m->c;
     if (sh->st.n_past != ctx->st.n_past) fatal("state check: n_past %d != plain decoding's %d", ctx->st.n_past, sh->st.n_past);
@@ -5331,7 +5348,7 @@ static void generate_draft_self(Ctx *ctx, Sampler *smp, const EogSet *eog, Print
         batch[0] = id_last;
         for (int j = 0; j < m_drafts; j++) batch[j + 1] = d[j].id;
         gdn_save(m, &ctx->st, &save, false);
-        forward_batch(ctx, batch, m_drafts + 1, logits, true, &log, false);
+        forward_verify(ctx, batch, m_drafts + 1, logits, &log);
         /* 3. accept */
         int n_out = 0, acc = 0, rows = 0;
         bool eog_stop = false;
@@ -5403,7 +5420,7 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
         if (n <= 0) break;
         for (int j = 0; j < n; j++) block[j] = c->mask_id;
         for (int masked = n; masked > 0;) {
-            forward_batch(ctx, block, n, logits, true, NULL, true);
+            forward_preview(ctx, block, n, logits);
             passes++;
             int best_j = -1, best_id = 0, ids[n];
             float best_p = -1, p[n], H;
@@ -5526,7 +5543,7 @@ int main(int argc, char **argv) {
         if (!block) prefill(&ctx, prompt, n_prompt, logits, fp);
         else {   /* commit the prompt, then one preview pass over the block right after it */
             prefill(&ctx, prompt, n_prompt, logits, NULL);
-            forward_batch(&ctx, block, n_block, logits, true, NULL, true);
+            forward_preview(&ctx, block, n_block, logits);
             if (fwrite(logits, sizeof(float) * (size_t)c->n_vocab, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
         }
         if (fclose(fp) != 0) fatal("writing '%s': %s", a.dump_logits, strerror(errno));
@@ -5563,7 +5580,7 @@ int main(int argc, char **argv) {
             prefill(&shadow, prompt, n_prompt - 1, z, NULL);
             int last = prompt[n_prompt - 1];
             while (td.n_truth < limit && shadow.st.n_past < n_ctx) {
-                forward_batch(&shadow, &last, 1, z, false, NULL, false);
+                forward_causal(&shadow, &last, 1, z, 1);
                 last = truth[td.n_truth++] = sample(&greedy, z, c->n_vocab);
             }
             td.kind = DRAFTS_TRUTH;

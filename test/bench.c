@@ -48,10 +48,10 @@ static Times clover_run(Ctx *ctx, const int *ids, int P, int N, int V, float *lo
     prefill(ctx, ids, P, logits, NULL);
     t.prefill = now_seconds() - t0;
     t0 = now_seconds();
-    for (int i = 0; i < N; i++) forward_batch(ctx, ids + P + i, 1, logits, false, NULL, false);
+    for (int i = 0; i < N; i++) forward_causal(ctx, ids + P + i, 1, logits, 1);
     t.decode = now_seconds() - t0;
     t0 = now_seconds();
-    forward_batch(ctx, ids + P + N, V, logits, true, NULL, false);
+    forward_causal(ctx, ids + P + N, V, logits, V);
     t.verify = now_seconds() - t0;
     return t;
 }
