@@ -583,6 +583,7 @@ static uint32_t dot_type(uint32_t wtype) {
 
 static size_t row_bytes(uint32_t type, int64_t n) { return (size_t)(n / TYPES[type].block) * TYPES[type].bytes; }
 
+/* Q8_0: per 32 values d = amax/127, q = round(x/d) (twin: quantize_q8_0_avx2) */
 static void quantize_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *v = x + 32 * b;
@@ -594,6 +595,7 @@ static void quantize_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
     }
 }
 
+/* Q8_K: per 256 values the signed extreme maps to -127, plus the sums of 16 (twin: quantize_q8_K_avx2) */
 static void quantize_q8_K(const float *x, BlockQ8_K *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++) {
         const float *v = x + 256 * b;
@@ -674,6 +676,7 @@ static void bf16_pairs(float acc[16], const void *x, const void *y, int64_t i) {
     }
 }
 
+/* twins: dot_bf16_avx2, dot_bf16_tile_avx2 */
 static float dot_bf16_row(const void *x, const void *y, int64_t n) {
     float c1[16] = {0}, c2[16] = {0};
     int64_t np = n & ~(int64_t)63;
@@ -693,6 +696,7 @@ static float dot_bf16_tile(const void *x, const void *y, int64_t n) {
     return fold(acc, 16);
 }
 
+/* twins: dot_f32_avx2, dot_f16_avx2, dot_f32_tile_avx2, dot_f16_tile_avx2 */
 static float dot_f32_row(const void *w, const void *a, int64_t n) { return dot_float_row(f32_at, w, a, n); }
 static float dot_f16_row(const void *w, const void *a, int64_t n) { return dot_float_row(f16_at, w, a, n); }
 static float dot_f32_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f32_at, w, a, n); }
@@ -718,6 +722,7 @@ static void q8_0_block_lanes(float acc[8], const int8_t *q, const int8_t *a, flo
     for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)dot_i8(q + 4 * l, a + 4 * l, 4), acc[l]);
 }
 
+/* twins: dot_q8_0_avx2, and rows_q8_0_avx2 on several activation rows */
 static float dot_q8_0(const void *w, const void *a, int64_t n) {
     const BlockQ8_0 *x = w, *y = a;
     float acc[8] = {0};
@@ -726,6 +731,7 @@ static float dot_q8_0(const void *w, const void *a, int64_t n) {
     return fold(acc, 8);
 }
 
+/* twins: dot_q4_0_avx2, rows_q4_0_avx2 */
 static float dot_q4_0(const void *w, const void *a, int64_t n) {
     const BlockQ4_0 *x = w;
     const BlockQ8_0 *y = a;
@@ -757,7 +763,7 @@ static int32_t k4_summ(const uint8_t mn[8], const BlockQ8_K *y) {
 
 /* ggml_vec_dot_q4_K_q8_K (AVX2): acc[l] = fma(d, lane_l, acc[l]) with d = d_a d_w; the mins in 4
  * lanes, lane m = m_2m s_2m + m_2m+1 s_2m+1 (s_k = bsum pair k), acc_m = fma(-d_a dmin_w, lane, acc_m);
- * result hsum(acc) + hsum(acc_m). */
+ * result hsum(acc) + hsum(acc_m). Twins: dot_q4_K_avx2, rows_q4_K_avx2. */
 static float dot_q4_K(const void *w, const void *a, int64_t n) {
     const BlockQ4_K *x = w;
     const BlockQ8_K *y = a;
@@ -780,7 +786,8 @@ static float dot_q4_K(const void *w, const void *a, int64_t n) {
 
 /* Q4_K weights with a multiple of 8 rows are repacked by llama.cpp (Q4_K_8x8) and multiplied by
  * ggml_gemv/gemm_q4_K_8x8_q8_K: whole-block integer sums, acc = fma(sumi, d_w d_a, acc) and
- * acc_min = fma(summ, dmin_w d_a, acc_min), result acc - acc_min. */
+ * acc_min = fma(summ, dmin_w d_a, acc_min), result acc - acc_min. Twins: dot_q4_K_8x8_avx2,
+ * rows_q4_K_8x8_avx2. */
 static float dot_q4_K_8x8(const void *w, const void *a, int64_t n) {
     const BlockQ4_K *x = w;
     const BlockQ8_K *y = a;
@@ -799,7 +806,8 @@ static float dot_q4_K_8x8(const void *w, const void *a, int64_t n) {
 
 /* ggml_gemm_q4_K_8x8_q8_K (the batch of 4 activation rows at a time, used for the first T - T % 4
  * rows of a prompt batch of T > 3): as dot_q4_K_8x8 but with a fused multiply-add per pair of
- * 32-element sub-blocks (sb = 0..3) instead of per 256-element block. */
+ * 32-element sub-blocks (sb = 0..3) instead of per 256-element block. Twins: dot_q4_K_8x8_gemm_avx2,
+ * rows_q4_K_8x8_gemm_avx2. */
 static float dot_q4_K_8x8_gemm(const void *w, const void *a, int64_t n) {
     const BlockQ4_K *x = w;
     const BlockQ8_K *y = a;
@@ -822,7 +830,8 @@ static float dot_q4_K_8x8_gemm(const void *w, const void *a, int64_t n) {
 }
 
 /* ggml_vec_dot_q5_K_q8_K (AVX2): as Q4_K, but the mins go into one scalar,
- * summs = fma(-d_a dmin_w, summ, summs) (the C compiler contracts it); result hsum(acc) + summs. */
+ * summs = fma(-d_a dmin_w, summ, summs) (the C compiler contracts it); result hsum(acc) + summs.
+ * Twins: dot_q5_K_avx2, rows_q5_K_avx2. */
 static float dot_q5_K(const void *w, const void *a, int64_t n) {
     const BlockQ5_K *x = w;
     const BlockQ8_K *y = a;
@@ -841,7 +850,8 @@ static float dot_q5_K(const void *w, const void *a, int64_t n) {
 
 /* ggml_vec_dot_q6_K_q8_K (AVX2): unsigned 6-bit q (0..63) in 8 lanes, lane l = sum over the 32-element
  * chunks c of sc[2c + (l >= 4)] * (elements 4l..4l+3 of chunk c), minus the offset
- * 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1); acc[l] = fma(d_a d_w, lane_l, acc[l]); hsum at the end. */
+ * 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1); acc[l] = fma(d_a d_w, lane_l, acc[l]); hsum at the end.
+ * Twins: dot_q6_K_avx2, rows_q6_K_avx2. */
 static float dot_q6_K(const void *w, const void *a, int64_t n) {
     const BlockQ6_K *x = w;
     const BlockQ8_K *y = a;
@@ -864,7 +874,8 @@ static float dot_q6_K(const void *w, const void *a, int64_t n) {
 }
 
 /* Q4_0 weights with a multiple of 8 rows are repacked by llama.cpp (Q4_0_8x8) and multiplied by
- * ggml_gemv/gemm_q4_0_8x8_q8_0: whole-block integer sums, acc = fma(isum, d_w d_a, acc). */
+ * ggml_gemv/gemm_q4_0_8x8_q8_0: whole-block integer sums, acc = fma(isum, d_w d_a, acc). Twins:
+ * dot_q4_0_8x8_avx2, rows_q4_0_8x8_avx2. */
 static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
     const BlockQ4_0 *x = w;
     const BlockQ8_0 *y = a;
@@ -1305,22 +1316,27 @@ static float round_as(uint32_t type, float x) {
 typedef struct {
     int cap;
     float *x, *xn;                  /* residual stream and its normed copy [cap][n_embd] */
-    float *qkv, *z, *beta, *g, *o;  /* GDN: pre-conv rows, gate, beta, log-decay, mixer out */
+    float *qkv, *z, *o;             /* GDN: pre-conv rows u, output gate z, delta-rule output o (then gated-normed) */
+    float *beta_logit, *alpha;      /* GDN: W_beta a, W_alpha a [cap][n_v_heads] */
+    float *beta, *g;                /* GDN: beta = sigmoid(W_beta a), log-decay g [cap][n_v_heads] */
     float *conv;                    /* GDN: post-conv q|k|v rows [cap][conv_dim] */
-    float *qg, *kr, *vr, *ao;       /* attention: q|gate, k, v, head outputs */
+    float *qg, *kr, *vr;            /* attention: per head [q | gate], k, v */
+    float *ao, *ao_gated;           /* attention: head outputs o_h, and o_h * sigmoid(gate_h) [cap][n_head*head_dim] */
     float *att;                     /* attention scores, [n_threads][n_ctx] */
     float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
     float *router, *w;              /* MoE: router probabilities, chosen weights [cap][n_used] */
     int *sel;                       /* MoE: chosen experts [cap][n_used] */
-    float *ge, *ue, *ye;            /* MoE: gate, up [cap*n_used][n_ff], expert outputs [cap*n_used][n_embd], by row j */
+    float *ge, *ue, *he;            /* MoE: gate, up, silu(gate)*up [cap*n_used][n_ff], by row j */
+    float *ye;                      /* MoE: expert outputs [cap*n_used][n_embd], by row j */
     int *slot;                      /* MoE: row j of the pair (t, r), [cap][n_used] (see group_by_expert) */
     float *sh;                      /* shared expert output [cap][n_embd] */
+    float *sh_logit;                /* shared expert gate logit [cap] */
     float *mix;                     /* [cap][n_embd] mixer / FFN output */
     uint8_t *xq;                    /* rounded activations for matmul and the FFNs */
     uint8_t *xq2;                   /* FFNs: the rounded input of gate, where its dot type is not up's */
     uint8_t *pack;                  /* matmul_rows' packed activations, [n_threads][packed_bytes(widest input)] */
     /* preview pass: a copy of the committed GDN state S, and the reverse branch */
-    float *S, *S_rev, *g_rev, *beta_rev, *o_rev;
+    float *S, *S_rev, *beta_rev_logit, *alpha_rev, *beta_rev, *g_rev, *o_rev;
     bool *coreset;                  /* [n_expert] experts the block's rows may use */
 } Scratch;
 
@@ -1336,9 +1352,9 @@ static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) 
     size_t maxin = (size_t)c->n_embd;
     size_t ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, (size_t)c->n_ff, (size_t)c->n_ff_shexp};
     for (int i = 0; i < 4; i++) if (ins[i] > maxin) maxin = ins[i];
-    size_t per_row = 4 * (size_t)c->n_embd + 2 * (size_t)c->conv_dim + 3 * (size_t)c->value_dim + 4 * (size_t)c->n_v_heads +
-                     3 * (size_t)c->n_head * c->head_dim + 2 * (size_t)c->n_head_kv * c->head_dim + (size_t)c->n_expert +
-                     3 * K + 2 * K * (size_t)c->n_embd + 2 * K * ff + K * maxin;
+    size_t per_row = 4 * (size_t)c->n_embd + 2 * (size_t)c->conv_dim + 3 * (size_t)c->value_dim + 8 * (size_t)c->n_v_heads +
+                     4 * (size_t)c->n_head * c->head_dim + 2 * (size_t)c->n_head_kv * c->head_dim + (size_t)c->n_expert +
+                     3 * K + 2 * K * (size_t)c->n_embd + 3 * K * ff + K * maxin + 1;
     size_t floats = mul_size(T, per_row, "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
@@ -1357,14 +1373,18 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->xn = xcalloc(T * E, 4);
     s->mix = xcalloc(T * E, 4);
     s->sh = xcalloc(T * E, 4);
+    s->sh_logit = xcalloc(T, 4);
     s->qkv = xcalloc(T * (size_t)c->conv_dim, 4);
     s->conv = xcalloc(T * (size_t)c->conv_dim, 4);
     s->z = xcalloc(T * (size_t)c->value_dim, 4);
     s->o = xcalloc(T * (size_t)c->value_dim, 4);
+    s->beta_logit = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->alpha = xcalloc(T * (size_t)c->n_v_heads, 4);
     s->beta = xcalloc(T * (size_t)c->n_v_heads, 4);
     s->g = xcalloc(T * (size_t)c->n_v_heads, 4);
     s->qg = xcalloc(T * 2 * (size_t)c->n_head * c->head_dim, 4);
     s->ao = xcalloc(T * (size_t)c->n_head * c->head_dim, 4);
+    s->ao_gated = xcalloc(T * (size_t)c->n_head * c->head_dim, 4);
     s->kr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
@@ -1376,13 +1396,16 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->xq2 = xcalloc(T * K * E, 4);
     s->ge = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
+    s->he = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
     s->ye = xcalloc(T * K * E, 4);
     s->xq = xcalloc(T * K * maxin, 4);
     s->pack = xcalloc((size_t)n_threads, packed_bytes((int64_t)maxin));
     s->S = xcalloc(S_floats(c), 4);
     s->S_rev = xcalloc(S_floats(c), 4);
-    s->g_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->beta_rev_logit = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->alpha_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
     s->beta_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->g_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
     s->o_rev = xcalloc(T * (size_t)c->value_dim, 4);
     s->coreset = xcalloc((size_t)c->n_expert, sizeof(bool));
 }
@@ -1418,7 +1441,6 @@ typedef struct {
     regex_t dump_filter;            /* --dump-filter: which names (default: all) */
     struct Dumps *dumps;            /* --dump-tensors: the files written so far, scratch (see dump_nd) */
     bool dump_preview;              /* the pass being dumped is a preview pass */
-    int dump_il;                    /* the layer being dumped, for the MoE helpers */
 } Ctx;
 
 /* ============================================================================================== */
@@ -1579,6 +1601,15 @@ static float *dump_buf(const Ctx *ctx, int i, size_t n);
 static void dump_nd(const Ctx *ctx, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0);
 static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n);
 static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0);
+static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0);
+/* values the math does not keep, recomputed from what it keeps (section 10) */
+static void dump_a_softplus(const Ctx *ctx, int il, int T);
+static void dump_gdn_conv(const Ctx *ctx, int il, int T);
+static void dump_q_heads(const Ctx *ctx, const char *name, int il, int T);
+static void dump_gates(const Ctx *ctx, int il, int T);
+static void dump_routing(const Ctx *ctx, int il, int T);
+static void dump_experts(const Ctx *ctx, int il, int T);
+static void dump_shared_expert(const Ctx *ctx, int il, int T);
 
 /* The two passes over a batch of rows: CAUSAL appends the rows to the state, each computed exactly
  * as if the tokens came one at a time; PREVIEW is the block-diffusion pass over a block
@@ -1622,7 +1653,8 @@ static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
 /* softmax in place: subtract the max, exponentiate, normalise by a double-precision sum. As in
- * llama.cpp, whole groups of 16 use expf_ggml and are summed by halving; the tail uses libm. */
+ * llama.cpp, whole groups of 16 use expf_ggml and are summed by halving; the tail uses libm.
+ * Twin: softmax_avx2. */
 static void softmax(float *x, int n) {
     float max = -INFINITY;
     for (int i = 0; i < n; i++)   /* ggml_vec_max_f32's MAX(); fmaxf would be a libm call per score */
@@ -1639,7 +1671,7 @@ static void softmax(float *x, int n) {
     for (int j = 0; j < n; j++) x[j] *= inv;
 }
 
-/* y[i] = silu(x[i]) (y may be x) */
+/* y[i] = silu(x[i]) (y may be x; twin: silu_row_avx2) */
 static void silu_row(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] = silu(x[i]);
 }
@@ -1667,7 +1699,8 @@ static void embed(const Model *m, int token, float *x) {
 /* --- Gated DeltaNet --------------------------------------------------------------------------- */
 /* Depthwise causal conv (before SiLU) of T rows u_t, channels [ch0, ch1): over X = [ring | u],
  * the ring's d_conv-1 rows (oldest first) then the T rows, y_t[c] = sum_j w[c][j] X[t+j][c]; tap
- * d_conv-1 is u_t itself. Each channel is independent, so threads may take channel ranges. */
+ * d_conv-1 is u_t itself; wc: the taps [C][K]. Each channel is independent, so threads may take
+ * channel ranges. Twin: gdn_conv_avx2. */
 static void gdn_conv(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
     for (int t = 0; t < T; t++) {
         const float *X[64];   /* rows t .. t+K-1 of X (d_conv <= 64) */
@@ -1703,7 +1736,7 @@ static void gdn_qk_norm(const Config *c, float *y) {
 
 /* The gated delta rule for one value head and one row, on S (transposed, see State):
  *   S <- exp(g) S;  delta = beta (v - S^T k);  S <- S + k delta^T;  o = (S^T q) / sqrt(d)
- * Value head h reads q/k head h % n_k_heads (the GGUF's tiled head order). */
+ * Value head h reads q/k head h % n_k_heads (the GGUF's tiled head order). Twin: delta_rule_avx2. */
 static void delta_rule(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
     float decay = expf(g), scale = 1.0f / sqrtf((float)d);
     for (int j = 0; j < d; j++) {
@@ -1784,12 +1817,14 @@ static void gdn_conv_right(const Config *c, const Layer *L, const float *u, floa
                 y[(size_t)t * C + ch] += L->conv_right[(size_t)ch * R + d - 1] * u[(size_t)(t + d) * C + ch];
 }
 
-/* beta = sigmoid(W_beta x), g = softplus(W_alpha x + dt_bias) * a (a = -exp(A_log) < 0: g is a log-decay). */
-static void gdn_gates(const Config *c, const float *a, const float *dt, float *g, float *beta, int T) {
+/* beta = sigmoid(W_beta x), g = softplus(W_alpha x + dt_bias) * a (a = -exp(A_log) < 0: g is a
+ * log-decay), per value head; beta_logit = W_beta x, alpha = W_alpha x. */
+static void gdn_gates(const Config *c, const float *a, const float *dt, const float *alpha, const float *beta_logit, int T,
+                      float *g, float *beta) {
     for (size_t i = 0; i < (size_t)T * c->n_v_heads; i++) {
         int h = (int)(i % c->n_v_heads);
-        beta[i] = sigmoid(beta[i]);
-        g[i] = softplus(g[i] + dt[h]) * a[h];
+        beta[i] = sigmoid(beta_logit[i]);
+        g[i] = softplus(alpha[i] + dt[h]) * a[h];
     }
 }
 
@@ -1836,9 +1871,9 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T};
     pool_run(ctx->pool, gdn_scan_task, &fwd);
     if (!L->a_rev) return;
-    matmul(ctx, &L->beta_rev, s->xn, T, s->beta_rev);
-    matmul(ctx, &L->alpha_rev, s->xn, T, s->g_rev);
-    gdn_gates(c, L->a_rev, L->dt_rev, s->g_rev, s->beta_rev, T);
+    matmul(ctx, &L->beta_rev, s->xn, T, s->beta_rev_logit);
+    matmul(ctx, &L->alpha_rev, s->xn, T, s->alpha_rev);
+    gdn_gates(c, L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, s->g_rev, s->beta_rev);
     memset(s->S_rev, 0, S_floats(c) * sizeof(float));
     ScanTask rev = {.c = c, .S = s->S_rev, .y = s->conv, .g = s->g_rev, .beta = s->beta_rev, .o = s->o_rev, .T = T, .reverse = true};
     pool_run(ctx->pool, gdn_scan_task, &rev);
@@ -1850,65 +1885,38 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
             }
 }
 
+/* A Gated DeltaNet layer (README: the GDN pseudocode), the mixer output in s->mix. */
 static void gdn_layer(Ctx *ctx, Pass pass, int il, int T, GdnLog *log) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
+    int H = c->n_v_heads, C = c->conv_dim, d = c->d_state;
     matmul(ctx, &L->qkv, s->xn, T, s->qkv);
     matmul(ctx, &L->gate, s->xn, T, s->z);
-    matmul(ctx, &L->beta, s->xn, T, s->beta);
-    matmul(ctx, &L->alpha, s->xn, T, s->g);
-    int H = c->n_v_heads, C = c->conv_dim, d = c->d_state, R = c->d_conv - 1;
-    float *alpha = NULL;
-    if (dumping(ctx)) {
-        dump3(ctx, "beta", il, s->beta, T, H, 1);
-        dump(ctx, "alpha", il, s->g, T, H);
-        alpha = memcpy(dump_buf(ctx, 0, (size_t)T * H), s->g, (size_t)T * H * sizeof(float));
-    }
-    gdn_gates(c, L->a, L->dt, s->g, s->beta, T);
+    matmul(ctx, &L->beta, s->xn, T, s->beta_logit);
+    matmul(ctx, &L->alpha, s->xn, T, s->alpha);
+    dump3(ctx, "beta", il, s->beta_logit, T, H, 1);
+    dump(ctx, "alpha", il, s->alpha, T, H);
+    gdn_gates(c, L->a, L->dt, s->alpha, s->beta_logit, T, s->g, s->beta);
     dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, T, C);
     dump(ctx, "z", il, s->z, T, c->value_dim);
     dump3(ctx, "beta_sigmoid", il, s->beta, T, H, 1);
-    if (alpha) {   /* a_softplus, as gdn_gates computes it on the way to g */
-        for (int i = 0; i < T * H; i++) alpha[i] = softplus(alpha[i] + L->dt[i % H]);
-        dump(ctx, "a_softplus", il, alpha, T, H);
-    }
+    dump_a_softplus(ctx, il, T);
     dump(ctx, "gate", il, s->g, T, H);
-    if (dumping(ctx) && pass == CAUSAL) {
-        /* the causal conv recomputed from the ring (read only), with the function gdn_advance uses */
-        const float *ring = ctx->st.ring[il];
-        float *in = dump_buf(ctx, 2, (size_t)(R + T) * C), *raw = dump_buf(ctx, 3, (size_t)T * C);
-        for (int ch = 0; ch < C; ch++)
-            for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : s->qkv[(size_t)(j - R) * C + ch];
-        dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
-        kernels()->gdn_conv(L->conv, c->d_conv, c->conv_dim, ring, s->qkv, T, 0, C, raw);
-        dump(ctx, "conv_output_raw", il, raw, T, C);
-        for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
-        dump(ctx, "conv_output_silu", il, raw, T, C);
-        float *q = dump_buf(ctx, 4, (size_t)T * c->key_dim);
-        for (int part = 0; part < 2; part++) {
-            for (int t = 0; t < T; t++) memcpy(q + (size_t)t * c->key_dim, raw + (size_t)t * C + part * c->key_dim, (size_t)c->key_dim * sizeof(float));
-            dump3(ctx, part ? "k_conv" : "q_conv", il, q, T, c->n_k_heads, d);
-        }
-        dump_nd(ctx, "state_predelta", il, ctx->st.S[il], false, 1, H, d, d);
-    }
     if (log) {
-        memcpy(log->u[il], s->qkv, (size_t)T * c->conv_dim * sizeof(float));
-        memcpy(log->g[il], s->g, (size_t)T * c->n_v_heads * sizeof(float));
-        memcpy(log->beta[il], s->beta, (size_t)T * c->n_v_heads * sizeof(float));
+        memcpy(log->u[il], s->qkv, (size_t)T * C * sizeof(float));
+        memcpy(log->g[il], s->g, (size_t)T * H * sizeof(float));
+        memcpy(log->beta[il], s->beta, (size_t)T * H * sizeof(float));
     }
-    if (pass == CAUSAL) gdn_advance(ctx, il, T, s->qkv, s->g, s->beta);
-    else gdn_preview(ctx, L, il, T);
-    if (dumping(ctx)) {
-        float *q = dump_buf(ctx, 4, (size_t)T * c->value_dim);
-        for (int part = 0; part < 3; part++) {
-            int n = part < 2 ? c->key_dim : c->value_dim;
-            for (int t = 0; t < T; t++) memcpy(q + (size_t)t * n, s->conv + (size_t)t * C + part * c->key_dim, (size_t)n * sizeof(float));
-            dump3(ctx, part == 0 ? "q_conv_predelta" : part == 1 ? "k_conv_predelta" : "v_conv_predelta", il, q, T, n / d, d);
-        }
-        if (pass == CAUSAL) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
-        dump3(ctx, "attn_output", il, s->o, T, H, d);
-    }
+    if (pass == CAUSAL) {
+        dump_gdn_conv(ctx, il, T);   /* conv_input .. k_conv and state_predelta, from the ring before it moves */
+        gdn_advance(ctx, il, T, s->qkv, s->g, s->beta);
+    } else gdn_preview(ctx, L, il, T);
+    dump_slice(ctx, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
+    dump_slice(ctx, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
+    dump_slice(ctx, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
+    if (pass == CAUSAL) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
+    dump3(ctx, "attn_output", il, s->o, T, H, d);
     GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .T = T};
     pool_run(ctx->pool, gdn_gated_norm_task, &gn);
     dump(ctx, "final_output", il, s->o, T, c->value_dim);
@@ -1925,7 +1933,6 @@ typedef struct {
     int n_keys;
     int causal_from;         /* row t sees keys < causal_from + t + 1 (causal), or all n_keys if < 0 */
     bool tile;               /* prompt batch: the V sum in tinyBLAS order */
-    float *pregate;          /* --dump-tensors: the head outputs before the gate [T][n_head*head_dim], or NULL */
 } AttnTask;
 
 /* soft_max_ext over one row of scores, as ggml_vec_soft_max_f32 sees it: llama.cpp's row spans the
@@ -1937,7 +1944,8 @@ static void attn_softmax(float *x, int n) {
     kernels()->softmax(x, np);
 }
 
-/* p_j <- round_as(type, p_j) for j < n: the probabilities as the V sum's matmul rounds them */
+/* p_j <- round_as(type, p_j) for j < n: the probabilities as the V sum's matmul rounds them
+ * (twin: round_row_as_avx2) */
 static void round_row_as(uint32_t type, float *p, int n) {
     for (int j = 0; j < n; j++) p[j] = round_as(type, p[j]);
 }
@@ -1946,7 +1954,7 @@ static void round_row_as(uint32_t type, float *p, int n) {
  * at V + j*vstride in cache type `type`. llamafile tinyBLAS (a prompt batch) puts key j in lane
  * j % 16, ggml_vec_dot_f32 (one row) in lane j % 64, by fused multiply-adds; lanes are then folded
  * by halving, as fold() does. Masked positions add exact zeros in llama.cpp, so they are skipped.
- * acc holds the lanes x hd accumulators; each V row is read once, whole. */
+ * acc holds the lanes x hd accumulators; each V row is read once, whole. Twin: attn_v_sum_avx2. */
 static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
     memset(acc, 0, (size_t)lanes * hd * sizeof(float));
     for (int j = 0; j < n; j++) {
@@ -1960,9 +1968,9 @@ static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const fl
     memcpy(o, acc, (size_t)hd * sizeof(float));
 }
 
-/* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see.
- * q is rounded to the cache type before the dot and p before the V sum, as llama.cpp's matmuls
- * do with an f16/bf16 cache. */
+/* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see,
+ * and o * sigmoid(gate). q is rounded to the cache type before the dot and p before the V sum, as
+ * llama.cpp's matmuls do with an f16/bf16 cache. */
 static void attn_task(void *p, int ith, int nth) {
     const AttnTask *at = p;
     const Config *c = &at->ctx->m->c;
@@ -1985,46 +1993,38 @@ static void attn_task(void *p, int ith, int nth) {
         float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
         kn->attn_v_sum(at->v_type, at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes, vstride, sc, n, at->tile ? 16 : 64, hd,
               s->vacc + (size_t)ith * 64 * hd, o);
-        if (at->pregate) memcpy(at->pregate + (size_t)t * c->n_head * hd + (size_t)h * hd, o, (size_t)hd * sizeof(float));
+        float *og = s->ao_gated + (size_t)t * c->n_head * hd + (size_t)h * hd;
         const float *gate = q + hd;
-        for (int i = 0; i < hd; i++) o[i] *= sigmoid(gate[i]);
+        for (int i = 0; i < hd; i++) og[i] = o[i] * sigmoid(gate[i]);
     }
 }
 
-/* q/k RMSNorm (q in place inside qg, k in kr), then RoPE at positions pos.. */
-static void attn_qk_prepare(const Config *c, const Layer *L, Scratch *s, int T, int pos, bool do_rope) {
+/* RMSNorm of every q head (in place inside qg) and k head (in kr), with their own weights. */
+static void attn_qk_norm(const Config *c, const Layer *L, Scratch *s, int T) {
     int hd = c->head_dim;
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < c->n_head; h++) {
             float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
-            if (!do_rope) rmsnorm(q, q, L->q_norm, hd, c->eps);
-            else rope(q, c->n_rot, pos + t, c->rope_base);
+            rmsnorm(q, q, L->q_norm, hd, c->eps);
         }
         for (int g = 0; g < c->n_head_kv; g++) {
             float *k = s->kr + ((size_t)t * c->n_head_kv + g) * hd;
-            if (!do_rope) rmsnorm(k, k, L->k_norm, hd, c->eps);
-            else rope(k, c->n_rot, pos + t, c->rope_base);
+            rmsnorm(k, k, L->k_norm, hd, c->eps);
         }
     }
 }
 
-/* --dump-tensors: the q (part 0) or gate (part 1) halves of qg as [T][n_head][head_dim] */
-static void dump_qg(const Ctx *ctx, const char *name, int il, int T, int part, bool sigm) {
-    if (!dumping(ctx)) return;
-    const Config *c = &ctx->m->c;
-    int hd = c->head_dim, H = c->n_head;
-    float *b = dump_buf(ctx, 5, (size_t)T * H * hd);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < H; h++)
-            for (int i = 0; i < hd; i++) {
-                float v = ctx->sc.qg[((size_t)t * H + h) * 2 * hd + (size_t)part * hd + i];
-                b[((size_t)t * H + h) * hd + i] = sigm ? sigmoid(v) : v;
-            }
-    if (part) dump(ctx, name, il, b, T, H * hd);
-    else dump3(ctx, name, il, b, T, H, hd);
+/* RoPE of every q and k head, row t at position pos + t. */
+static void attn_rope(const Config *c, Scratch *s, int T, int pos) {
+    int hd = c->head_dim;
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < c->n_head; h++) rope(s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd, c->n_rot, pos + t, c->rope_base);
+        for (int g = 0; g < c->n_head_kv; g++) rope(s->kr + ((size_t)t * c->n_head_kv + g) * hd, c->n_rot, pos + t, c->rope_base);
+    }
 }
 
-/* Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
+/* A gated attention layer (README: the attention pseudocode), the mixer output in s->mix.
+ * Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
  * committed prefix (scratch: nothing there is committed) and every row sees the whole prefix and
  * the whole block. */
 static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
@@ -2032,32 +2032,30 @@ static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
     State *st = &ctx->st;
-    int kvd = c->n_head_kv * c->head_dim;
+    int hd = c->head_dim, kvd = c->n_head_kv * hd;
     matmul(ctx, &L->wq, s->xn, T, s->qg);
     matmul(ctx, &L->wk, s->xn, T, s->kr);
     matmul(ctx, &L->wv, s->xn, T, s->vr);
-    int hd = c->head_dim;
     dump(ctx, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
-    dump_qg(ctx, "Qcur_reshaped", il, T, 0, false);
-    dump_qg(ctx, "gate_reshaped", il, T, 1, false);
-    dump_qg(ctx, "gate_sigmoid", il, T, 1, true);
+    dump_q_heads(ctx, "Qcur_reshaped", il, T);
+    dump_gates(ctx, il, T);   /* gate_reshaped, gate_sigmoid */
     dump(ctx, "Vcur", il, s->vr, T, kvd);
-    attn_qk_prepare(c, L, s, T, pos, false);
-    dump_qg(ctx, "Qcur_normed", il, T, 0, false);
+    attn_qk_norm(c, L, s, T);
+    dump_q_heads(ctx, "Qcur_normed", il, T);
     dump3(ctx, "Kcur_normed", il, s->kr, T, c->n_head_kv, hd);
-    attn_qk_prepare(c, L, s, T, pos, true);
-    dump_qg(ctx, "Qcur", il, T, 0, false);
+    attn_rope(c, s, T, pos);
+    dump_q_heads(ctx, "Qcur", il, T);
     dump3(ctx, "Kcur", il, s->kr, T, c->n_head_kv, hd);
     for (int t = 0; t < T; t++) {
         store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
         store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
     }
     AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pass == PREVIEW ? -1 : pos,
-                   ctx->tile_order && T >= 2 && c->head_dim % 4 == 0, dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * c->n_head * hd) : NULL};
+                   ctx->tile_order && T >= 2 && hd % 4 == 0};
     pool_run(ctx->pool, attn_task, &at);
-    if (at.pregate) dump(ctx, "attn_pregate", il, at.pregate, T, c->n_head * hd);
-    dump(ctx, "attn_gated", il, s->ao, T, c->n_head * hd);
-    matmul(ctx, &L->wo, s->ao, T, s->mix);
+    dump(ctx, "attn_pregate", il, s->ao, T, c->n_head * hd);
+    dump(ctx, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
+    matmul(ctx, &L->wo, s->ao_gated, T, s->mix);
     dump(ctx, "attn_output", il, s->mix, T, c->n_embd);
 }
 
@@ -2105,7 +2103,7 @@ typedef struct {
     int T, M;
     const int *slot;
     bool batch;                      /* a dense batch of prompt processing (the shared expert), see matmul_rows */
-    float *u, *g, *h, *y;            /* per row j: [n_ff] x3 (h may be g: computed in place), [n_out of down] */
+    float *u, *g, *h, *y;            /* per row j: [n_ff] x3, [n_out of down] */
     uint8_t *xu, *xg, *xh;           /* rounded inputs of up, gate (xu where the types agree), down (may be xu:
                                         written only once up and gate are done) */
     uint8_t *pack;                   /* per thread (matmul_rows) */
@@ -2248,21 +2246,6 @@ static void moe_sum_task(void *p, int ith, int nth) {
     }
 }
 
-/* --dump-tensors: an expert buffer's rows (n values each) in llama.cpp's order [T][n_used][n]
- * (rank -1: zeros), each times its routing weight when w is not NULL (ffn_moe_weighted). */
-static void dump_pairs(const Ctx *ctx, const char *name, const float *x, int n, int T, const float *w) {
-    int K = ctx->m->c.n_expert_used;
-    float *d = dump_buf(ctx, 9, (size_t)T * K * n);
-    for (int i = 0; i < T * K; i++) {
-        int j = ctx->sc.slot[i];
-        for (int k = 0; k < n; k++) {
-            float v = j < 0 ? 0 : x[(size_t)j * n + k];
-            d[(size_t)i * n + k] = w ? v * w[i] : v;
-        }
-    }
-    dump3(ctx, name, ctx->dump_il, d, T, K, n);
-}
-
 /* Expert FFNs for T rows whose choices are in s->sel/s->w, then
  *   moe[t] = sum_r w_r * down_e(silu(gate_e m) * up_e m),  summed in rank order r = 0, 1, ... */
 static void moe_experts(Ctx *ctx, const Layer *L, int T) {
@@ -2270,55 +2253,31 @@ static void moe_experts(Ctx *ctx, const Layer *L, int T) {
     Scratch *s = &ctx->sc;
     int first[c->n_expert + 1], expert[c->n_expert];
     int n_groups = group_by_expert(c, s->sel, T, first, expert, s->slot);
-    int F = c->n_ff, K = c->n_expert_used;
-    float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * K * F) : s->ge;   /* keep g for the dump */
     FfnTask f = {.up = &L->up_exps, .gate = &L->gate_exps, .down = &L->down_exps, .expert = expert, .first = first,
-                 .n_groups = n_groups, .x = s->xn, .T = T, .M = K, .slot = s->slot, .batch = false,
-                 .u = s->ue, .g = s->ge, .h = h, .y = s->ye, .xu = s->xq, .xg = gate_input(s, &L->up_exps, &L->gate_exps), .xh = s->xq,
+                 .n_groups = n_groups, .x = s->xn, .T = T, .M = c->n_expert_used, .slot = s->slot, .batch = false,
+                 .u = s->ue, .g = s->ge, .h = s->he, .y = s->ye, .xu = s->xq, .xg = gate_input(s, &L->up_exps, &L->gate_exps), .xh = s->xq,
                  .pack = s->pack};
     pool_run(ctx->pool, ffn_task, &f);
     MoeSumTask ms = {.c = c, .slot = s->slot, .w = s->w, .y = s->ye, .out = s->mix, .T = T};
     pool_run(ctx->pool, moe_sum_task, &ms);
-    if (dumping(ctx)) {
-        dump_pairs(ctx, "ffn_moe_gate", s->ge, F, T, NULL);
-        dump_pairs(ctx, "ffn_moe_up", s->ue, F, T, NULL);
-        dump_pairs(ctx, "ffn_moe_swiglu", h, F, T, NULL);
-        dump_pairs(ctx, "ffn_moe_down", s->ye, c->n_embd, T, NULL);
-        dump_pairs(ctx, "ffn_moe_weighted", s->ye, c->n_embd, T, s->w);
-    }
 }
 
 /* Shared expert, gated by a sigmoid scalar: mix += sigmoid(g . m) * down(silu(gate m) * up m). */
 static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
-    int E = c->n_embd, F = c->n_ff_shexp;
-    int il = ctx->dump_il;
+    int E = c->n_embd;
     int first[2] = {0, T};
-    float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * F) : s->ge;   /* keep g for the dump */
     FfnTask f = {.up = &L->up_shexp, .gate = &L->gate_shexp, .down = &L->down_shexp, .expert = NULL, .first = first,
                  .n_groups = 1, .x = s->xn, .T = T, .M = 1, .slot = NULL, .batch = ctx->tile_order,
-                 .u = s->ue, .g = s->ge, .h = h, .y = s->sh, .xu = s->xq, .xg = gate_input(s, &L->up_shexp, &L->gate_shexp), .xh = s->xq,
+                 .u = s->ue, .g = s->ge, .h = s->he, .y = s->sh, .xu = s->xq, .xg = gate_input(s, &L->up_shexp, &L->gate_shexp), .xh = s->xq,
                  .pack = s->pack};
     pool_run(ctx->pool, ffn_task, &f);
-    dump(ctx, "ffn_gate", il, s->ge, T, F);
-    dump(ctx, "ffn_up", il, s->ue, T, F);
-    dump(ctx, "ffn_swiglu", il, h, T, F);
-    dump(ctx, "ffn_shexp", il, s->sh, T, E);
-    float *dgl = dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * (E + 2)) : NULL;   /* logit, sigmoid, gated rows */
     for (int t = 0; t < T; t++) {
         /* a one-row mul_mat: tinyBLAS declines it (rows % 4 != 0), so ggml_vec_dot_f32 order */
-        float logit = dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E), gate = sigmoid(logit);
+        s->sh_logit[t] = dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E);
+        float gate = sigmoid(s->sh_logit[t]);
         for (int i = 0; i < E; i++) s->mix[(size_t)t * E + i] += s->sh[(size_t)t * E + i] * gate;
-        if (!dgl) continue;
-        dgl[t] = logit;
-        dgl[T + t] = gate;
-        for (int i = 0; i < E; i++) dgl[2 * (size_t)T + (size_t)t * E + i] = s->sh[(size_t)t * E + i] * gate;
-    }
-    if (dgl) {
-        dump(ctx, "shared_expert_gate", il, dgl, T, 1);
-        dump(ctx, "shared_expert_gate_sigmoid", il, dgl + T, T, 1);
-        dump(ctx, "ffn_shexp_gated", il, dgl + 2 * (size_t)T, T, E);
     }
 }
 
@@ -2384,29 +2343,14 @@ static void moe_layer(Ctx *ctx, Pass pass, int il, int T) {
         RouteTask rc = {.c = c, .p = s->router, .allowed = s->coreset, .sel = s->sel, .w = s->w, .T = T, .route = true};
         pool_run(ctx->pool, route_task, &rc);
     }
-    int K = c->n_expert_used;
     dump(ctx, "ffn_moe_probs", il, s->router, T, c->n_expert);
-    if (dumping(ctx)) {   /* the routing steps inside route_top_k, recomputed from its inputs and outputs */
-        dump_nd(ctx, "ffn_moe_topk", il, s->sel, true, T, 1, 1, K);
-        float *w = dump_buf(ctx, 0, (size_t)T * (K + 2));
-        for (int t = 0; t < T; t++) {
-            float sum = 0;
-            for (int r = 0; r < K; r++) {
-                int e = s->sel[(size_t)t * K + r];
-                sum += w[(size_t)t * K + r] = e >= 0 ? s->router[(size_t)t * c->n_expert + e] : 0;
-            }
-            w[(size_t)T * K + t] = sum;
-            w[(size_t)T * (K + 1) + t] = fmaxf(sum, 6.103515625e-5f);
-        }
-        dump3(ctx, "ffn_moe_weights", il, w, T, K, 1);
-        dump(ctx, "ffn_moe_weights_sum", il, w + (size_t)T * K, T, 1);
-        dump(ctx, "ffn_moe_weights_sum_clamped", il, w + (size_t)T * (K + 1), T, 1);
-    }
-    dump(ctx, "ffn_moe_weights_norm", il, s->w, T, K);
-    ctx->dump_il = il;
+    dump_routing(ctx, il, T);   /* ffn_moe_topk, ffn_moe_weights[_sum[_clamped]]: route_top_k's steps */
+    dump(ctx, "ffn_moe_weights_norm", il, s->w, T, c->n_expert_used);
     moe_experts(ctx, L, T);
+    dump_experts(ctx, il, T);   /* ffn_moe_gate, _up, _swiglu, _down, _weighted, by chosen slot */
     dump(ctx, "ffn_moe_out", il, s->mix, T, c->n_embd);
     moe_shared(ctx, L, T);
+    dump_shared_expert(ctx, il, T);   /* ffn_gate .. ffn_shexp_gated */
     dump(ctx, "ffn_out", il, s->mix, T, c->n_embd);
 }
 
@@ -2604,6 +2548,15 @@ static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int 
     dump_nd(ctx, name, il, x, false, T, 1, n1, n0);
 }
 
+/* T rows of n1 x n0 floats that sit `stride` floats apart (a slice of wider rows) */
+static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0) {
+    if (!dumping(ctx)) return;
+    size_t n = (size_t)n1 * n0;
+    float *b = dump_buf(ctx, 4, (size_t)T * n);
+    for (int t = 0; t < T; t++) memcpy(b + (size_t)t * n, x + (size_t)t * stride, n * sizeof(float));
+    dump3(ctx, name, il, b, T, n1, n0);
+}
+
 /* DIR/index.tsv: one line per file written in this run. */
 static void dump_index(const Ctx *ctx) {
     if (!ctx->dump_dir) return;
@@ -2631,18 +2584,144 @@ static void dump_index(const Ctx *ctx) {
     if (fclose(f) != 0) fatal("cannot write '%s': %s", path, strerror(errno));
 }
 
+/* --- Values the math does not keep, recomputed from what it keeps ------------------------------ */
+/* a_softplus = softplus(W_alpha a + dt_bias), gdn_gates' step before the product with ssm_a */
+static void dump_a_softplus(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    int H = ctx->m->c.n_v_heads;
+    const float *dt = ctx->m->layers[il].dt;
+    float *b = dump_buf(ctx, 0, (size_t)T * H);
+    for (int i = 0; i < T * H; i++) b[i] = softplus(ctx->sc.alpha[i] + dt[i % H]);
+    dump(ctx, "a_softplus", il, b, T, H);
+}
+
+/* The causal conv, recomputed from the ring before gdn_advance moves it, with the kernel
+ * gdn_advance uses: conv_input (channel-major [ring | u]), conv_output_raw, conv_output_silu,
+ * q_conv, k_conv; and the state before the batch, state_predelta. */
+static void dump_gdn_conv(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    const Config *c = &ctx->m->c;
+    const float *ring = ctx->st.ring[il], *u = ctx->sc.qkv;
+    int C = c->conv_dim, R = c->d_conv - 1, d = c->d_state;
+    float *in = dump_buf(ctx, 2, (size_t)(R + T) * C), *raw = dump_buf(ctx, 3, (size_t)T * C);
+    for (int ch = 0; ch < C; ch++)
+        for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : u[(size_t)(j - R) * C + ch];
+    dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
+    kernels()->gdn_conv(ctx->m->layers[il].conv, c->d_conv, C, ring, u, T, 0, C, raw);
+    dump(ctx, "conv_output_raw", il, raw, T, C);
+    for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
+    dump(ctx, "conv_output_silu", il, raw, T, C);
+    dump_slice(ctx, "q_conv", il, raw, C, T, c->n_k_heads, d);
+    dump_slice(ctx, "k_conv", il, raw + c->key_dim, C, T, c->n_k_heads, d);
+    dump_nd(ctx, "state_predelta", il, ctx->st.S[il], false, 1, c->n_v_heads, d, d);
+}
+
+/* The q (part 0) or gate (part 1) halves of the attention's qg rows, as [T][n_head][head_dim] */
+static float *qg_halves(const Ctx *ctx, int T, int part) {
+    const Config *c = &ctx->m->c;
+    int hd = c->head_dim, H = c->n_head;
+    float *b = dump_buf(ctx, 5, (size_t)T * H * hd);
+    for (size_t th = 0; th < (size_t)T * H; th++) memcpy(b + th * hd, ctx->sc.qg + th * 2 * hd + (size_t)part * hd, (size_t)hd * sizeof(float));
+    return b;
+}
+
+static void dump_q_heads(const Ctx *ctx, const char *name, int il, int T) {
+    if (dumping(ctx)) dump3(ctx, name, il, qg_halves(ctx, T, 0), T, ctx->m->c.n_head, ctx->m->c.head_dim);
+}
+
+/* gate_reshaped and gate_sigmoid (the attention task applies the sigmoid on the way) */
+static void dump_gates(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    int n = ctx->m->c.n_head * ctx->m->c.head_dim;
+    float *g = qg_halves(ctx, T, 1);
+    dump(ctx, "gate_reshaped", il, g, T, n);
+    for (size_t i = 0; i < (size_t)T * n; i++) g[i] = sigmoid(g[i]);
+    dump(ctx, "gate_sigmoid", il, g, T, n);
+}
+
+/* The steps inside route_top_k, from its inputs and outputs: the chosen experts (int32), their
+ * probabilities, the sum and the clamped sum. */
+static void dump_routing(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    const Config *c = &ctx->m->c;
+    const Scratch *s = &ctx->sc;
+    int K = c->n_expert_used;
+    dump_nd(ctx, "ffn_moe_topk", il, s->sel, true, T, 1, 1, K);
+    float *w = dump_buf(ctx, 0, (size_t)T * (K + 2));
+    for (int t = 0; t < T; t++) {
+        float sum = 0;
+        for (int r = 0; r < K; r++) {
+            int e = s->sel[(size_t)t * K + r];
+            sum += w[(size_t)t * K + r] = e >= 0 ? s->router[(size_t)t * c->n_expert + e] : 0;
+        }
+        w[(size_t)T * K + t] = sum;
+        w[(size_t)T * (K + 1) + t] = fmaxf(sum, 6.103515625e-5f);
+    }
+    dump3(ctx, "ffn_moe_weights", il, w, T, K, 1);
+    dump(ctx, "ffn_moe_weights_sum", il, w + (size_t)T * K, T, 1);
+    dump(ctx, "ffn_moe_weights_sum_clamped", il, w + (size_t)T * (K + 1), T, 1);
+}
+
+/* An expert buffer's rows (n values each) in llama.cpp's order [T][n_used][n] (rank -1: zeros),
+ * each times its routing weight when w is not NULL (ffn_moe_weighted). */
+static void dump_pairs(const Ctx *ctx, const char *name, int il, const float *x, int n, int T, const float *w) {
+    int K = ctx->m->c.n_expert_used;
+    float *d = dump_buf(ctx, 9, (size_t)T * K * n);
+    for (int i = 0; i < T * K; i++) {
+        int j = ctx->sc.slot[i];
+        for (int k = 0; k < n; k++) {
+            float v = j < 0 ? 0 : x[(size_t)j * n + k];
+            d[(size_t)i * n + k] = w ? v * w[i] : v;
+        }
+    }
+    dump3(ctx, name, il, d, T, K, n);
+}
+
+static void dump_experts(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    const Scratch *s = &ctx->sc;
+    int F = ctx->m->c.n_ff, E = ctx->m->c.n_embd;
+    dump_pairs(ctx, "ffn_moe_gate", il, s->ge, F, T, NULL);
+    dump_pairs(ctx, "ffn_moe_up", il, s->ue, F, T, NULL);
+    dump_pairs(ctx, "ffn_moe_swiglu", il, s->he, F, T, NULL);
+    dump_pairs(ctx, "ffn_moe_down", il, s->ye, E, T, NULL);
+    dump_pairs(ctx, "ffn_moe_weighted", il, s->ye, E, T, s->w);
+}
+
+/* The shared expert's FFN buffers, its gate logit, the sigmoid and the gated rows moe_shared adds */
+static void dump_shared_expert(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    const Scratch *s = &ctx->sc;
+    int F = ctx->m->c.n_ff_shexp, E = ctx->m->c.n_embd;
+    dump(ctx, "ffn_gate", il, s->ge, T, F);
+    dump(ctx, "ffn_up", il, s->ue, T, F);
+    dump(ctx, "ffn_swiglu", il, s->he, T, F);
+    dump(ctx, "ffn_shexp", il, s->sh, T, E);
+    float *b = dump_buf(ctx, 6, (size_t)T * (E + 1));   /* the sigmoid per row, then the gated rows */
+    for (int t = 0; t < T; t++) {
+        float gate = sigmoid(s->sh_logit[t]);
+        b[t] = gate;
+        for (int i = 0; i < E; i++) b[T + (size_t)t * E + i] = s->sh[(size_t)t * E + i] * gate;
+    }
+    dump(ctx, "shared_expert_gate", il, s->sh_logit, T, 1);
+    dump(ctx, "shared_expert_gate_sigmoid", il, b, T, 1);
+    dump(ctx, "ffn_shexp_gated", il, b + T, T, E);
+}
+
 /* ============================================================================================== */
 /* 11. SIMD twins of the kernels, and the thread pool                                             */
 /* ============================================================================================== */
-/* --- The same dot products with x86-64 SIMD ---------------------------------------------------
- * Each function below performs the per-lane operations of its scalar definition above, in the same
- * order: the 8 float lanes of the quantized dots are one 256-bit register, the 64 accumulators of
+/* Each kernel of the table (section 5) has its plain definition next to the math it serves and, here,
+ * its x86-64 twin, which performs the per-lane operations of the plain definition in the same order.
+ *
+ * --- The dot products --------------------------------------------------------------------------
+ * The 8 float lanes of the quantized dots are one 256-bit register, the 64 accumulators of
  * the row order are eight, the 16 of the tile order two. Integer sums inside a block are exact
  * whatever their grouping (no pair sum of maddubs can saturate: |q| <= 128, |a| <= 127, and the
  * unsigned K-quant values are at most 63), and fp16 scales convert exactly with F16C, so every
- * float operation sees the same operands as the scalar code and the results are bit-identical
+ * float operation sees the same operands as the plain code and the results are bit-identical
  * (checked by test/unit.c and the `simd` group of test/run.sh). CLOVER_SIMD=scalar forces the
- * scalar definitions. */
+ * plain definitions. */
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
