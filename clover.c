@@ -1316,7 +1316,8 @@ static float round_as(uint32_t type, float x) {
 typedef struct {
     int cap;
     float *x, *xn;                  /* residual stream and its normed copy [cap][n_embd] */
-    float *qkv, *z, *o;             /* GDN: pre-conv rows u, output gate z, delta-rule output o (then gated-normed) */
+    float *qkv, *z;                 /* GDN: pre-conv rows u, output gate z */
+    float *o, *o_normed;            /* GDN: delta-rule output o, RMSNorm(o_h) * ssm_norm * silu(z_h) [cap][value_dim] */
     float *beta_logit, *alpha;      /* GDN: W_beta a, W_alpha a [cap][n_v_heads] */
     float *beta, *g;                /* GDN: beta = sigmoid(W_beta a), log-decay g [cap][n_v_heads] */
     float *conv;                    /* GDN: post-conv q|k|v rows [cap][conv_dim] */
@@ -1324,7 +1325,8 @@ typedef struct {
     float *ao, *ao_gated;           /* attention: head outputs o_h, and o_h * sigmoid(gate_h) [cap][n_head*head_dim] */
     float *att;                     /* attention scores, [n_threads][n_ctx] */
     float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
-    float *router, *w;              /* MoE: router probabilities, chosen weights [cap][n_used] */
+    float *router_logits, *probs;   /* MoE: W_router m and its softmax p [cap][n_expert] */
+    float *w;                       /* MoE: the chosen experts' weights [cap][n_used] */
     int *sel;                       /* MoE: chosen experts [cap][n_used] */
     float *ge, *ue, *he;            /* MoE: gate, up, silu(gate)*up [cap*n_used][n_ff], by row j */
     float *ye;                      /* MoE: expert outputs [cap*n_used][n_embd], by row j */
@@ -1352,8 +1354,8 @@ static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) 
     size_t maxin = (size_t)c->n_embd;
     size_t ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, (size_t)c->n_ff, (size_t)c->n_ff_shexp};
     for (int i = 0; i < 4; i++) if (ins[i] > maxin) maxin = ins[i];
-    size_t per_row = 4 * (size_t)c->n_embd + 2 * (size_t)c->conv_dim + 3 * (size_t)c->value_dim + 8 * (size_t)c->n_v_heads +
-                     4 * (size_t)c->n_head * c->head_dim + 2 * (size_t)c->n_head_kv * c->head_dim + (size_t)c->n_expert +
+    size_t per_row = 4 * (size_t)c->n_embd + 2 * (size_t)c->conv_dim + 4 * (size_t)c->value_dim + 8 * (size_t)c->n_v_heads +
+                     4 * (size_t)c->n_head * c->head_dim + 2 * (size_t)c->n_head_kv * c->head_dim + 2 * (size_t)c->n_expert +
                      3 * K + 2 * K * (size_t)c->n_embd + 3 * K * ff + K * maxin + 1;
     size_t floats = mul_size(T, per_row, "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
@@ -1378,6 +1380,7 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->conv = xcalloc(T * (size_t)c->conv_dim, 4);
     s->z = xcalloc(T * (size_t)c->value_dim, 4);
     s->o = xcalloc(T * (size_t)c->value_dim, 4);
+    s->o_normed = xcalloc(T * (size_t)c->value_dim, 4);
     s->beta_logit = xcalloc(T * (size_t)c->n_v_heads, 4);
     s->alpha = xcalloc(T * (size_t)c->n_v_heads, 4);
     s->beta = xcalloc(T * (size_t)c->n_v_heads, 4);
@@ -1389,7 +1392,8 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
     s->vacc = xcalloc(mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), 4);
-    s->router = xcalloc(T * (size_t)c->n_expert, 4);
+    s->router_logits = xcalloc(T * (size_t)c->n_expert, 4);
+    s->probs = xcalloc(T * (size_t)c->n_expert, 4);
     s->w = xcalloc(T * K, 4);
     s->sel = xcalloc(T * K, sizeof(int));
     s->slot = xcalloc(T * K, sizeof(int));
@@ -1831,13 +1835,13 @@ static void gdn_gates(const Config *c, const float *a, const float *dt, const fl
 typedef struct {
     const Config *c;
     const Layer *L;
-    float *o;
-    const float *z;   /* [T][value_dim] each */
+    const float *o, *z;
+    float *y;         /* [T][value_dim] each */
     int T;
     Work rows;
 } GatedNormTask;
 
-/* o_h <- rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads);
+/* y_h = rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads);
  * rows are independent, so threads take rows. */
 static void gdn_gated_norm_task(void *p, int ith, int nth) {
     (void)ith, (void)nth;
@@ -1845,10 +1849,10 @@ static void gdn_gated_norm_task(void *p, int ith, int nth) {
     const Config *c = gn->c;
     for (int t = work_next(&gn->rows); t < gn->T; t = work_next(&gn->rows))
         for (int h = 0; h < c->n_v_heads; h++) {
-            float *oh = gn->o + (size_t)t * c->value_dim + (size_t)h * c->d_state;
-            const float *zh = gn->z + (size_t)t * c->value_dim + (size_t)h * c->d_state;
-            rmsnorm(oh, oh, gn->L->ssm_norm, c->d_state, c->eps);
-            for (int j = 0; j < c->d_state; j++) oh[j] *= silu(zh[j]);
+            size_t at = (size_t)t * c->value_dim + (size_t)h * c->d_state;
+            float *yh = gn->y + at;
+            rmsnorm(yh, gn->o + at, gn->L->ssm_norm, c->d_state, c->eps);
+            for (int j = 0; j < c->d_state; j++) yh[j] *= silu(gn->z[at + j]);
         }
 }
 
@@ -1917,10 +1921,10 @@ static void gdn_layer(Ctx *ctx, Pass pass, int il, int T, GdnLog *log) {
     dump_slice(ctx, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
     if (pass == CAUSAL) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
     dump3(ctx, "attn_output", il, s->o, T, H, d);
-    GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .T = T};
+    GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .y = s->o_normed, .T = T};
     pool_run(ctx->pool, gdn_gated_norm_task, &gn);
-    dump(ctx, "final_output", il, s->o, T, c->value_dim);
-    matmul(ctx, &L->ssm_out, s->o, T, s->mix);
+    dump(ctx, "final_output", il, s->o_normed, T, c->value_dim);
+    matmul(ctx, &L->ssm_out, s->o_normed, T, s->mix);
     dump(ctx, "linear_attn_out", il, s->mix, T, c->n_embd);
 }
 
@@ -2283,7 +2287,8 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
 
 typedef struct {
     const Config *c;
-    float *p;             /* [T][n_expert] router logits, softmaxed in place */
+    const float *logits;  /* [T][n_expert] router logits */
+    float *p;             /* [T][n_expert] their softmax */
     const bool *allowed;  /* the coreset, or NULL */
     int *sel;
     float *w;             /* [T][n_used] each */
@@ -2292,7 +2297,7 @@ typedef struct {
     Work rows;
 } RouteTask;
 
-/* Per row: softmax the router logits, and/or choose its experts (route_top_k); rows are
+/* Per row: p = softmax(router logits), and/or choose its experts from p (route_top_k); rows are
  * independent, so threads take rows. */
 static void route_task(void *p, int ith, int nth) {
     (void)ith, (void)nth;
@@ -2300,7 +2305,10 @@ static void route_task(void *p, int ith, int nth) {
     const Config *c = rt->c;
     for (int t = work_next(&rt->rows); t < rt->T; t = work_next(&rt->rows)) {
         float *pt = rt->p + (size_t)t * c->n_expert;
-        if (rt->softmax) softmax(pt, c->n_expert);
+        if (rt->softmax) {
+            memcpy(pt, rt->logits + (size_t)t * c->n_expert, (size_t)c->n_expert * sizeof(float));
+            softmax(pt, c->n_expert);
+        }
         if (rt->route) route_top_k(c, pt, rt->allowed, rt->sel + (size_t)t * c->n_expert_used, rt->w + (size_t)t * c->n_expert_used);
     }
 }
@@ -2332,18 +2340,18 @@ static void moe_layer(Ctx *ctx, Pass pass, int il, int T) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
-    matmul(ctx, &L->router, s->xn, T, s->router);
-    dump(ctx, "ffn_moe_logits", il, s->router, T, c->n_expert);
+    matmul(ctx, &L->router, s->xn, T, s->router_logits);
+    dump(ctx, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
     /* a coreset needs every row's probabilities before any row is routed */
     bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;
-    RouteTask rt = {.c = c, .p = s->router, .sel = s->sel, .w = s->w, .T = T, .softmax = true, .route = !use_coreset};
+    RouteTask rt = {.c = c, .logits = s->router_logits, .p = s->probs, .sel = s->sel, .w = s->w, .T = T, .softmax = true, .route = !use_coreset};
     pool_run(ctx->pool, route_task, &rt);
     if (use_coreset) {
-        coreset(c, s->router, T, s->coreset);
-        RouteTask rc = {.c = c, .p = s->router, .allowed = s->coreset, .sel = s->sel, .w = s->w, .T = T, .route = true};
+        coreset(c, s->probs, T, s->coreset);
+        RouteTask rc = {.c = c, .p = s->probs, .allowed = s->coreset, .sel = s->sel, .w = s->w, .T = T, .route = true};
         pool_run(ctx->pool, route_task, &rc);
     }
-    dump(ctx, "ffn_moe_probs", il, s->router, T, c->n_expert);
+    dump(ctx, "ffn_moe_probs", il, s->probs, T, c->n_expert);
     dump_routing(ctx, il, T);   /* ffn_moe_topk, ffn_moe_weights[_sum[_clamped]]: route_top_k's steps */
     dump(ctx, "ffn_moe_weights_norm", il, s->w, T, c->n_expert_used);
     moe_experts(ctx, L, T);
@@ -2652,7 +2660,7 @@ static void dump_routing(const Ctx *ctx, int il, int T) {
         float sum = 0;
         for (int r = 0; r < K; r++) {
             int e = s->sel[(size_t)t * K + r];
-            sum += w[(size_t)t * K + r] = e >= 0 ? s->router[(size_t)t * c->n_expert + e] : 0;
+            sum += w[(size_t)t * K + r] = e >= 0 ? s->probs[(size_t)t * c->n_expert + e] : 0;
         }
         w[(size_t)T * K + t] = sum;
         w[(size_t)T * (K + 1) + t] = fmaxf(sum, 6.103515625e-5f);
@@ -5118,10 +5126,132 @@ static void print_stats(const Args *a, const Stats *s) {
     fprintf(stderr, "draft time = %.3f s, verify time = %.3f s\n", s->t_draft, s->t_verify);
 }
 
+/* What a generation run works with; main sets it up (run_init). */
+typedef struct {
+    Ctx *ctx;
+    const Args *a;
+    EogSet eog;
+    Sampler smp;
+    Printer pr;        /* text to stdout */
+    Stats stats;
+    uint64_t seed;     /* --seed, or the time */
+} Run;
+
+/* The prompt: token ids (--tokens), or text (-p, -f: a prompt file loses one trailing newline, as
+ * upstream), wrapped in the chat template with --chat, then tokenized. */
+static int *read_prompt(const Args *a, const Tokenizer *tok, int n_vocab, int *n_prompt) {
+    if (a->tokens) return parse_ids(a->tokens, n_vocab, n_prompt);
+    size_t len = 0;
+    /* no token is longer than 1 KiB of text, so a prompt that fits in -b is at most that per token */
+    char *text = a->prompt_file ? read_file(a->prompt_file, mul_size((size_t)a->n_batch, 1024, "prompt size"), &len) : strdup(a->prompt);
+    if (!text) fatal("out of memory");
+    if (a->prompt) len = strlen(text);
+    if (a->prompt_file && len > 0 && text[len - 1] == '\n') len--;
+    if (a->chat) {
+        const char *pre = "<|im_start|>user\n", *post = "<|im_end|>\n<|im_start|>assistant\n<think>\n";
+        char *w = xmalloc(strlen(pre) + len + strlen(post) + 1);
+        sprintf(w, "%s%.*s%s", pre, (int)len, text, post);
+        free(text);
+        text = w;
+        len = strlen(w);
+    }
+    int *prompt = tokenizer_encode(tok, text, len, true, n_prompt);
+    if (!prompt) fatal("out of memory tokenizing the prompt");
+    free(text);
+    return prompt;
+}
+
+/* The options against the model and the prompt: the context size (-c 0: the model's), which the
+ * prompt must fit in, as in -b; block diffusion needs a clover_moe file with a mask token. */
+static int check_run(const Args *a, const Config *c, int n_prompt) {
+    if (n_prompt == 0) fatal("the prompt is empty; give some text with -p or -f");
+    int n_ctx = a->n_ctx ? a->n_ctx : c->n_ctx_train;
+    if (n_ctx > c->n_ctx_train) fatal("-c %d is beyond the model's context length %d; use -c %d or less", n_ctx, c->n_ctx_train, c->n_ctx_train);
+    if (n_prompt > a->n_batch) fatal("the prompt has %d tokens, more than the batch size -b %d; raise -b", n_prompt, a->n_batch);
+    if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
+    bool draft_self = !strcmp(a->spec_type, "draft-self");
+    if ((draft_self || a->diffusion || a->preview_block) && c->mask_id < 0)
+        fatal("%s: %s needs a clover_moe model with a mask token (%s); this %s file has none",
+              a->model, a->diffusion ? "--diffusion" : a->preview_block ? "--preview-block" : "--spec-type draft-self", KEY_MASK_ID, c->arch);
+    if ((draft_self || a->diffusion || a->preview_block) && strcmp(c->arch, "clover_moe"))
+        fatal("%s: block diffusion needs a clover_moe model; this is %s (plain causal decoding works with --spec-type none)", a->model, c->arch);
+    return n_ctx;
+}
+
+#ifdef CLOVER_CUDA
+bool gpu_init(char *info, size_t n);   /* clover.cu */
+#endif
+
+/* -ngl: what the GPU does in this build (clover.cu: device bring-up only so far) */
+static void gpu_note(const Args *a) {
+#ifdef CLOVER_CUDA
+    if (a->n_gpu_layers > 0) {   /* layers stay on the CPU */
+        char info[256];
+        if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a->n_gpu_layers, info);
+        fprintf(stderr, "clover: GPU %s found; the GPU kernels are not written yet, all layers run on the CPU\n", info);
+    }
+#else
+    if (a->n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
+#endif
+}
+
+/* Rows per batch: a ubatch, a verify batch, a diffusion block, the preview block. */
+static int batch_rows(const Args *a, const Config *c, int n_block) {
+    bool draft_self = !strcmp(a->spec_type, "draft-self");
+    int cap = a->n_ubatch;
+    if (draft_self && a->draft_n_max + 1 > cap) cap = a->draft_n_max + 1 < c->block_size ? a->draft_n_max + 1 : c->block_size;
+    if ((a->diffusion || draft_self) && c->block_size > cap) cap = c->block_size;
+    return n_block > cap ? n_block : cap;
+}
+
+/* The context for n_ctx positions and batches of cap rows, after the memory plan (logit_rows: the
+ * rows of logits the caller will hold). */
+static void ctx_init(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap, int logit_rows) {
+    ctx->m = m;
+    ctx->n_threads = a->n_threads;
+    ctx->n_threads_batch = a->n_threads_batch;
+    ctx->dump_dir = a->dump_tensors;
+    static Dumps dumps;
+    ctx->dumps = &dumps;
+    if (regcomp(&ctx->dump_filter, a->dump_filter ? a->dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
+        fatal("--dump-filter '%s' is not a valid regular expression", a->dump_filter);
+    int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
+    memory_plan(m, a, n_ctx, cap, n_threads, mul_size((size_t)logit_rows, (size_t)m->c.n_vocab, "logits"));
+    ctx->pool = pool_new(n_threads);
+    state_init(&ctx->st, m, n_ctx, a->k_type, a->v_type);
+    scratch_init(&ctx->sc, &m->c, cap, n_ctx, n_threads);
+}
+
+/* --dump-logits: the logits of every prompt position, causally; or, with --preview-block, commit the
+ * prompt and write those of one preview pass over the block right after it. */
+static void write_logits(Ctx *ctx, FILE *fp, const int *prompt, int n_prompt, const int *block, int n_block) {
+    size_t V = (size_t)ctx->m->c.n_vocab;
+    float *logits = xmalloc(mul_size(mul_size((size_t)ctx->sc.cap, V, "logits"), sizeof(float), "logits"));
+    if (!block) prefill(ctx, prompt, n_prompt, logits, fp);
+    else {
+        prefill(ctx, prompt, n_prompt, logits, NULL);
+        forward_preview(ctx, block, n_block, logits);
+        if (fwrite(logits, sizeof(float) * V, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
+    }
+    free(logits);
+}
+
+/* The sampler (seeded), the printer, the end-of-generation ids; the prompt printed. */
+static void run_init(Run *r, Ctx *ctx, const Args *a, const Tokenizer *tok, const EogSet *eog, const int *prompt, int n_prompt) {
+    int V = ctx->m->c.n_vocab;
+    *r = (Run){.ctx = ctx, .a = a, .eog = *eog};
+    r->smp = (Sampler){a->temp, a->top_p, a->top_k, 0, xmalloc((size_t)V * sizeof(int)), xmalloc((size_t)V * sizeof(float))};
+    r->seed = a->seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a->seed;
+    r->smp.rng = r->seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    r->pr = (Printer){tok, {{0}, 0}};
+    for (int i = 0; i < n_prompt; i++) print_token(&r->pr, prompt[i]);
+}
+
 /* Plain causal decoding (--spec-type none): one token per step, the loop of
  * llama-speculative-simple with no drafts. */
-static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt,
-                            const Args *a, Stats *stats) {
+static void generate_causal(Run *r, const int *prompt, int n_prompt) {
+    Ctx *ctx = r->ctx;
+    Stats *stats = &r->stats;
     int V = ctx->m->c.n_vocab;
     float *logits = xmalloc((size_t)V * sizeof(float));
     double t0 = now_seconds();
@@ -5130,13 +5260,13 @@ static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *
     stats->n_encoded = n_prompt;
     int id_last = prompt[n_prompt - 1];
     t0 = now_seconds();
-    while ((a->n_predict < 0 || stats->n_predict <= a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
+    while ((r->a->n_predict < 0 || stats->n_predict <= r->a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
         forward_causal(ctx, &id_last, 1, logits, 1);
-        int id = sample(smp, logits, V);
+        int id = sample(&r->smp, logits, V);
         stats->n_predict++;
         stats->n_rounds++;
-        if (is_eog(eog, id)) break;
-        print_token(pr, id);
+        if (is_eog(&r->eog, id)) break;
+        print_token(&r->pr, id);
         id_last = id;
     }
     stats->t_decode = now_seconds() - t0;
@@ -5220,12 +5350,28 @@ static bool accept_draft(const float *z, int t, const Draft *d, float ratio, flo
 /* The committed GDN state of every recurrent layer, saved before a verify batch. */
 typedef struct { float **ring, **S; } GdnSave;
 
-static void gdn_save(const Model *m, const State *st, GdnSave *sv, bool restore) {
+/* Per recurrent layer: room for cap rows of GDN inputs (the verify batch's log), and for a copy of
+ * the committed ring and S. */
+static void gdn_log_init(GdnLog *log, GdnSave *save, const Model *m, int cap) {
+    const Config *c = &m->c;
+    *log = (GdnLog){xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
+    *save = (GdnSave){xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
+    for (int il = 0; il < c->n_layer; il++) {
+        if (!m->layers[il].recurrent) continue;
+        log->u[il] = xmalloc((size_t)cap * c->conv_dim * sizeof(float));
+        log->g[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
+        log->beta[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
+        save->ring[il] = xmalloc(ring_floats(c) * sizeof(float));
+        save->S[il] = xmalloc(S_floats(c) * sizeof(float));
+    }
+}
+
+/* ring[il] = from_ring[il] and S[il] = from_S[il] for every recurrent layer (a save or a restore) */
+static void gdn_copy(const Model *m, float **ring, float **S, float *const *from_ring, float *const *from_S) {
     for (int il = 0; il < m->c.n_layer; il++) {
         if (!m->layers[il].recurrent) continue;
-        float *r = restore ? st->ring[il] : sv->ring[il], *S = restore ? st->S[il] : sv->S[il];
-        memcpy(r, restore ? sv->ring[il] : st->ring[il], ring_floats(&m->c) * sizeof(float));
-        memcpy(S, restore ? sv->S[il] : st->S[il], S_floats(&m->c) * sizeof(float));
+        memcpy(ring[il], from_ring[il], ring_floats(&m->c) * sizeof(float));
+        memcpy(S[il], from_S[il], S_floats(&m->c) * sizeof(float));
     }
 }
 
@@ -5234,16 +5380,51 @@ static void gdn_save(const Model *m, const State *st, GdnSave *sv, bool restore)
  * logged rows 0..a through gdn_advance, the same function the batch used. */
 static void rollback(Ctx *ctx, const GdnSave *sv, const GdnLog *log, int n_past0, int a) {
     const Model *m = ctx->m;
-    gdn_save(m, &ctx->st, (GdnSave *)sv, true);
+    gdn_copy(m, ctx->st.ring, ctx->st.S, sv->ring, sv->S);
     for (int il = 0; il < m->c.n_layer; il++)
-        if (m->layers[il].recurrent)
-            gdn_advance(ctx, il, a + 1, log->u[il], log->g[il], log->beta[il]);
+        if (m->layers[il].recurrent) gdn_advance(ctx, il, a + 1, log->u[il], log->g[il], log->beta[il]);
     ctx->st.n_past = n_past0 + a + 1;
+}
+
+/* One round (the README's diagram): the drafts, the verify batch and its rows' logits, what the
+ * acceptance walk found, and what the commit needs. */
+typedef struct {
+    int pos, id_last;      /* id_last: the last committed token, fed at pos (not yet in the state) */
+    int n, m;              /* drafts asked for, drafts verified */
+    Draft *d;              /* [m] drafts */
+    int *batch;            /* [id_last, d_1 .. d_m]; also the preview's block */
+    float *logits;         /* [m + 1][n_vocab]: the verifier's rows (and the preview's) */
+    int *t;                /* [rows] the verifier's token per row walked */
+    bool *relaxed;         /* [rows] accepted by the relaxed rule */
+    int acc, rows;         /* drafts accepted; rows walked (acc + 1, or acc if an accepted EOG ended it) */
+    bool eog_stop;         /* the walk stopped at an accepted end-of-generation draft */
+    int *out, n_out;       /* the tokens the round commits */
+    GdnLog log;            /* the verify batch's GDN inputs */
+    GdnSave save;          /* the GDN state before it */
+} Round;
+
+static void round_init(Round *rd, const Model *m, int n_max, int cap) {
+    size_t n = (size_t)n_max + 1;
+    *rd = (Round){.d = xmalloc(n * sizeof(Draft)), .batch = xmalloc(n * sizeof(int)),
+                  .logits = xmalloc(mul_size(n * (size_t)m->c.n_vocab, sizeof(float), "draft logits")),
+                  .t = xmalloc(n * sizeof(int)), .relaxed = xmalloc(n * sizeof(bool)), .out = xmalloc(n * sizeof(int))};
+    gdn_log_init(&rd->log, &rd->save, m, cap);
 }
 
 /* Test-only drafts (--test-drafts): random tokens, or the true greedy continuation. */
 typedef struct { int kind; const int *truth; int n_truth; uint64_t rng; } TestDrafts;
 enum { DRAFTS_MODEL, DRAFTS_RANDOM, DRAFTS_TRUTH };
+
+/* --test-drafts: n random tokens, or the true continuation after the n_done tokens predicted so far
+ * (as far as it is known); returns how many */
+static int test_drafts(TestDrafts *td, int n, int n_done, int V, Draft *d) {
+    int m = 0;
+    if (td->kind == DRAFTS_RANDOM)
+        for (; m < n; m++) d[m] = (Draft){(int)(random_uniform(&td->rng) * V) % V, 1, 0};
+    else
+        for (; m < n && n_done + m < td->n_truth; m++) d[m] = (Draft){td->truth[n_done + m], 1, 0};
+    return m;
+}
 
 /* Print a token, coloured when it came from an accepted draft (--color on). */
 static void print_colored(Printer *pr, int id, bool drafted, bool color) {
@@ -5271,6 +5452,44 @@ static void check_state(StateCheck *chk, const Ctx *ctx, const int *tokens, int 
         if (!same) fatal("state check: layer %d differs from plain causal decoding after round %d", il, chk->rounds + 1);
     }
     chk->rounds++;
+}
+
+/* Test only, on a shadow context over the same model (one thread): --test-drafts truth first
+ * decodes the greedy continuation plainly; --test-check-state keeps a plain decoder in lockstep
+ * with the rounds (check_state). */
+static void test_setup(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
+    const Args *a = r->a;
+    Ctx *ctx = r->ctx;
+    const Model *m = ctx->m;
+    int n_ctx = ctx->st.n_ctx, V = m->c.n_vocab;
+    static Ctx shadow;
+    *td = (TestDrafts){DRAFTS_MODEL, NULL, 0, r->seed + 1};
+    *chk = (StateCheck){&shadow, 0};
+    if (!a->test_drafts && !a->test_check_state) return;
+    shadow = *ctx;   /* shares the model; runs on the calling thread only */
+    shadow.n_threads = shadow.n_threads_batch = 1;
+    shadow.pool = pool_new(1);
+    int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
+    state_init(&shadow.st, m, n_ctx, a->k_type, a->v_type);
+    scratch_init(&shadow.sc, &m->c, ctx->sc.cap, n_ctx, n_threads);
+    if (a->test_drafts && !strcmp(a->test_drafts, "random")) td->kind = DRAFTS_RANDOM;
+    if (a->test_drafts && !strcmp(a->test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
+        Sampler greedy = r->smp;
+        greedy.temp = 0;
+        int limit = a->n_predict >= 0 && a->n_predict < n_ctx ? a->n_predict + 1 : n_ctx;   /* -n N runs N+1 */
+        int *truth = xmalloc((size_t)limit * sizeof(int));
+        float *z = xmalloc((size_t)V * sizeof(float));
+        prefill(&shadow, prompt, n_prompt - 1, z, NULL);
+        int last = prompt[n_prompt - 1];
+        while (td->n_truth < limit && shadow.st.n_past < n_ctx) {
+            forward_causal(&shadow, &last, 1, z, 1);
+            last = truth[td->n_truth++] = sample(&greedy, z, V);
+        }
+        td->kind = DRAFTS_TRUTH;
+        td->truth = truth;
+        state_init(&shadow.st, m, n_ctx, a->k_type, a->v_type);
+    }
+    if (a->test_check_state) prefill(&shadow, prompt, n_prompt - 1, NULL, NULL);
 }
 
 /* --trace: a token's text, quoted and escaped so that one token is one cell: printable ASCII and
@@ -5306,22 +5525,11 @@ static const char *trace_pad(const char *s, int w, char *out, size_t cap) {
     return out;
 }
 
-/* What one round did, for --trace (draft-self.md 1-3). */
-typedef struct {
-    int round, pos, id_last;     /* id_last: the last committed token, fed at pos (not yet in the state) */
-    int n, m, acc;               /* n: drafts asked for; m: drafts verified; acc: accepted */
-    const Draft *d;              /* [m] */
-    const int *t;                /* [visited rows] verifier tokens */
-    int rows;                    /* verify rows walked (acc + 1, or acc if an accepted EOG ended it) */
-    const bool *relaxed;         /* [rows] accepted by the relaxed rule */
-    bool eog_stop;
-} TraceRound;
-
 /* One block per round on stderr: a header with the counts, one line per drafted position (the
  * draft, its drafter probability p_q and entropy H_q in nats; the verifier's token at that
  * position, the verifier's entropy H_p, and log p(d)/p(t) = z[d] - z[t]; the decision), the
  * position after the last draft when the last row gave a bonus token, and the committed tokens. */
-static void trace_round(const TraceRound *r, const float *logits, int V, const Tokenizer *tok, const Args *a, const EogSet *eog) {
+static void trace_round(const Round *r, int round, int V, const Tokenizer *tok, const Args *a, const EogSet *eog) {
     char dt[96], tt[96], p1[128], p2[128];
     bool relaxed_rule = a->accept_ratio > 0 && a->accept_ratio < 1 && a->accept_delta >= 0;
     const char *cut = "";
@@ -5331,14 +5539,14 @@ static void trace_round(const TraceRound *r, const float *logits, int V, const T
         else cut = ", cut by --spec-draft-p-min or dropped by --spec-draft-n-min";
     }
     trace_token(tok, r->id_last, tt, sizeof tt);
-    fprintf(stderr, "round %d @pos %d %s: drafted %d (asked %d%s), accepted %d, %s -> %d new token%s\n", r->round, r->pos, tt, r->m, r->n,
+    fprintf(stderr, "round %d @pos %d %s: drafted %d (asked %d%s), accepted %d, %s -> %d new token%s\n", round, r->pos, tt, r->m, r->n,
             cut, r->acc, r->eog_stop ? "stopped at an accepted end-of-generation draft" : r->m == 0 ? "+1 verifier token (no drafts: a plain step)"
             : r->acc == r->m ? "+1 bonus token" : "+1 verifier token",
             r->acc + !r->eog_stop, r->acc + !r->eog_stop == 1 ? "" : "s");
     if (r->m > 0)
         fprintf(stderr, "  %6s  %-24s %5s %6s | %-24s %6s %9s | %s\n", "pos", "draft", "p_q", "H_q", "verifier", "H_p", "z[d]-z[t]", "decision");
     for (int j = 0; r->m > 0 && j <= r->m; j++) {
-        const float *z = logits + (size_t)j * V;
+        const float *z = r->logits + (size_t)j * V;
         if (j < r->m) trace_token(tok, r->d[j].id, dt, sizeof dt);
         if (j >= r->rows) {   /* past the stop: drafted, never compared */
             if (j < r->m) fprintf(stderr, "  %6d  %s %5.2f %6.2f | %-24s %6s %9s | not reached\n", r->pos + 1 + j, trace_pad(dt, 24, p1, sizeof p1), r->d[j].p, r->d[j].H, "", "", "");
@@ -5376,110 +5584,111 @@ static void trace_round(const TraceRound *r, const float *logits, int V, const T
     fputc('\n', stderr);
 }
 
-static void generate_draft_self(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt,
-                                const Args *a, Stats *stats, TestDrafts *td, StateCheck *chk) {
-    const Model *m = ctx->m;
-    const Config *c = &m->c;
-    int V = c->n_vocab, cap = ctx->sc.cap;
+/* 3. ACCEPT: walk the verified rows; keep d_j while accept_draft says so; the first rejecting row
+ * commits the verifier's token t_j instead, the last row a bonus token when all m were kept; an
+ * accepted end-of-generation draft ends the round. */
+static void accept_round(Run *r, Round *rd) {
+    const Args *a = r->a;
+    int V = r->ctx->m->c.n_vocab;
+    rd->n_out = rd->acc = rd->rows = 0;
+    rd->eog_stop = false;
+    for (int j = 0; j <= rd->m; j++) {
+        const float *z = rd->logits + (size_t)j * V;
+        int t = sample(&r->smp, z, V);
+        bool relaxed = false;
+        rd->t[j] = t;
+        rd->relaxed[j] = false;
+        rd->rows = j + 1;
+        if (j < rd->m && accept_draft(z, t, &rd->d[j], a->accept_ratio, a->accept_delta, &relaxed)) {
+            rd->out[rd->n_out++] = rd->d[j].id;
+            rd->acc++;
+            rd->relaxed[j] = relaxed;
+            if (relaxed) {
+                r->stats.n_relaxed++;
+                fprintf(stderr, "clover: relaxed accept: row %d draft %d target %d ratio %.3f entropy %.3f\n", j, rd->d[j].id, t,
+                        expf(z[rd->d[j].id] - z[t]), rd->d[j].H);
+            }
+            if (is_eog(&r->eog, rd->d[j].id)) { rd->eog_stop = true; break; }
+            continue;
+        }
+        rd->out[rd->n_out++] = t;
+        break;
+    }
+}
+
+/* Print the round's committed tokens; true when generation is over (an end-of-generation token, or
+ * past -n). */
+static bool print_round(Run *r, const Round *rd) {
+    for (int i = 0; i < rd->n_out; i++) {
+        r->stats.n_predict++;
+        if (is_eog(&r->eog, rd->out[i])) return true;
+        print_colored(&r->pr, rd->out[i], i < rd->acc, r->a->color);
+    }
+    return r->a->n_predict >= 0 && r->stats.n_predict > r->a->n_predict;
+}
+
+/* --spec-type draft-self: rounds of draft, verify, accept, commit (README, "One draft-self round");
+ * td: where the drafts come from (the model, or test drafts); chk: a plain decoder to compare the
+ * committed state with after every round, or NULL. */
+static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
+    Ctx *ctx = r->ctx;
+    const Args *a = r->a;
+    const Config *c = &ctx->m->c;
+    Stats *stats = &r->stats;
+    int cap = ctx->sc.cap;
     int n_max = a->draft_n_max < c->block_size - 1 ? a->draft_n_max : c->block_size - 1;
     if (n_max > cap - 1) n_max = cap - 1;
-    float *logits = xmalloc(mul_size((size_t)(n_max + 1) * V, sizeof(float), "draft logits"));
-    int *batch = xmalloc((size_t)(n_max + 1) * sizeof(int)), *out = xmalloc((size_t)(n_max + 1) * sizeof(int));
-    Draft *d = xmalloc((size_t)(n_max + 1) * sizeof(Draft));
-    int *tv = xmalloc((size_t)(n_max + 1) * sizeof(int));            /* --trace: verifier token per row */
-    bool *rel = xmalloc((size_t)(n_max + 1) * sizeof(bool));         /* --trace: row accepted by the relaxed rule */
-    GdnLog log = {xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
-    GdnSave save = {xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
-    for (int il = 0; il < c->n_layer; il++) {
-        if (!m->layers[il].recurrent) continue;
-        log.u[il] = xmalloc((size_t)cap * c->conv_dim * sizeof(float));
-        log.g[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
-        log.beta[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
-        save.ring[il] = xmalloc(ring_floats(c) * sizeof(float));
-        save.S[il] = xmalloc(S_floats(c) * sizeof(float));
-    }
+    Round rd;
+    round_init(&rd, ctx->m, n_max, cap);
     double t0 = now_seconds();
-    prefill(ctx, prompt, n_prompt - 1, logits, NULL);
+    prefill(ctx, prompt, n_prompt - 1, rd.logits, NULL);
     stats->t_encode = now_seconds() - t0;
     stats->n_encoded = n_prompt;
     int id_last = prompt[n_prompt - 1];
     bool done = false;
     t0 = now_seconds();
     while (!done && ctx->st.n_past < ctx->st.n_ctx) {
-        int n = n_max, room = ctx->st.n_ctx - ctx->st.n_past - 2;
-        if (room < n) n = room;
-        if (a->n_predict >= 0 && a->n_predict - stats->n_predict - 1 < n) n = a->n_predict - stats->n_predict - 1;
-        if (n < 0) n = 0;
-        /* 1. draft */
+        rd.pos = ctx->st.n_past;
+        rd.id_last = id_last;
+        rd.n = n_max;   /* as many as fit before -c and -n */
+        if (ctx->st.n_ctx - ctx->st.n_past - 2 < rd.n) rd.n = ctx->st.n_ctx - ctx->st.n_past - 2;
+        if (a->n_predict >= 0 && a->n_predict - stats->n_predict - 1 < rd.n) rd.n = a->n_predict - stats->n_predict - 1;
+        if (rd.n < 0) rd.n = 0;
+        /* 1. DRAFT: a preview pass over [id_last, MASK x n] (or test drafts) */
         double td0 = now_seconds();
-        int m_drafts = 0;
-        if (n > 0 && td->kind == DRAFTS_MODEL) m_drafts = draft_block(ctx, a, eog, id_last, n, d, batch, logits);
-        else if (n > 0 && td->kind == DRAFTS_RANDOM) {
-            for (int j = 0; j < n; j++) d[j] = (Draft){(int)(random_uniform(&td->rng) * V) % V, 1, 0};
-            m_drafts = n;
-        } else if (n > 0) {
-            for (int j = 0; j < n && stats->n_predict + j < td->n_truth; j++, m_drafts++) d[j] = (Draft){td->truth[stats->n_predict + j], 1, 0};
-        }
+        rd.m = rd.n == 0 ? 0 : td->kind == DRAFTS_MODEL ? draft_block(ctx, a, &r->eog, id_last, rd.n, rd.d, rd.batch, rd.logits)
+                                                        : test_drafts(td, rd.n, stats->n_predict, c->n_vocab, rd.d);
         stats->t_draft += now_seconds() - td0;
-        /* 2. verify, in decoding order, logging the GDN inputs for the rollback */
+        /* 2. VERIFY: save the GDN state; one causal batch [id_last, d_1 .. d_m], in decoding order,
+         * every row's logits, the GDN inputs logged for the rollback */
         double tv0 = now_seconds();
-        int n_past0 = ctx->st.n_past;
-        batch[0] = id_last;
-        for (int j = 0; j < m_drafts; j++) batch[j + 1] = d[j].id;
-        gdn_save(m, &ctx->st, &save, false);
-        forward_verify(ctx, batch, m_drafts + 1, logits, &log);
-        /* 3. accept */
-        int n_out = 0, acc = 0, rows = 0;
-        bool eog_stop = false;
-        for (int j = 0; j <= m_drafts; j++) {
-            const float *z = logits + (size_t)j * V;
-            int t = sample(smp, z, V);
-            bool relaxed = false;
-            tv[j] = t;
-            rel[j] = false;
-            rows = j + 1;
-            if (j < m_drafts && accept_draft(z, t, &d[j], a->accept_ratio, a->accept_delta, &relaxed)) {
-                out[n_out++] = d[j].id;
-                acc++;
-                rel[j] = relaxed;
-                if (relaxed) {
-                    stats->n_relaxed++;
-                    fprintf(stderr, "clover: relaxed accept: row %d draft %d target %d ratio %.3f entropy %.3f\n", j, d[j].id, t,
-                            expf(z[d[j].id] - z[t]), d[j].H);
-                }
-                if (is_eog(eog, d[j].id)) { eog_stop = true; break; }
-                continue;
-            }
-            out[n_out++] = t;
-            break;
-        }
-        if (a->trace) {
-            TraceRound tr = {stats->n_rounds + 1, n_past0, id_last, n, m_drafts, acc, d, tv, rows, rel, eog_stop};
-            trace_round(&tr, logits, V, pr->tok, a, eog);
-        }
-        /* 4. commit */
-        if (acc < m_drafts) rollback(ctx, &save, &log, n_past0, acc);
+        rd.batch[0] = id_last;
+        for (int j = 0; j < rd.m; j++) rd.batch[j + 1] = rd.d[j].id;
+        gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);
+        forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, &rd.log);
+        /* 3. ACCEPT */
+        accept_round(r, &rd);
+        if (a->trace) trace_round(&rd, stats->n_rounds + 1, c->n_vocab, r->pr.tok, a, &r->eog);
+        /* 4. COMMIT: the KV rows of the a + 1 new tokens stay; the GDN layers roll back and replay them */
+        if (rd.acc < rd.m) rollback(ctx, &rd.save, &rd.log, rd.pos, rd.acc);
         stats->t_verify += now_seconds() - tv0;
-        stats->n_drafted += m_drafts;
-        stats->n_accept += acc;
+        stats->n_drafted += rd.m;
+        stats->n_accept += rd.acc;
         stats->n_rounds++;
-        if (chk) check_state(chk, ctx, batch, acc + 1);
-        for (int i = 0; i < n_out; i++) {
-            stats->n_predict++;
-            if (is_eog(eog, out[i])) { done = true; break; }
-            print_colored(pr, out[i], i < acc, a->color);
-        }
-        id_last = out[n_out - 1];
-        if (a->n_predict >= 0 && stats->n_predict > a->n_predict) done = true;
+        if (chk) check_state(chk, ctx, rd.batch, rd.acc + 1);
+        done = print_round(r, &rd);
+        id_last = rd.out[rd.n_out - 1];
     }
     stats->t_decode = now_seconds() - t0;
-    free(logits);
 }
 
 /* --diffusion (clover.md 4): fill a block of block_size masks by repeated preview passes,
  * unmasking every position whose top-1 probability reaches the threshold (at least the most
  * confident one), then commit the block causally; stop at the first end-of-generation token. */
-static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt, const Args *a, Stats *stats) {
+static void generate_diffusion(Run *r, const int *prompt, int n_prompt) {
+    Ctx *ctx = r->ctx;
+    const Args *a = r->a;
+    Stats *stats = &r->stats;
     const Config *c = &ctx->m->c;
     int V = c->n_vocab, B = c->block_size < ctx->sc.cap ? c->block_size : ctx->sc.cap;
     float *logits = xmalloc(mul_size((size_t)B * V, sizeof(float), "diffusion logits"));
@@ -5515,9 +5724,9 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
         }
         int keep = n;
         for (int j = 0; j < n; j++)
-            if (is_eog(eog, block[j]) || (a->n_predict >= 0 && stats->n_predict + j >= a->n_predict)) { keep = j; done = true; break; }
+            if (is_eog(&r->eog, block[j]) || (a->n_predict >= 0 && stats->n_predict + j >= a->n_predict)) { keep = j; done = true; break; }
         prefill(ctx, block, keep, last, NULL);
-        for (int j = 0; j < keep; j++) print_token(pr, block[j]);
+        for (int j = 0; j < keep; j++) print_token(&r->pr, block[j]);
         stats->n_predict += keep;
         blocks++;
     }
@@ -5529,151 +5738,53 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
     free(last);
 }
 
-#ifdef CLOVER_CUDA
-bool gpu_init(char *info, size_t n);   /* clover.cu */
-#endif
-
 #ifndef TESTING
+/* parse -> load -> run */
 int main(int argc, char **argv) {
     Args a = parse_args(argc, argv);
     static Model m;
     model_load(&m, a.model);
-    const Config *c = &m.c;
     Tokenizer tok;
     EogSet eog;
     tokenizer_load(&tok, &eog, &m);
-
-    /* the prompt: token ids, or text (a prompt file loses one trailing newline, as upstream) */
-    int n_prompt = 0, *prompt;
-    if (a.tokens) prompt = parse_ids(a.tokens, c->n_vocab, &n_prompt);
-    else {
-        size_t len;
-        /* no token is longer than 1 KiB of text, so a prompt that fits in -b is at most that per token */
-        char *text = a.prompt_file ? read_file(a.prompt_file, mul_size((size_t)a.n_batch, 1024, "prompt size"), &len) : strdup(a.prompt);
-        if (!text) fatal("out of memory");
-        if (a.prompt) len = strlen(text);
-        if (a.prompt_file && len > 0 && text[len - 1] == '\n') len--;
-        if (a.chat) {
-            const char *pre = "<|im_start|>user\n", *post = "<|im_end|>\n<|im_start|>assistant\n<think>\n";
-            char *w = xmalloc(strlen(pre) + len + strlen(post) + 1);
-            sprintf(w, "%s%.*s%s", pre, (int)len, text, post);
-            free(text);
-            text = w;
-            len = strlen(w);
-        }
-        prompt = tokenizer_encode(&tok, text, len, true, &n_prompt);
-        if (!prompt) fatal("out of memory tokenizing the prompt");
-        free(text);
-    }
+    int n_prompt = 0, *prompt = read_prompt(&a, &tok, m.c.n_vocab, &n_prompt);
     if (a.tokenize) {
         for (int i = 0; i < n_prompt; i++) printf("%s%d", i ? "," : "", prompt[i]);
         printf("\n");
         return 0;
     }
-    if (n_prompt == 0) fatal("the prompt is empty; give some text with -p or -f");
-    int n_ctx = a.n_ctx ? a.n_ctx : c->n_ctx_train;
-    if (n_ctx > c->n_ctx_train) fatal("-c %d is beyond the model's context length %d; use -c %d or less", n_ctx, c->n_ctx_train, c->n_ctx_train);
-    if (n_prompt > a.n_batch) fatal("the prompt has %d tokens, more than the batch size -b %d; raise -b", n_prompt, a.n_batch);
-    if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
-#ifdef CLOVER_CUDA
-    if (a.n_gpu_layers > 0) {   /* clover.cu: device bring-up only so far; layers stay on the CPU */
-        char info[256];
-        if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a.n_gpu_layers, info);
-        fprintf(stderr, "clover: GPU %s found; the GPU kernels are not written yet, all layers run on the CPU\n", info);
-    }
-#else
-    if (a.n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a.n_gpu_layers);
-#endif
-
-    bool draft_self = !strcmp(a.spec_type, "draft-self");
-    if ((draft_self || a.diffusion || a.preview_block) && c->mask_id < 0)
-        fatal("%s: %s needs a clover_moe model with a mask token (%s); this %s file has none",
-              a.model, a.diffusion ? "--diffusion" : a.preview_block ? "--preview-block" : "--spec-type draft-self", KEY_MASK_ID, c->arch);
-    if ((draft_self || a.diffusion || a.preview_block) && strcmp(c->arch, "clover_moe"))
-        fatal("%s: block diffusion needs a clover_moe model; this is %s (plain causal decoding works with --spec-type none)", a.model, c->arch);
-    int n_block = 0, *block = a.preview_block ? parse_ids(a.preview_block, c->n_vocab, &n_block) : NULL;
+    int n_ctx = check_run(&a, &m.c, n_prompt);
+    int n_block = 0, *block = a.preview_block ? parse_ids(a.preview_block, m.c.n_vocab, &n_block) : NULL;
     if (a.preview_block && (!a.dump_logits || n_block == 0)) fatal("--preview-block needs --dump-logits FILE and at least one id");
     if (n_prompt + n_block > n_ctx) fatal("the prompt and the preview block (%d tokens) do not fit in -c %d", n_prompt + n_block, n_ctx);
-
-    static Ctx ctx;
-    ctx.m = &m;
-    ctx.n_threads = a.n_threads;
-    ctx.n_threads_batch = a.n_threads_batch;
-    ctx.dump_dir = a.dump_tensors;
-    static Dumps dumps;
-    ctx.dumps = &dumps;
-    if (regcomp(&ctx.dump_filter, a.dump_filter ? a.dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
-        fatal("--dump-filter '%s' is not a valid regular expression", a.dump_filter);
-    int cap = a.n_ubatch;   /* rows per batch: a ubatch, a verify batch, a diffusion block */
-    if (draft_self && a.draft_n_max + 1 > cap) cap = a.draft_n_max + 1 < c->block_size ? a.draft_n_max + 1 : c->block_size;
-    if ((a.diffusion || draft_self) && c->block_size > cap) cap = c->block_size;
-    if (n_block > cap) cap = n_block;
-    int n_threads = a.n_threads > a.n_threads_batch ? a.n_threads : a.n_threads_batch;
+    gpu_note(&a);
     FILE *fp = a.dump_logits ? fopen(a.dump_logits, "wb") : NULL;   /* fail before the big allocations */
     if (a.dump_logits && !fp) fatal("cannot write '%s': %s", a.dump_logits, strerror(errno));
-    size_t logits_floats = mul_size(fp ? (size_t)cap : 1, (size_t)c->n_vocab, "logits");
-    memory_plan(&m, &a, n_ctx, cap, n_threads, logits_floats);
-    ctx.pool = pool_new(n_threads);
-    state_init(&ctx.st, &m, n_ctx, a.k_type, a.v_type);
-    scratch_init(&ctx.sc, c, cap, n_ctx, n_threads);
+    int cap = batch_rows(&a, &m.c, n_block);
+    static Ctx ctx;
+    ctx_init(&ctx, &m, &a, n_ctx, cap, fp ? cap : 1);
 
     if (fp) {
-        float *logits = xmalloc(mul_size(logits_floats, sizeof(float), "logits"));
-        if (!block) prefill(&ctx, prompt, n_prompt, logits, fp);
-        else {   /* commit the prompt, then one preview pass over the block right after it */
-            prefill(&ctx, prompt, n_prompt, logits, NULL);
-            forward_preview(&ctx, block, n_block, logits);
-            if (fwrite(logits, sizeof(float) * (size_t)c->n_vocab, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
-        }
+        write_logits(&ctx, fp, prompt, n_prompt, block, n_block);
         if (fclose(fp) != 0) fatal("writing '%s': %s", a.dump_logits, strerror(errno));
         dump_index(&ctx);
         return 0;
     }
-
-    Sampler smp = {a.temp, a.top_p, a.top_k, 0, xmalloc((size_t)c->n_vocab * sizeof(int)), xmalloc((size_t)c->n_vocab * sizeof(float))};
-    uint64_t seed = a.seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a.seed;
-    smp.rng = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
-    Printer pr = {&tok, {{0}, 0}};
-    for (int i = 0; i < n_prompt; i++) print_token(&pr, prompt[i]);
-    Stats stats = {0};
-    if (a.diffusion) generate_diffusion(&ctx, &eog, &pr, prompt, n_prompt, &a, &stats);
-    else if (!draft_self) generate_causal(&ctx, &smp, &eog, &pr, prompt, n_prompt, &a, &stats);
+    Run r;
+    run_init(&r, &ctx, &a, &tok, &eog, prompt, n_prompt);
+    if (a.diffusion) generate_diffusion(&r, prompt, n_prompt);
+    else if (strcmp(a.spec_type, "draft-self")) generate_causal(&r, prompt, n_prompt);
     else {
-        TestDrafts td = {DRAFTS_MODEL, NULL, 0, seed + 1};
-        static Ctx shadow;   /* test only: a plain causal decoder over the same model */
-        StateCheck chk = {&shadow, 0};
-        if (a.test_drafts || a.test_check_state) {
-            shadow = ctx;   /* shares the model; runs on the calling thread only */
-            shadow.n_threads = shadow.n_threads_batch = 1;
-            shadow.pool = pool_new(1);
-            state_init(&shadow.st, &m, n_ctx, a.k_type, a.v_type);
-            scratch_init(&shadow.sc, c, cap, n_ctx, n_threads);
-        }
-        if (a.test_drafts && !strcmp(a.test_drafts, "random")) td.kind = DRAFTS_RANDOM;
-        if (a.test_drafts && !strcmp(a.test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
-            Sampler greedy = smp;
-            greedy.temp = 0;
-            int limit = a.n_predict >= 0 && a.n_predict < n_ctx ? a.n_predict + 1 : n_ctx;   /* -n N runs N+1 */
-            int *truth = xmalloc((size_t)limit * sizeof(int));
-            float *z = xmalloc((size_t)c->n_vocab * sizeof(float));
-            prefill(&shadow, prompt, n_prompt - 1, z, NULL);
-            int last = prompt[n_prompt - 1];
-            while (td.n_truth < limit && shadow.st.n_past < n_ctx) {
-                forward_causal(&shadow, &last, 1, z, 1);
-                last = truth[td.n_truth++] = sample(&greedy, z, c->n_vocab);
-            }
-            td.kind = DRAFTS_TRUTH;
-            td.truth = truth;
-            state_init(&shadow.st, &m, n_ctx, a.k_type, a.v_type);
-        }
-        if (a.test_check_state) prefill(&shadow, prompt, n_prompt - 1, NULL, NULL);
-        generate_draft_self(&ctx, &smp, &eog, &pr, prompt, n_prompt, &a, &stats, &td, a.test_check_state ? &chk : NULL);
+        TestDrafts td;
+        StateCheck chk;
+        test_setup(&r, prompt, n_prompt, &td, &chk);
+        generate_draft_self(&r, prompt, n_prompt, &td, a.test_check_state ? &chk : NULL);
         if (a.test_check_state) fprintf(stderr, "state check: %d rounds identical to plain causal decoding\n", chk.rounds);
     }
-    utf8_stream_flush(&pr.utf8, stdout);
+    utf8_stream_flush(&r.pr.utf8, stdout);
     printf("\n");
     fflush(stdout);
-    print_stats(&a, &stats);
+    print_stats(&a, &r.stats);
     dump_index(&ctx);
     return 0;
 }
