@@ -635,7 +635,10 @@ static void quantize_row(uint32_t wtype, const float *x, void *y, int64_t n) {
  * the next activation magnifies any difference, so these add in the orders of llama.cpp's x86
  * AVX-512 kernels:
  *   row order  (ggml_vec_dot_*: single rows, expert matmuls, the GDN recurrence): element i goes
- *              to accumulator i % 64; the tail past the last multiple of 64 is added in double;
+ *              to accumulator i % 64; the tail past the last multiple of 64 is added in double,
+ *              but for F32, whose ggml_vec_dot_f32 keeps a float sum: the folded lanes rounded
+ *              to float, then each tail product added in float (mul, then add: not fused). This
+ *              shows where rows are not multiples of 64, e.g. a GDN state of 16;
  *   tile order (llamafile tinyBLAS: dense matmuls of two or more rows): element i to lane i % 16.
  * Accumulators are then folded by halving (64 -> 32 -> ... -> 1). BF16 products are taken in pairs,
  * odd element first, as the AVX512-BF16 dot instruction does. fp16 and bf16 products are exact in
@@ -650,18 +653,33 @@ static float f32_at(const void *p, int64_t i) { return ((const float *)p)[i]; }
 static float f16_at(const void *p, int64_t i) { return fp16_to_fp32(((const uint16_t *)p)[i]); }
 static float bf16_at(const void *p, int64_t i) { return bf16_to_fp32(((const uint16_t *)p)[i]); }
 
-static float dot_float_row(float (*at)(const void *, int64_t), const void *x, const void *y, int64_t n) {
+/* row order over the first np elements (a multiple of 64), folded */
+static float dot_float_lanes(float (*at)(const void *, int64_t), const void *x, const void *y, int64_t np) {
     float acc[64] = {0};
-    int64_t np = n & ~(int64_t)63;
     for (int64_t i = 0; i < np; i += 64)
         for (int l = 0; l < 64; l++) acc[l] = fmaf(at(x, i + l), at(y, i + l), acc[l]);
-    double sum = fold(acc, 64);
-    for (int64_t i = np; i < n; i++) sum += at(x, i) * at(y, i);
+    return fold(acc, 64);
+}
+
+/* twins: dot_f32_avx2, dot_f16_avx2 */
+static float dot_f32_row(const void *w, const void *a, int64_t n) {
+    const float *x = w, *y = a;
+    int64_t np = n & ~(int64_t)63;
+    float sum = dot_float_lanes(f32_at, x, y, np);
+    for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
+    return sum;
+}
+
+static float dot_f16_row(const void *x, const void *y, int64_t n) {
+    int64_t np = n & ~(int64_t)63;
+    double sum = dot_float_lanes(f16_at, x, y, np);
+    for (int64_t i = np; i < n; i++) sum += f16_at(x, i) * f16_at(y, i);
     return (float)sum;
 }
 
+/* tile order; the callers hand rows that are not multiples of 16 to the row order, as tinyBLAS
+ * declines them */
 static float dot_float_tile(float (*at)(const void *, int64_t), const void *x, const void *y, int64_t n) {
-    if (n % 16) return dot_float_row(at, x, y, n);   /* tinyBLAS declines such rows */
     float acc[16] = {0};
     for (int64_t i = 0; i < n; i += 16)
         for (int l = 0; l < 16; l++) acc[l] = fmaf(at(x, i + l), at(y, i + l), acc[l]);
@@ -696,11 +714,9 @@ static float dot_bf16_tile(const void *x, const void *y, int64_t n) {
     return fold(acc, 16);
 }
 
-/* twins: dot_f32_avx2, dot_f16_avx2, dot_f32_tile_avx2, dot_f16_tile_avx2 */
-static float dot_f32_row(const void *w, const void *a, int64_t n) { return dot_float_row(f32_at, w, a, n); }
-static float dot_f16_row(const void *w, const void *a, int64_t n) { return dot_float_row(f16_at, w, a, n); }
-static float dot_f32_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f32_at, w, a, n); }
-static float dot_f16_tile(const void *w, const void *a, int64_t n) { return dot_float_tile(f16_at, w, a, n); }
+/* twins: dot_f32_tile_avx2, dot_f16_tile_avx2 */
+static float dot_f32_tile(const void *w, const void *a, int64_t n) { return n % 16 ? dot_f32_row(w, a, n) : dot_float_tile(f32_at, w, a, n); }
+static float dot_f16_tile(const void *w, const void *a, int64_t n) { return n % 16 ? dot_f16_row(w, a, n) : dot_float_tile(f16_at, w, a, n); }
 
 static int32_t dot_i8(const int8_t *x, const int8_t *y, int n) {
     int32_t s = 0;
@@ -1444,7 +1460,7 @@ typedef struct {
     const char *dump_dir;           /* --dump-tensors: where intermediate activations go, or NULL */
     regex_t dump_filter;            /* --dump-filter: which names (default: all) */
     struct Dumps *dumps;            /* --dump-tensors: the files written so far, scratch (see dump_nd) */
-    bool dump_preview;              /* the pass being dumped is a preview pass */
+    bool dump_preview;              /* the pass being dumped is a preview pass (names "preview.*") */
 } Ctx;
 
 /* ============================================================================================== */
@@ -1600,8 +1616,6 @@ static void matmul(Ctx *ctx, const Mat *w, const float *x, int T, float *y) {
 /* --dump-tensors hooks (section 10): dump(ctx, name, il, x, T, n) writes T rows of n floats as
  * <name>-<il>.bin (il < 0: <name>.bin), the name llama.cpp's graph callback gives the same value;
  * nothing happens unless --dump-tensors was given. */
-static bool dumping(const Ctx *ctx);
-static float *dump_buf(const Ctx *ctx, int i, size_t n);
 static void dump_nd(const Ctx *ctx, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0);
 static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n);
 static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0);
@@ -2078,9 +2092,9 @@ static void route_top_k(const Config *c, const float *p, const bool *allowed, in
         sel[r] = best;
         w[r] = best >= 0 ? p[best] : 0;
     }
-    float sum = 0;
-    for (int r = 0; r < k; r++) sum += w[r];
-    sum = fmaxf(sum, 6.103515625e-5f);   /* smallest normal fp16, llama.cpp's clamp */
+    double total = 0;   /* ggml_sum_rows adds in double (ggml_vec_sum_f32) */
+    for (int r = 0; r < k; r++) total += w[r];
+    float sum = fmaxf((float)total, 6.103515625e-5f);   /* smallest normal fp16, llama.cpp's clamp */
     for (int r = 0; r < k; r++) {
         w[r] /= sum;
         if (c->expert_weights_scale != 0 && c->expert_weights_scale != 1) w[r] *= c->expert_weights_scale;
@@ -2565,6 +2579,23 @@ static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x,
     dump3(ctx, name, il, b, T, n1, n0);
 }
 
+/* Creates the folder path and its parents where missing (mkdir -p), so that --dump-tensors DIR
+ * works on a fresh path. */
+static void make_dirs(const char *path) {
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) fatal("--dump-tensors: the path '%.40s...' is too long", path);
+    for (char *c = p + 1; ; c++) {
+        if (*c != '/' && *c) continue;
+        char was = *c;
+        *c = 0;
+        struct stat st;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) fatal("--dump-tensors: cannot create '%s': %s", p, strerror(errno));
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--dump-tensors: '%s' is not a folder", p);
+        if (!was) return;
+        *c = was;
+    }
+}
+
 /* DIR/index.tsv: one line per file written in this run. */
 static void dump_index(const Ctx *ctx) {
     if (!ctx->dump_dir) return;
@@ -2657,13 +2688,13 @@ static void dump_routing(const Ctx *ctx, int il, int T) {
     dump_nd(ctx, "ffn_moe_topk", il, s->sel, true, T, 1, 1, K);
     float *w = dump_buf(ctx, 0, (size_t)T * (K + 2));
     for (int t = 0; t < T; t++) {
-        float sum = 0;
+        double sum = 0;
         for (int r = 0; r < K; r++) {
             int e = s->sel[(size_t)t * K + r];
             sum += w[(size_t)t * K + r] = e >= 0 ? s->probs[(size_t)t * c->n_expert + e] : 0;
         }
-        w[(size_t)T * K + t] = sum;
-        w[(size_t)T * (K + 1) + t] = fmaxf(sum, 6.103515625e-5f);
+        w[(size_t)T * K + t] = (float)sum;
+        w[(size_t)T * (K + 1) + t] = fmaxf((float)sum, 6.103515625e-5f);
     }
     dump3(ctx, "ffn_moe_weights", il, w, T, K, 1);
     dump(ctx, "ffn_moe_weights_sum", il, w + (size_t)T * K, T, 1);
@@ -2759,12 +2790,13 @@ static inline SIMD_INLINE float fold64_avx2(__m256 a[8]) {
 static inline SIMD_INLINE __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline SIMD_INLINE __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
 
-/* The end of dot_f32_avx2 for accumulators acc over x, y[0..np): fold, then the tail np..n in double
- * (also used by the GDN recurrence, which fills acc itself). */
+/* The end of dot_f32_avx2 for accumulators acc over x, y[0..np): fold, then the tail np..n in
+ * ggml_vec_dot_f32's float sum (see dot_f32_row; also used by the GDN recurrence, which fills acc
+ * itself). */
 static inline SIMD_INLINE float dot_f32_finish_avx2(__m256 acc[8], const float *x, const float *y, int64_t np, int64_t n) {
-    double sum = fold64_avx2(acc);
+    float sum = (float)fold64_avx2(acc);
     for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
-    return (float)sum;
+    return sum;
 }
 
 SIMD static float dot_f32_avx2(const void *w, const void *a, int64_t n) {
@@ -4826,6 +4858,7 @@ typedef struct {
     uint32_t k_type, v_type;
     bool tokenize, chat, color, diffusion;
     bool trace;                /* --trace: one block per draft-self round on stderr */
+    bool utf8_replace;         /* --utf8-replace: print valid UTF-8 only (else the tokens' raw bytes) */
     float diffusion_threshold;
 } Args;
 
@@ -4843,6 +4876,7 @@ static void usage(void) {
         "  --diffusion --diffusion-threshold P       native block-diffusion generation\n"
         "  --chat                    wrap the prompt in the chat template (thinking on)\n"
         "  --color on|off            mark accepted drafts in the output\n"
+        "  --utf8-replace            print invalid UTF-8 in the output as U+FFFD (default: the tokens' raw bytes)\n"
         "  --trace                   draft-self: print each round (drafts, verifier tokens, why acceptance stopped)\n"
         "  -ngl N, --flash-attn on|off|auto          accepted for compatibility (CPU build: no effect)\n"
         "  --tokenize                print the prompt's token ids and exit\n"
@@ -4936,6 +4970,7 @@ static Args parse_args(int argc, char **argv) {
             else if (!strcmp(f, "--diffusion")) a.diffusion = true;
             else if (!strcmp(f, "--test-check-state")) a.test_check_state = true;
             else if (!strcmp(f, "--trace")) a.trace = true;
+            else if (!strcmp(f, "--utf8-replace")) a.utf8_replace = true;
             else fatal("unknown argument '%s'; see --help", f);
         }
         if (takes) {
@@ -5031,13 +5066,16 @@ static void tokenizer_load(Tokenizer *tok, EogSet *eog, const Model *m) {
     }
 }
 
-/* Stream tokens to stdout as whole UTF-8 characters. */
-typedef struct { const Tokenizer *tok; Utf8Stream utf8; } Printer;
+/* Stream tokens to stdout: their raw bytes, as llama.cpp's examples print them (so the output can be
+ * diffed with upstream's byte for byte), or with --utf8-replace as whole UTF-8 characters, each
+ * invalid sequence one U+FFFD (for a terminal). */
+typedef struct { const Tokenizer *tok; bool utf8_replace; Utf8Stream utf8; } Printer;
 
 static void print_token(Printer *pr, int id) {
     char buf[512];
     int n = tokenizer_decode(pr->tok, id, buf, sizeof buf);
-    if (n > 0) utf8_stream_write(&pr->utf8, buf, n, stdout);
+    if (n > 0 && pr->utf8_replace) utf8_stream_write(&pr->utf8, buf, n, stdout);
+    else if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
     fflush(stdout);
 }
 
@@ -5211,6 +5249,7 @@ static void ctx_init(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap, int 
     ctx->n_threads = a->n_threads;
     ctx->n_threads_batch = a->n_threads_batch;
     ctx->dump_dir = a->dump_tensors;
+    if (ctx->dump_dir) make_dirs(ctx->dump_dir);
     static Dumps dumps;
     ctx->dumps = &dumps;
     if (regcomp(&ctx->dump_filter, a->dump_filter ? a->dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
@@ -5243,7 +5282,7 @@ static void run_init(Run *r, Ctx *ctx, const Args *a, const Tokenizer *tok, cons
     r->smp = (Sampler){a->temp, a->top_p, a->top_k, 0, xmalloc((size_t)V * sizeof(int)), xmalloc((size_t)V * sizeof(float))};
     r->seed = a->seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a->seed;
     r->smp.rng = r->seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
-    r->pr = (Printer){tok, {{0}, 0}};
+    r->pr = (Printer){tok, a->utf8_replace, {{0}, 0}};
     for (int i = 0; i < n_prompt; i++) print_token(&r->pr, prompt[i]);
 }
 

@@ -155,8 +155,10 @@ int main(int argc, char **argv) {
 
     llama_log_set(quiet_log, NULL);
     llama_backend_init();
-    const char *err = load_backends();
+    char variant[64];
+    const char *err = load_backends(NULL, variant);
     if (err) fatal("%s", err);
+    fprintf(stderr, "bench: llama.cpp CPU variant %s\n", variant);
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     struct llama_model *lm = llama_model_load_from_file(path, mp);

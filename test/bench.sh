@@ -8,7 +8,8 @@
 # writes a 4-layer slice with every per-layer shape of the 35B model (2-5 GB, in $BENCH_DIR or /tmp,
 # deleted after use) and build/bench measures prefill (512-token prompt), decode (64 tokens) and one
 # 16-row verify batch, alternating clover and llama.cpp run by run (medians). Ends with a markdown
-# table of the medians, as README's "Speed" section shows it.
+# table of the medians, as README's "Speed" section shows it. llama.cpp runs the CPU variant it picks
+# itself (the best this CPU runs; LLAMA_CPU_VARIANT=NAME forces one), named in the table's heading.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -26,7 +27,8 @@ for type in q4_k_m q8_0; do
         echo "== $type, vocabulary $vocab: build/gen --shape real --type $type --layers 4 --vocab $vocab"
         build/gen -o "$f" --shape real --type "$type" --layers 4 --vocab "$vocab" > "$DIR/gen.log" 2>&1 ||
             { echo "gen failed: $(head -n 1 "$DIR/gen.log")"; exit 1; }
-        build/bench -m "$f" -t "$THREADS" -r "$REPS" | tee "$DIR/out.txt" || exit 1
+        build/bench -m "$f" -t "$THREADS" -r "$REPS" 2> "$DIR/err.txt" | tee "$DIR/out.txt" || { cat "$DIR/err.txt"; exit 1; }
+        variant=$(sed -n 's/^bench: llama.cpp CPU variant //p' "$DIR/err.txt")
         rm -f "$f"
         line=$(grep '^BENCH ' "$DIR/out.txt") || exit 1
         declare -A v=()
@@ -36,7 +38,7 @@ for type in q4_k_m q8_0; do
     done
 done
 echo
-echo "$(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads, medians of $REPS runs (clover / llama.cpp):"
+echo "$(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads, llama.cpp's CPU variant ${variant:-?}, medians of $REPS runs (clover / llama.cpp):"
 echo
 echo "| weights | vocabulary | prefill t/s (512) | decode t/s (64) | 16-row verify (cost in decode steps) | bytes/step, bandwidth: fraction reached |"
 echo "|---|---|---|---|---|---|"

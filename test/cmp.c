@@ -1,7 +1,7 @@
 // cmp.c: compares two float32 logits files of shape [n][n_vocab] (row-major, as written by
 // `build/ref --logits` and by clover's logits dump).
 //
-//   build/cmp A.bin B.bin N_VOCAB [--median X] [--p99 Y] [--argmax F]
+//   build/cmp A.bin B.bin N_VOCAB [--median X] [--p99 Y] [--max Z] [--argmax F]
 //
 // For every position (row) it computes, in double, the log-softmax of both rows and
 // D = max over the vocab of |logsoftmax(A) - logsoftmax(B)|, and the argmax of both rows (ties to
@@ -13,7 +13,7 @@
 // (median: the middle value, or the mean of the two middle ones; p99: the nearest-rank 99th
 // percentile, i.e. the ceil(0.99 N)-th smallest; P is rounded down to 2 decimals; "  nonfinite K"
 // is appended when K rows held NaN/inf). Exit status: 0 when all given thresholds hold
-// (median <= X, p99 <= Y, agreeing fraction >= F, F in [0,1]); 1 when one is violated, when the
+// (median <= X, p99 <= Y, max <= Z, agreeing fraction >= F, F in [0,1]); 1 when one is violated, when the
 // files differ in size, are empty or are not a multiple of N_VOCAB*4 bytes; 2 on bad usage or an
 // unreadable file.
 
@@ -36,7 +36,7 @@ __attribute__((format(printf, 2, 3), noreturn)) static void fail(int code, const
 }
 
 static void usage(void) {
-    fail(2, "usage: cmp A.bin B.bin N_VOCAB [--median X] [--p99 Y] [--argmax F]");
+    fail(2, "usage: cmp A.bin B.bin N_VOCAB [--median X] [--p99 Y] [--max Z] [--argmax F]");
 }
 
 static double parse_num(const char *s, const char *what) {
@@ -78,11 +78,12 @@ int main(int argc, char **argv) {
     errno = 0;
     long nv = strtol(argv[3], &end, 10);
     if (errno || end == argv[3] || *end || nv <= 0) fail(2, "bad N_VOCAB: '%s'", argv[3]);
-    double t_median = -1, t_p99 = -1, t_agree = -1;
+    double t_median = -1, t_p99 = -1, t_max = -1, t_agree = -1;
     for (int i = 4; i < argc; i++) {
         if (i + 1 >= argc) usage();
         if (!strcmp(argv[i], "--median")) t_median = parse_num(argv[++i], "--median");
         else if (!strcmp(argv[i], "--p99")) t_p99 = parse_num(argv[++i], "--p99");
+        else if (!strcmp(argv[i], "--max")) t_max = parse_num(argv[++i], "--max");
         else if (!strcmp(argv[i], "--argmax")) {
             t_agree = parse_num(argv[++i], "--argmax");
             if (t_agree > 1) fail(2, "--argmax takes a fraction in [0,1], got %s", argv[i]);
@@ -143,6 +144,7 @@ int main(int argc, char **argv) {
     int bad = 0;
     if (t_median >= 0 && !(median <= t_median)) bad = 1;
     if (t_p99 >= 0 && !(p99 <= t_p99)) bad = 1;
+    if (t_max >= 0 && !(mx <= t_max)) bad = 1;
     if (t_agree >= 0 && !(frac >= t_agree)) bad = 1;
     free(ra);
     free(rb);

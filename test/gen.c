@@ -1,7 +1,7 @@
 /*
  * gen.c — write a random-weight GGUF model for clover.c tests and benchmarks.
  *
- *   build/gen -o FILE [--arch qwen35moe|clover_moe] [--type T] [--shape tiny|real|micro]
+ *   build/gen -o FILE [--arch qwen35moe|clover_moe] [--type T] [--shape tiny|real|narrow|micro]
  *             [--layers N] [--vocab N] [--seed S] [--nextn 0|1] [--ctx N]
  *             [--experts N] [--experts-used N] [--mask] [--right-conv] [--reverse]
  *             [--coreset P] [--block-size N] [--shift-logits]
@@ -168,7 +168,7 @@ typedef struct {
     const char *out, *arch;
     int type;          // a TYPES id, or -1 for the q4_k_m mix
     const char *type_name;
-    int real;          // --shape real: 1, micro: -1
+    const char *shape; // --shape: tiny (default), real, narrow, micro
     int n_layer, n_vocab, n_ctx, nextn;
     int n_embd, n_head, n_head_kv, head_dim, n_rot;
     int ssm_groups, ssm_v_heads, ssm_state, ssm_inner, ssm_conv;
@@ -920,7 +920,7 @@ static uint32_t file_type(const Config *c) {
 static void build_metadata(Buf *b, const Config *c, const Vocab *v) {
     const char *a = c->arch;
     char name[128];
-    snprintf(name, sizeof name, "clover.c random %s %s %s", a, c->real > 0 ? "real" : c->real < 0 ? "micro" : "tiny", c->type_name);
+    snprintf(name, sizeof name, "clover.c random %s %s %s", a, c->shape, c->type_name);
     kv_str(b, "general", "architecture", a);
     kv_str(b, "general", "name", name);
     kv_u32(b, "general", "alignment", ALIGN);
@@ -992,7 +992,7 @@ static void write_tensor_infos(Buf *b, const TensorList *l) {
 
 static void usage(void) {
     fprintf(stderr,
-        "usage: gen -o FILE [--arch qwen35moe|clover_moe] [--type T] [--shape tiny|real|micro]\n"
+        "usage: gen -o FILE [--arch qwen35moe|clover_moe] [--type T] [--shape tiny|real|narrow|micro]\n"
         "           [--layers N] [--vocab N] [--seed S] [--nextn 0|1] [--ctx N]\n"
         "           [--experts N] [--experts-used N] [--mask] [--right-conv] [--reverse]\n"
         "           [--coreset P] [--block-size N] [--shift-logits]\n"
@@ -1008,12 +1008,17 @@ static long parse_int(const char *s, long lo, long hi, const char *opt) {
 }
 
 static void set_shape(Config *c) {
-    if (c->real > 0) { // Qwen3.6-35B-A3B
+    if (!strcmp(c->shape, "real")) { // Qwen3.6-35B-A3B
         c->n_embd = 2048; c->n_head = 16; c->n_head_kv = 2; c->head_dim = 256; c->n_rot = 64;
         c->ssm_groups = 16; c->ssm_v_heads = 32; c->ssm_state = 128; c->ssm_inner = 4096;
         c->n_expert = 256; c->n_expert_used = 8; c->n_ff_exp = 512; c->n_ff_shexp = 512;
         c->n_vocab = 248320; c->n_ctx = 262144;
-    } else if (c->real < 0) { // small seeds for test/fuzz_gguf.c (K-quant rows fall back to Q8_0)
+    } else if (!strcmp(c->shape, "narrow")) { // n_embd 64 and state 16: GDN rows shorter than a SIMD step
+        c->n_embd = 64; c->n_head = 2; c->n_head_kv = 1; c->head_dim = 32; c->n_rot = 16;
+        c->ssm_groups = 1; c->ssm_v_heads = 2; c->ssm_state = 16; c->ssm_inner = 32;
+        c->n_expert = 4; c->n_expert_used = 2; c->n_ff_exp = 64; c->n_ff_shexp = 64;
+        c->n_vocab = 1024; c->n_ctx = 4096;
+    } else if (!strcmp(c->shape, "micro")) { // small seeds for test/fuzz_gguf.c (K-quant rows fall back to Q8_0)
         c->n_embd = 32; c->n_head = 2; c->n_head_kv = 1; c->head_dim = 16; c->n_rot = 8;
         c->ssm_groups = 1; c->ssm_v_heads = 2; c->ssm_state = 16; c->ssm_inner = 32;
         c->n_expert = 2; c->n_expert_used = 1; c->n_ff_exp = 32; c->n_ff_shexp = 32;
@@ -1030,13 +1035,13 @@ static void set_shape(Config *c) {
 
 static void parse_args(Config *c, int argc, char **argv) {
     memset(c, 0, sizeof *c);
-    c->arch = "qwen35moe"; c->type = T_Q8_0; c->type_name = "q8_0"; c->seed = 1; c->block_size = -1;
+    c->arch = "qwen35moe"; c->shape = "tiny"; c->type = T_Q8_0; c->type_name = "q8_0"; c->seed = 1; c->block_size = -1;
     // the shape sets defaults that other options override, so find it first
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--shape")) {
-            if (!strcmp(argv[i + 1], "real")) c->real = 1;
-            else if (!strcmp(argv[i + 1], "micro")) c->real = -1;
-            else if (strcmp(argv[i + 1], "tiny")) die("unknown shape", argv[i + 1]);
+            c->shape = argv[i + 1];
+            if (strcmp(c->shape, "tiny") && strcmp(c->shape, "real") && strcmp(c->shape, "narrow") && strcmp(c->shape, "micro"))
+                die("unknown shape", c->shape);
         }
     set_shape(c);
     for (int i = 1; i < argc; i++) {

@@ -3,14 +3,18 @@
 //
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --tokenize FILE   ids of FILE's bytes, comma-separated
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --logits IDS OUT  float32 logits [n_tokens][n_vocab] to OUT
-//   build/ref -m MODEL [-c N_CTX] [-t THREADS] --greedy IDS N    N greedy ids after the prompt IDS
+//   build/ref -m MODEL [-c N_CTX] [-t THREADS] --greedy IDS N    N greedy ids after the prompt IDS (all but
+//                                                                its last token in one batch, then one per step)
 //   build/ref -m MODEL --detok IDS                               text of IDS (special tokens rendered)
+//   build/ref --cpu-variant                                      the CPU variant of llama.cpp it loads
 //
 // Options: -c N_CTX (default 4096), -t THREADS (default 1: llama.cpp's spinning pool crawls on a shared 2-core machine; results do not depend on it), --no-repack (keep quantized weights in
 // their GGUF layout instead of llama.cpp's CPU repacked layouts, e.g. Q4_0 -> Q4_0_8x8; this
 // can change float summation order).
 //
 // IDS is a comma-separated list of token ids, or @PATH to read that list from a file.
+// The CPU variant (libggml-cpu-<name>.so) is zen4 where this CPU runs it, else the best one it
+// runs; LLAMA_CPU_VARIANT=NAME forces one (test/llama_host.h).
 // Context: n_ctx = n_batch = n_ubatch = N_CTX (default 4096), F32 K/V cache, flash attention off,
 // CPU only. Every error prints one line on stderr and exits with status 1.
 
@@ -78,7 +82,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt,
 }
 
 static void usage(void) {
-    die("usage: ref -m MODEL [-c N_CTX] [-t THREADS] [--no-repack] [-ub N_UBATCH] [--dump-tensors DIR] (--tokenize FILE | --logits IDS OUT | "
+    die("usage: ref -m MODEL [-c N_CTX] [-t THREADS] [--no-repack] [-ub N_UBATCH] [--dump-tensors DIR] (--cpu-variant | --tokenize FILE | --logits IDS OUT | "
         "--greedy IDS N | --detok IDS); IDS = comma-separated ids or @FILE");
 }
 
@@ -293,13 +297,19 @@ int main(int argc, char **argv) {
             mode = s;
             a1 = argv[++i];
             a2 = argv[++i];
-        } else usage();
+        } else if (!strcmp(s, "--cpu-variant") && !mode) mode = s;
+        else usage();
     }
-    if (!o.model || !mode) usage();
+    if ((!o.model && strcmp(mode ? mode : "", "--cpu-variant")) || !mode) usage();
 
     llama_backend_init();
-    const char *err = load_backends();
+    char variant[64];
+    const char *err = load_backends(REFERENCE_VARIANT, variant);
     if (err) die("%s", err);
+    if (!strcmp(mode, "--cpu-variant")) {
+        printf("%s\n", variant);
+        return 0;
+    }
 
     if (!strcmp(mode, "--tokenize")) {
         size_t len;
@@ -377,12 +387,15 @@ int main(int argc, char **argv) {
         struct llama_context *c = new_ctx(&o, m, 1);
         llama_token *out = malloc(((size_t)n_gen + 1) * sizeof *out);
         if (!out) die("out of memory");
-        if (n_gen > 0) decode(c, ids, n, 0, false);
+        // as llama-speculative-simple (and clover) run it: the prompt but its last token in one
+        // batch, then one token per step from the last prompt token on
+        if (n_gen > 0 && n > 1) decode(c, ids, n - 1, 0, false);
+        llama_token last = ids[n - 1];
         for (int i = 0; i < n_gen; i++) {
+            decode(c, &last, 1, n - 1 + i, true);
             const float *row = llama_get_logits_ith(c, -1);
             if (!row) die("no logits at generation step %d", i);
-            out[i] = argmax(row, nv);
-            if (i + 1 < n_gen) decode(c, &out[i], 1, n + i, true);
+            last = out[i] = argmax(row, nv);
         }
         print_ids(out, n_gen);
         llama_free(c);
