@@ -1616,10 +1616,10 @@ static void matmul(Ctx *ctx, const Mat *w, const float *x, int T, float *y) {
 /* --dump-tensors hooks (section 10): dump(ctx, name, il, x, T, n) writes T rows of n floats as
  * <name>-<il>.bin (il < 0: <name>.bin), the name llama.cpp's graph callback gives the same value;
  * nothing happens unless --dump-tensors was given. */
-static void dump_nd(const Ctx *ctx, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0);
 static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n);
 static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0);
 static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0);
+static void dump_state(const Ctx *ctx, const char *name, int il);   /* layer il's S, one block per batch */
 /* values the math does not keep, recomputed from what it keeps (section 10) */
 static void dump_a_softplus(const Ctx *ctx, int il, int T);
 static void dump_gdn_conv(const Ctx *ctx, int il, int T);
@@ -1909,36 +1909,36 @@ static void gdn_layer(Ctx *ctx, Pass pass, int il, int T, GdnLog *log) {
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
     int H = c->n_v_heads, C = c->conv_dim, d = c->d_state;
-    matmul(ctx, &L->qkv, s->xn, T, s->qkv);
-    matmul(ctx, &L->gate, s->xn, T, s->z);
-    matmul(ctx, &L->beta, s->xn, T, s->beta_logit);
-    matmul(ctx, &L->alpha, s->xn, T, s->alpha);
+    matmul(ctx, &L->qkv, s->xn, T, s->qkv);            /* u = W_qkv a */
+    matmul(ctx, &L->gate, s->xn, T, s->z);             /* z = W_gate a */
+    matmul(ctx, &L->beta, s->xn, T, s->beta_logit);    /* W_beta a */
+    matmul(ctx, &L->alpha, s->xn, T, s->alpha);        /* W_alpha a */
     dump3(ctx, "beta", il, s->beta_logit, T, H, 1);
     dump(ctx, "alpha", il, s->alpha, T, H);
-    gdn_gates(c, L->a, L->dt, s->alpha, s->beta_logit, T, s->g, s->beta);
+    gdn_gates(c, L->a, L->dt, s->alpha, s->beta_logit, T, s->g, s->beta);   /* beta, g */
     dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, T, C);
     dump(ctx, "z", il, s->z, T, c->value_dim);
     dump3(ctx, "beta_sigmoid", il, s->beta, T, H, 1);
     dump_a_softplus(ctx, il, T);
     dump(ctx, "gate", il, s->g, T, H);
-    if (log) {
+    if (log) {   /* the recurrence's inputs, for a replay (rollback) */
         memcpy(log->u[il], s->qkv, (size_t)T * C * sizeof(float));
         memcpy(log->g[il], s->g, (size_t)T * H * sizeof(float));
         memcpy(log->beta[il], s->beta, (size_t)T * H * sizeof(float));
     }
-    if (pass == CAUSAL) {
+    if (pass == CAUSAL) {   /* conv over [ring | u], SiLU, L2 norms, the delta rule: ring and S advance */
         dump_gdn_conv(ctx, il, T);   /* conv_input .. k_conv and state_predelta, from the ring before it moves */
         gdn_advance(ctx, il, T, s->qkv, s->g, s->beta);
-    } else gdn_preview(ctx, L, il, T);
+    } else gdn_preview(ctx, L, il, T);   /* the same over the block, plus right taps and the reverse scan */
     dump_slice(ctx, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
     dump_slice(ctx, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
     dump_slice(ctx, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
-    if (pass == CAUSAL) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
+    if (pass == CAUSAL) dump_state(ctx, "new_state", il);
     dump3(ctx, "attn_output", il, s->o, T, H, d);
     GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .y = s->o_normed, .T = T};
-    pool_run(ctx->pool, gdn_gated_norm_task, &gn);
+    pool_run(ctx->pool, gdn_gated_norm_task, &gn);   /* RMSNorm(o_h, ssm_norm) * SiLU(z_h) */
     dump(ctx, "final_output", il, s->o_normed, T, c->value_dim);
-    matmul(ctx, &L->ssm_out, s->o_normed, T, s->mix);
+    matmul(ctx, &L->ssm_out, s->o_normed, T, s->mix);   /* out = W_out [...]_h */
     dump(ctx, "linear_attn_out", il, s->mix, T, c->n_embd);
 }
 
@@ -2051,9 +2051,9 @@ static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
     Scratch *s = &ctx->sc;
     State *st = &ctx->st;
     int hd = c->head_dim, kvd = c->n_head_kv * hd;
-    matmul(ctx, &L->wq, s->xn, T, s->qg);
-    matmul(ctx, &L->wk, s->xn, T, s->kr);
-    matmul(ctx, &L->wv, s->xn, T, s->vr);
+    matmul(ctx, &L->wq, s->xn, T, s->qg);   /* [q_h | gate_h] = W_q a */
+    matmul(ctx, &L->wk, s->xn, T, s->kr);   /* k = W_k a */
+    matmul(ctx, &L->wv, s->xn, T, s->vr);   /* v = W_v a */
     dump(ctx, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
     dump_q_heads(ctx, "Qcur_reshaped", il, T);
     dump_gates(ctx, il, T);   /* gate_reshaped, gate_sigmoid */
@@ -2064,16 +2064,16 @@ static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
     attn_rope(c, s, T, pos);
     dump_q_heads(ctx, "Qcur", il, T);
     dump3(ctx, "Kcur", il, s->kr, T, c->n_head_kv, hd);
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < T; t++) {   /* K and V rows into the cache at their positions */
         store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
         store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
     }
     AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pass == PREVIEW ? -1 : pos,
                    ctx->tile_order && T >= 2 && hd % 4 == 0};
-    pool_run(ctx->pool, attn_task, &at);
+    pool_run(ctx->pool, attn_task, &at);   /* o_h = softmax(q_h . K / sqrt(d_h)) V, and o_h * sigmoid(gate_h) */
     dump(ctx, "attn_pregate", il, s->ao, T, c->n_head * hd);
     dump(ctx, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
-    matmul(ctx, &L->wo, s->ao_gated, T, s->mix);
+    matmul(ctx, &L->wo, s->ao_gated, T, s->mix);   /* out = W_o o */
     dump(ctx, "attn_output", il, s->mix, T, c->n_embd);
 }
 
@@ -2350,11 +2350,13 @@ static void coreset(const Config *c, const float *p, int T, bool *allowed) {
     }
 }
 
+/* The MoE FFN (README: the MoE pseudocode), its output in s->mix: route each row to its
+ * n_expert_used experts (in the preview, within the block's coreset), the experts, the shared expert. */
 static void moe_layer(Ctx *ctx, Pass pass, int il, int T) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
     Scratch *s = &ctx->sc;
-    matmul(ctx, &L->router, s->xn, T, s->router_logits);
+    matmul(ctx, &L->router, s->xn, T, s->router_logits);   /* W_router m */
     dump(ctx, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
     /* a coreset needs every row's probabilities before any row is routed */
     bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;
@@ -2368,10 +2370,10 @@ static void moe_layer(Ctx *ctx, Pass pass, int il, int T) {
     dump(ctx, "ffn_moe_probs", il, s->probs, T, c->n_expert);
     dump_routing(ctx, il, T);   /* ffn_moe_topk, ffn_moe_weights[_sum[_clamped]]: route_top_k's steps */
     dump(ctx, "ffn_moe_weights_norm", il, s->w, T, c->n_expert_used);
-    moe_experts(ctx, L, T);
+    moe_experts(ctx, L, T);   /* mix = sum_r w_r down_e(SiLU(gate_e m) * up_e m) */
     dump_experts(ctx, il, T);   /* ffn_moe_gate, _up, _swiglu, _down, _weighted, by chosen slot */
     dump(ctx, "ffn_moe_out", il, s->mix, T, c->n_embd);
-    moe_shared(ctx, L, T);
+    moe_shared(ctx, L, T);    /* mix += sigmoid(g_sh . m) down_sh(SiLU(gate_sh m) * up_sh m) */
     dump_shared_expert(ctx, il, T);   /* ffn_gate .. ffn_shexp_gated */
     dump(ctx, "ffn_out", il, s->mix, T, c->n_embd);
 }
@@ -2570,6 +2572,12 @@ static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int 
     dump_nd(ctx, name, il, x, false, T, 1, n1, n0);
 }
 
+/* The recurrent state S of GDN layer il as [n_v_heads][d_state][d_state], one block per batch */
+static void dump_state(const Ctx *ctx, const char *name, int il) {
+    const Config *c = &ctx->m->c;
+    dump_nd(ctx, name, il, ctx->st.S[il], false, 1, c->n_v_heads, c->d_state, c->d_state);
+}
+
 /* T rows of n1 x n0 floats that sit `stride` floats apart (a slice of wider rows) */
 static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0) {
     if (!dumping(ctx)) return;
@@ -2652,7 +2660,7 @@ static void dump_gdn_conv(const Ctx *ctx, int il, int T) {
     dump(ctx, "conv_output_silu", il, raw, T, C);
     dump_slice(ctx, "q_conv", il, raw, C, T, c->n_k_heads, d);
     dump_slice(ctx, "k_conv", il, raw + c->key_dim, C, T, c->n_k_heads, d);
-    dump_nd(ctx, "state_predelta", il, ctx->st.S[il], false, 1, c->n_v_heads, d, d);
+    dump_state(ctx, "state_predelta", il);
 }
 
 /* The q (part 0) or gate (part 1) halves of the attention's qg rows, as [T][n_head][head_dim] */
