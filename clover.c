@@ -3686,9 +3686,9 @@ static const Kernels *kernels(void) {
 }
 
 /* --- The thread pool (its use: section 7) -----------------------------------------------------
- * A fixed set of worker threads. A decoding step runs dozens of short tasks, so a waiting side first spins briefly on an atomic
- * counter (a new task: `generation` moves; all done: `busy` reaches 0) and only then sleeps on a
- * condition variable. A sleeper says so (`sleepers`, `caller_sleeps`) before its last look at the
+ * A fixed set of worker threads. A decoding step runs dozens of short tasks, so a waiting side
+ * first spins briefly on an atomic counter (a new task: `generation` moves; all done: `busy`
+ * reaches 0) and only then sleeps on a condition variable. A sleeper says so (`sleepers`, `caller_sleeps`) before its last look at the
  * counter, and the other side looks at that after moving the counter (both sequentially
  * consistent), so one of the two always sees the other: no wakeup is lost, and the mutex and signal
  * are skipped in the common case, a task that starts or ends while the other side still spins.
