@@ -1336,7 +1336,7 @@ typedef struct {
     float *o, *o_normed;            /* GDN: delta-rule output o, RMSNorm(o_h) * ssm_norm * silu(z_h) [cap][value_dim] */
     float *beta_logit, *alpha;      /* GDN: W_beta a, W_alpha a [cap][n_v_heads] */
     float *beta, *g;                /* GDN: beta = sigmoid(W_beta a), log-decay g [cap][n_v_heads] */
-    float *conv;                    /* GDN: post-conv q|k|v rows [cap][conv_dim] */
+    float *conv;                    /* GDN: q|k|v = SiLU(conv(u)), q and k heads L2-normed [cap][conv_dim] */
     float *qg, *kr, *vr;            /* attention: per head [q | gate], k, v */
     float *ao, *ao_gated;           /* attention: head outputs o_h, and o_h * sigmoid(gate_h) [cap][n_head*head_dim] */
     float *att;                     /* attention scores, [n_threads][n_ctx] */
