@@ -5,14 +5,14 @@
  * block with its bidirectional diffusion pass and verifies it with its own causal pass).
  *
  * Read it top to bottom; each section is one concept, in the order data flows:
- *   1. errors and checked arithmetic          9. the forward pass: embedding, GDN, attention, MoE, head;
- *   2. half precision                            the causal pass and the preview pass
- *   3. GGUF reader                           10. tensor dumps (--dump-tensors), outside the math
- *   4. block layouts and dequantisation      11. the SIMD twins of the kernels, and the thread pool
- *   5. activation rounding and dot products  12. tokenizer
- *   6. the model: hyper-parameters, GGUF names  13. sampler
- *   7. state, scratch and the context        14. generation and the command line
- *   8. matmul                                15. draft-self: block-diffusion drafts, verification, rollback
+ *    1. errors and checked arithmetic          9. the forward pass: embedding, GDN, attention, MoE,
+ *    2. half precision                            head; the causal pass and the preview pass
+ *    3. GGUF reader                           10. tensor dumps (--dump-tensors), outside the math
+ *    4. block layouts and dequantisation      11. the SIMD twins of the kernels; the thread pool
+ *    5. activation rounding and dot products  12. tokenizer
+ *    6. the model: hyper-parameters, names    13. sampler
+ *    7. state, scratch and the context        14. generation and the command line
+ *    8. matmul                                15. draft-self: drafts, verification, rollback
  * The numerics follow llama.cpp's CPU path (activations rounded to the weight's dot type, integer
  * dots inside blocks) so that logits match it; see README.md for the tour and the checks.
  */
