@@ -5,12 +5,14 @@
  * block with its bidirectional diffusion pass and verifies it with its own causal pass).
  *
  * Read it top to bottom; each section is one concept, in the order data flows:
- *   1. errors and checked arithmetic      7. the model: hyper-parameters and the table of GGUF names
- *   2. half precision                     8. state: KV cache, GDN conv ring and recurrent state
- *   3. GGUF reader                        9. the causal forward pass (embedding, GDN, attention, MoE, head)
- *   4. tensor types and block layouts    10. tokenizer
- *   5. activation rounding and dots      11. sampler
- *   6. thread pool and matmul            12. generation, command line
+ *    1. errors and checked arithmetic          9. the forward pass: embedding, GDN, attention, MoE,
+ *    2. half precision                            head; the causal pass and the preview pass
+ *    3. GGUF reader                           10. tensor dumps (--dump-tensors), outside the math
+ *    4. block layouts and dequantisation      11. the SIMD twins of the kernels; the thread pool
+ *    5. activation rounding and dot products  12. tokenizer
+ *    6. the model: hyper-parameters, names    13. sampler
+ *    7. state, scratch and the context        14. generation and the command line
+ *    8. matmul                                15. draft-self: drafts, verification, rollback
  * The numerics follow llama.cpp's CPU path (activations rounded to the weight's dot type, integer
  * dots inside blocks) so that logits match it; see README.md for the tour and the checks.
  */
@@ -19,7 +21,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <regex.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -586,6 +590,7 @@ static uint32_t dot_type(uint32_t wtype) {
 
 static size_t row_bytes(uint32_t type, int64_t n) { return (size_t)(n / TYPES[type].block) * TYPES[type].bytes; }
 
+/* Q8_0: per 32 values d = amax/127, q = round(x/d) (twin: quantize_q8_0_avx2) */
 static void quantize_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *v = x + 32 * b;
@@ -597,6 +602,7 @@ static void quantize_q8_0(const float *x, BlockQ8_0 *y, int64_t n) {
     }
 }
 
+/* Q8_K: per 256 values the signed extreme maps to -127, plus the sums of 16 (twin: quantize_q8_K_avx2) */
 static void quantize_q8_K(const float *x, BlockQ8_K *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++) {
         const float *v = x + 256 * b;
@@ -662,6 +668,7 @@ static float dot_float_lanes(float (*at)(const void *, int64_t), const void *x, 
     return fold(acc, 64);
 }
 
+/* twins: dot_f32_avx2, dot_f16_avx2 */
 static float dot_f32_row(const void *w, const void *a, int64_t n) {
     const float *x = w, *y = a;
     int64_t np = n & ~(int64_t)63;
@@ -694,6 +701,7 @@ static void bf16_pairs(float acc[16], const void *x, const void *y, int64_t i) {
     }
 }
 
+/* twins: dot_bf16_avx2, dot_bf16_tile_avx2 */
 static float dot_bf16_row(const void *x, const void *y, int64_t n) {
     float c1[16] = {0}, c2[16] = {0};
     int64_t np = n & ~(int64_t)63;
@@ -713,6 +721,7 @@ static float dot_bf16_tile(const void *x, const void *y, int64_t n) {
     return fold(acc, 16);
 }
 
+/* twins: dot_f32_tile_avx2, dot_f16_tile_avx2 */
 static float dot_f32_tile(const void *w, const void *a, int64_t n) { return n % 16 ? dot_f32_row(w, a, n) : dot_float_tile(f32_at, w, a, n); }
 static float dot_f16_tile(const void *w, const void *a, int64_t n) { return n % 16 ? dot_f16_row(w, a, n) : dot_float_tile(f16_at, w, a, n); }
 
@@ -736,6 +745,7 @@ static void q8_0_block_lanes(float acc[8], const int8_t *q, const int8_t *a, flo
     for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)dot_i8(q + 4 * l, a + 4 * l, 4), acc[l]);
 }
 
+/* twins: dot_q8_0_avx2, and rows_q8_0_avx2 on several activation rows */
 static float dot_q8_0(const void *w, const void *a, int64_t n) {
     const BlockQ8_0 *x = w, *y = a;
     float acc[8] = {0};
@@ -744,6 +754,7 @@ static float dot_q8_0(const void *w, const void *a, int64_t n) {
     return fold(acc, 8);
 }
 
+/* twins: dot_q4_0_avx2, rows_q4_0_avx2 */
 static float dot_q4_0(const void *w, const void *a, int64_t n) {
     const BlockQ4_0 *x = w;
     const BlockQ8_0 *y = a;
@@ -775,7 +786,7 @@ static int32_t k4_summ(const uint8_t mn[8], const BlockQ8_K *y) {
 
 /* ggml_vec_dot_q4_K_q8_K (AVX2): acc[l] = fma(d, lane_l, acc[l]) with d = d_a d_w; the mins in 4
  * lanes, lane m = m_2m s_2m + m_2m+1 s_2m+1 (s_k = bsum pair k), acc_m = fma(-d_a dmin_w, lane, acc_m);
- * result hsum(acc) + hsum(acc_m). */
+ * result hsum(acc) + hsum(acc_m). Twins: dot_q4_K_avx2, rows_q4_K_avx2. */
 static float dot_q4_K(const void *w, const void *a, int64_t n) {
     const BlockQ4_K *x = w;
     const BlockQ8_K *y = a;
@@ -798,7 +809,8 @@ static float dot_q4_K(const void *w, const void *a, int64_t n) {
 
 /* Q4_K weights with a multiple of 8 rows are repacked by llama.cpp (Q4_K_8x8) and multiplied by
  * ggml_gemv/gemm_q4_K_8x8_q8_K: whole-block integer sums, acc = fma(sumi, d_w d_a, acc) and
- * acc_min = fma(summ, dmin_w d_a, acc_min), result acc - acc_min. */
+ * acc_min = fma(summ, dmin_w d_a, acc_min), result acc - acc_min. Twins: dot_q4_K_8x8_avx2,
+ * rows_q4_K_8x8_avx2. */
 static float dot_q4_K_8x8(const void *w, const void *a, int64_t n) {
     const BlockQ4_K *x = w;
     const BlockQ8_K *y = a;
@@ -817,7 +829,8 @@ static float dot_q4_K_8x8(const void *w, const void *a, int64_t n) {
 
 /* ggml_gemm_q4_K_8x8_q8_K (the batch of 4 activation rows at a time, used for the first T - T % 4
  * rows of a prompt batch of T > 3): as dot_q4_K_8x8 but with a fused multiply-add per pair of
- * 32-element sub-blocks (sb = 0..3) instead of per 256-element block. */
+ * 32-element sub-blocks (sb = 0..3) instead of per 256-element block. Twins: dot_q4_K_8x8_gemm_avx2,
+ * rows_q4_K_8x8_gemm_avx2. */
 static float dot_q4_K_8x8_gemm(const void *w, const void *a, int64_t n) {
     const BlockQ4_K *x = w;
     const BlockQ8_K *y = a;
@@ -840,7 +853,8 @@ static float dot_q4_K_8x8_gemm(const void *w, const void *a, int64_t n) {
 }
 
 /* ggml_vec_dot_q5_K_q8_K (AVX2): as Q4_K, but the mins go into one scalar,
- * summs = fma(-d_a dmin_w, summ, summs) (the C compiler contracts it); result hsum(acc) + summs. */
+ * summs = fma(-d_a dmin_w, summ, summs) (the C compiler contracts it); result hsum(acc) + summs.
+ * Twins: dot_q5_K_avx2, rows_q5_K_avx2. */
 static float dot_q5_K(const void *w, const void *a, int64_t n) {
     const BlockQ5_K *x = w;
     const BlockQ8_K *y = a;
@@ -859,7 +873,8 @@ static float dot_q5_K(const void *w, const void *a, int64_t n) {
 
 /* ggml_vec_dot_q6_K_q8_K (AVX2): unsigned 6-bit q (0..63) in 8 lanes, lane l = sum over the 32-element
  * chunks c of sc[2c + (l >= 4)] * (elements 4l..4l+3 of chunk c), minus the offset
- * 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1); acc[l] = fma(d_a d_w, lane_l, acc[l]); hsum at the end. */
+ * 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1); acc[l] = fma(d_a d_w, lane_l, acc[l]); hsum at the end.
+ * Twins: dot_q6_K_avx2, rows_q6_K_avx2. */
 static float dot_q6_K(const void *w, const void *a, int64_t n) {
     const BlockQ6_K *x = w;
     const BlockQ8_K *y = a;
@@ -882,7 +897,8 @@ static float dot_q6_K(const void *w, const void *a, int64_t n) {
 }
 
 /* Q4_0 weights with a multiple of 8 rows are repacked by llama.cpp (Q4_0_8x8) and multiplied by
- * ggml_gemv/gemm_q4_0_8x8_q8_0: whole-block integer sums, acc = fma(isum, d_w d_a, acc). */
+ * ggml_gemv/gemm_q4_0_8x8_q8_0: whole-block integer sums, acc = fma(isum, d_w d_a, acc). Twins:
+ * dot_q4_0_8x8_avx2, rows_q4_0_8x8_avx2. */
 static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
     const BlockQ4_0 *x = w;
     const BlockQ8_0 *y = a;
@@ -895,15 +911,568 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
     return acc;
 }
 
-/* --- The same dot products with x86-64 SIMD ---------------------------------------------------
- * Each function below performs the per-lane operations of its scalar definition above, in the same
- * order: the 8 float lanes of the quantized dots are one 256-bit register, the 64 accumulators of
- * the row order are eight, the 16 of the tile order two. Integer sums inside a block are exact
- * whatever their grouping (no pair sum of maddubs can saturate: |q| <= 128, |a| <= 127, and the
- * unsigned K-quant values are at most 63), and fp16 scales convert exactly with F16C, so every
- * float operation sees the same operands as the scalar code and the results are bit-identical
- * (checked by test/unit.c and the `simd` group of test/run.sh). CLOVER_SIMD=scalar forces the
- * scalar definitions. */
+/* --- The kernels, chosen once -----------------------------------------------------------------
+ * The dot products by summation order and layout (dot_kernel picks one for a matrix), and every
+ * other function whose inner loop has a SIMD twin, in one table. KERNELS_PLAIN holds the plain
+ * definitions, written next to the math they serve; KERNELS_AVX2 holds their x86-64 twins
+ * (section 11), which compute the same bits; kernels() is the table chosen for this CPU. */
+typedef float (*DotFn)(const void *w, const void *a, int64_t n);
+/* R <= MAX_ROWS activation rows at once against one weight row (matmul_rows, section 8) */
+typedef void (*DotRowsFn)(const void *w, const void *a, size_t stride, int R, int64_t n, float *out);
+enum { K_F32, K_F32_TILE, K_F16, K_F16_TILE, K_BF16, K_BF16_TILE, K_Q8_0, K_Q4_0, K_Q4_0_8X8,
+       K_Q4_K, K_Q4_K_8X8, K_Q4_K_8X8_GEMM, K_Q5_K, K_Q6_K, N_KERNELS };
+typedef struct {
+    DotFn dot[N_KERNELS];
+    DotRowsFn dot_rows[N_KERNELS];   /* NULL: one activation row at a time (all plain kernels) */
+    void (*quantize_q8_0)(const float *x, BlockQ8_0 *y, int64_t n);
+    void (*quantize_q8_K)(const float *x, BlockQ8_K *y, int64_t n);
+    void (*softmax)(float *x, int n);
+    void (*silu_row)(float *y, const float *x, int n);
+    void (*gdn_conv)(const float *w, int d_conv, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
+    void (*delta_rule)(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o);
+    void (*round_row_as)(uint32_t type, float *p, int n);
+    void (*attn_v_sum)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
+} Kernels;
+static const Kernels *kernels(void);   /* section 11 */
+
+/* quantize_row with the chosen kernels: the Q8_0 and Q8_K rounding have SIMD twins */
+static void round_row(uint32_t wtype, const float *x, void *y, int64_t n) {
+    switch (dot_type(wtype)) {
+    case T_Q8_0: kernels()->quantize_q8_0(x, y, n); break;
+    case T_Q8_K: kernels()->quantize_q8_K(x, y, n); break;
+    default: quantize_row(wtype, x, y, n);
+    }
+}
+
+/* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
+ * multiple of 8 (ggml_repack_get_optimal_repack_type on AVX2), which changes their float order. */
+static int dot_kernel(uint32_t wtype, bool tile, int64_t n_rows) {
+    bool repacked = n_rows % 8 == 0;
+    switch (wtype) {
+    case T_F32: return tile ? K_F32_TILE : K_F32;
+    case T_F16: return tile ? K_F16_TILE : K_F16;
+    case T_BF16: return tile ? K_BF16_TILE : K_BF16;
+    case T_Q8_0: return K_Q8_0;
+    case T_Q4_0: return repacked ? K_Q4_0_8X8 : K_Q4_0;
+    case T_Q4_K: return repacked ? K_Q4_K_8X8 : K_Q4_K;
+    case T_Q5_K: return K_Q5_K;
+    case T_Q6_K: return K_Q6_K;
+    }
+    fatal("internal: no dot product for type %u", wtype);
+    return 0;
+}
+
+/* The dot product for weights of type wtype; tile: the order of a dense batch (see above). */
+static DotFn dot_fn(uint32_t wtype, bool tile, int64_t n_rows) { return kernels()->dot[dot_kernel(wtype, tile, n_rows)]; }
+
+/* Row order F32 (single rows, the GDN recurrence). */
+static float dot_f32(const void *w, const void *a, int64_t n) { return kernels()->dot[K_F32](w, a, n); }
+
+/* ============================================================================================== */
+/* 6. The model: hyper-parameters and the one table of GGUF names                                 */
+/* ============================================================================================== */
+/* A weight matrix in the file: n_out rows of n_in values, row o at data + o*row_bytes. */
+typedef struct {
+    const uint8_t *data;
+    uint32_t type;
+    int64_t n_in, n_out;
+    size_t row_bytes;
+    const GGUFTensor *t;
+} Mat;
+
+/* Expert e of a stacked [n_expert][n_out][n_in] tensor. */
+static Mat mat_expert(const Mat *m, int e) {
+    Mat r = *m;
+    r.data = m->data + (size_t)e * (size_t)m->n_out * m->row_bytes;
+    return r;
+}
+
+typedef struct {
+    char arch[16];             /* "qwen35moe" or "clover_moe": the prefix of every model key */
+    int n_embd, n_layer, n_vocab, n_ctx_train;
+    int n_head, n_head_kv, head_dim, n_rot;            /* gated full attention */
+    float eps, rope_base, kq_scale;
+    int n_expert, n_expert_used, n_ff, n_ff_shexp;     /* MoE */
+    float expert_weights_scale;
+    int d_conv, n_k_heads, n_v_heads, d_state;         /* Gated DeltaNet: head dim d_state for k and v */
+    int key_dim, value_dim, conv_dim;                  /* n_k_heads*d_state, n_v_heads*d_state, 2*key+value */
+    int mask_id;                                       /* -1 when the file has none */
+    int block_size;                                    /* diffusion block; drafts are at most block_size-1 */
+    bool shift_logits;
+    float coreset_top_p;
+} Config;
+
+typedef struct {
+    bool recurrent;                       /* GDN layer (else gated full attention) */
+    float *attn_norm, *post_norm;
+    /* Gated DeltaNet */
+    Mat qkv, gate, beta, alpha, ssm_out;
+    float *conv, *dt, *a, *ssm_norm;      /* conv: [conv_dim][d_conv], tap d_conv-1 is the current row */
+    /* clover_moe preview extras (NULL / n_out 0 when absent) */
+    float *conv_right, *a_rev, *dt_rev, *rev_mix;
+    Mat alpha_rev, beta_rev;
+    /* gated attention */
+    Mat wq, wk, wv, wo;
+    float *q_norm, *k_norm;
+    /* MoE with shared expert */
+    Mat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
+    float *shexp_gate;
+} Layer;
+
+typedef struct {
+    GGUF file;
+    Config c;
+    Mat tok_embd, output;
+    float *output_norm;
+    Layer *layers;
+} Model;
+
+/* Dimensions a tensor's shape is checked against. */
+typedef enum { D_NONE, D_EMBD, D_VOCAB, D_CONV, D_VALUE, D_VHEADS, D_DCONV, D_RIGHT, D_STATE, D_QG, D_KV,
+               D_Q, D_HEAD, D_EXPERT, D_FF, D_FFSH } Dim;
+static int64_t dim_size(const Config *c, Dim d) {
+    switch (d) {
+    case D_NONE: return 1;
+    case D_EMBD: return c->n_embd;
+    case D_VOCAB: return c->n_vocab;
+    case D_CONV: return c->conv_dim;
+    case D_VALUE: return c->value_dim;
+    case D_VHEADS: return c->n_v_heads;
+    case D_DCONV: return c->d_conv;
+    case D_RIGHT: return c->d_conv - 1;
+    case D_STATE: return c->d_state;
+    case D_QG: return 2 * (int64_t)c->n_head * c->head_dim;
+    case D_KV: return (int64_t)c->n_head_kv * c->head_dim;
+    case D_Q: return (int64_t)c->n_head * c->head_dim;
+    case D_HEAD: return c->head_dim;
+    case D_EXPERT: return c->n_expert;
+    case D_FF: return c->n_ff;
+    case D_FFSH: return c->n_ff_shexp;
+    }
+    return 0;
+}
+
+typedef enum { IN_MODEL, IN_ALL, IN_GDN, IN_ATTN } Where;
+typedef enum { REQUIRED, OPTIONAL, CLOVER_EXTRA } Need;   /* CLOVER_EXTRA: optional, read only for clover_moe (the preview pass) */
+typedef enum { AS_MAT, AS_VEC } Kind;                /* matrix used in place, or small vector read as f32 */
+typedef struct { const char *name; Where where; Need need; Kind kind; size_t field; Dim ne[3]; } TensorName;
+
+/* Every tensor clover reads, with its shape (ggml order: ne[0] is the row length). When the official
+ * clover_moe names are known, this table is the one place to change. */
+static const TensorName TENSOR_NAMES[] = {
+    {"token_embd.weight", IN_MODEL, REQUIRED, AS_MAT, offsetof(Model, tok_embd), {D_EMBD, D_VOCAB}},
+    {"output_norm.weight", IN_MODEL, REQUIRED, AS_VEC, offsetof(Model, output_norm), {D_EMBD}},
+    {"output.weight", IN_MODEL, OPTIONAL, AS_MAT, offsetof(Model, output), {D_EMBD, D_VOCAB}},
+    {"blk.%d.attn_norm.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, attn_norm), {D_EMBD}},
+    {"blk.%d.post_attention_norm.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, post_norm), {D_EMBD}},
+    {"blk.%d.attn_qkv.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, qkv), {D_EMBD, D_CONV}},
+    {"blk.%d.attn_gate.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, gate), {D_EMBD, D_VALUE}},
+    {"blk.%d.ssm_beta.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, beta), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_alpha.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, alpha), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_conv1d.weight", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, conv), {D_DCONV, D_CONV}},
+    {"blk.%d.ssm_dt.bias", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, dt), {D_VHEADS}},
+    {"blk.%d.ssm_a", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, a), {D_VHEADS}},
+    {"blk.%d.ssm_norm.weight", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, ssm_norm), {D_STATE}},
+    {"blk.%d.ssm_out.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, ssm_out), {D_VALUE, D_EMBD}},
+    {"blk.%d.ssm_conv1d_right.weight", IN_GDN, CLOVER_EXTRA, AS_VEC, offsetof(Layer, conv_right), {D_RIGHT, D_CONV}},
+    {"blk.%d.ssm_a_rev", IN_GDN, CLOVER_EXTRA, AS_VEC, offsetof(Layer, a_rev), {D_VHEADS}},
+    {"blk.%d.ssm_dt_rev.bias", IN_GDN, CLOVER_EXTRA, AS_VEC, offsetof(Layer, dt_rev), {D_VHEADS}},
+    {"blk.%d.ssm_alpha_rev.weight", IN_GDN, CLOVER_EXTRA, AS_MAT, offsetof(Layer, alpha_rev), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_beta_rev.weight", IN_GDN, CLOVER_EXTRA, AS_MAT, offsetof(Layer, beta_rev), {D_EMBD, D_VHEADS}},
+    {"blk.%d.ssm_rev_mix", IN_GDN, CLOVER_EXTRA, AS_VEC, offsetof(Layer, rev_mix), {D_VHEADS}},
+    {"blk.%d.attn_q.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wq), {D_EMBD, D_QG}},
+    {"blk.%d.attn_k.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wk), {D_EMBD, D_KV}},
+    {"blk.%d.attn_v.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wv), {D_EMBD, D_KV}},
+    {"blk.%d.attn_q_norm.weight", IN_ATTN, REQUIRED, AS_VEC, offsetof(Layer, q_norm), {D_HEAD}},
+    {"blk.%d.attn_k_norm.weight", IN_ATTN, REQUIRED, AS_VEC, offsetof(Layer, k_norm), {D_HEAD}},
+    {"blk.%d.attn_output.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wo), {D_Q, D_EMBD}},
+    {"blk.%d.ffn_gate_inp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, router), {D_EMBD, D_EXPERT}},
+    {"blk.%d.ffn_gate_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, gate_exps), {D_EMBD, D_FF, D_EXPERT}},
+    {"blk.%d.ffn_up_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, up_exps), {D_EMBD, D_FF, D_EXPERT}},
+    {"blk.%d.ffn_down_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, down_exps), {D_FF, D_EMBD, D_EXPERT}},
+    {"blk.%d.ffn_gate_inp_shexp.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, shexp_gate), {D_EMBD}},
+    {"blk.%d.ffn_gate_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, gate_shexp), {D_EMBD, D_FFSH}},
+    {"blk.%d.ffn_up_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, up_shexp), {D_EMBD, D_FFSH}},
+    {"blk.%d.ffn_down_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, down_shexp), {D_FFSH, D_EMBD}},
+};
+/* Metadata keys beyond "<arch>.*": the tokenizer and the diffusion extras. */
+#define KEY_MASK_ID "tokenizer.ggml.mask_token_id"
+
+static const GGUFTensor *find_tensor(const GGUF *f, const char *name) {
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (str_eq(f->tensors[i].name, name)) return &f->tensors[i];
+    return NULL;
+}
+
+/* Claim tensor `name`, check its shape and type, and store it as a matrix or an f32 vector. */
+static bool load_tensor(Model *m, const TensorName *tn, int il, void *base) {
+    char name[96];
+    snprintf(name, sizeof name, tn->name, il);
+    GGUFTensor *t = (GGUFTensor *)find_tensor(&m->file, name);
+    if (!t) {
+        if (tn->need == REQUIRED) fatal("%s: tensor '%s' is missing; the file is incomplete or not a %s model", m->file.path, name, m->c.arch);
+        return false;
+    }
+    int64_t want[4] = {dim_size(&m->c, tn->ne[0]), dim_size(&m->c, tn->ne[1]), dim_size(&m->c, tn->ne[2]), 1};
+    if (memcmp(want, t->ne, sizeof want) != 0)
+        fatal("%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld] from the metadata",
+              m->file.path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+              (long long)want[0], (long long)want[1], (long long)want[2]);
+    if (!TYPES[t->type].supported)
+        fatal("%s: tensor '%s' has type %s, which clover does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); requantize the file",
+              m->file.path, name, TYPES[t->type].name);
+    if ((uintptr_t)t->data % 4)
+        fatal("%s: tensor '%s' data is misaligned", m->file.path, name);
+    t->used = true;
+    if (tn->kind == AS_MAT) {
+        Mat *mat = (Mat *)((char *)base + tn->field);
+        *mat = (Mat){t->data, t->type, t->ne[0], t->ne[1], row_bytes(t->type, t->ne[0]), t};
+    } else {
+        size_t n = (size_t)(t->ne[0] * t->ne[1]);
+        float *v = xmalloc(mul_size(n, sizeof(float), name));
+        dequant_row(t->type, t->data, v, (int64_t)n);
+        *(float **)((char *)base + tn->field) = v;
+    }
+    return true;
+}
+
+static int model_int(const GGUF *f, const char *arch, const char *key, int64_t def, int64_t lo, int64_t hi) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    return (int)gguf_int(f, k, def, lo, hi);
+}
+
+static float model_float(const GGUF *f, const char *arch, const char *key, float def) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    return gguf_float(f, k, def);
+}
+
+static void read_config(Model *m) {
+    const GGUF *f = &m->file;
+    Config *c = &m->c;
+    const GGUFKV *a = gguf_find(f, "general.architecture");
+    if (!a || a->type != GGUF_STRING) fatal("%s: general.architecture is missing; not a model GGUF", f->path);
+    if (!str_eq(a->strings[0], "qwen35moe") && !str_eq(a->strings[0], "clover_moe"))
+        fatal("%s: architecture '%s' is not supported (qwen35moe or clover_moe)", f->path, show(a->strings[0]));
+    snprintf(c->arch, sizeof c->arch, "%s", str_eq(a->strings[0], "qwen35moe") ? "qwen35moe" : "clover_moe");
+    const char *A = c->arch;
+    const int64_t BIG = 1 << 20;
+    int blocks = model_int(f, A, "block_count", -1, 1, 4096);
+    int nextn = model_int(f, A, "nextn_predict_layers", 0, 0, blocks - 1);
+    c->n_layer = blocks - nextn;
+    c->n_embd = model_int(f, A, "embedding_length", -1, 1, BIG);
+    c->n_ctx_train = model_int(f, A, "context_length", -1, 1, INT32_MAX);
+    c->n_head = model_int(f, A, "attention.head_count", -1, 1, 4096);
+    c->n_head_kv = model_int(f, A, "attention.head_count_kv", -1, 1, c->n_head);
+    c->head_dim = model_int(f, A, "attention.key_length", -1, 1, 4096);
+    if (model_int(f, A, "attention.value_length", c->head_dim, 1, 4096) != c->head_dim)
+        fatal("%s: attention key_length and value_length differ; not supported", f->path);
+    if (c->n_head % c->n_head_kv) fatal("%s: head_count %d is not a multiple of head_count_kv %d", f->path, c->n_head, c->n_head_kv);
+    c->n_rot = model_int(f, A, "rope.dimension_count", c->head_dim, 2, c->head_dim);
+    if (c->n_rot % 2) fatal("%s: rope.dimension_count %d must be even", f->path, c->n_rot);
+    c->eps = model_float(f, A, "attention.layer_norm_rms_epsilon", 1e-6f);
+    c->rope_base = model_float(f, A, "rope.freq_base", 1e7f);
+    c->kq_scale = model_float(f, A, "attention.scale", 1.0f / sqrtf((float)c->head_dim));
+    if (!(c->eps > 0 && c->eps < 1) || !(c->rope_base > 1) || !(c->kq_scale > 0))
+        fatal("%s: rms epsilon, rope.freq_base or attention.scale out of range", f->path);
+    c->n_expert = model_int(f, A, "expert_count", -1, 1, 65536);
+    c->n_expert_used = model_int(f, A, "expert_used_count", -1, 1, c->n_expert);
+    int n_ff = model_int(f, A, "feed_forward_length", 0, 0, BIG);
+    c->n_ff = model_int(f, A, "expert_feed_forward_length", n_ff ? n_ff / c->n_expert_used : -1, 1, BIG);
+    c->n_ff_shexp = model_int(f, A, "expert_shared_feed_forward_length", n_ff ? n_ff : c->n_ff, 1, BIG);
+    c->expert_weights_scale = model_float(f, A, "expert_weights_scale", 0);
+    c->d_conv = model_int(f, A, "ssm.conv_kernel", -1, 2, 64);
+    c->d_state = model_int(f, A, "ssm.state_size", -1, 1, 4096);
+    c->n_k_heads = model_int(f, A, "ssm.group_count", -1, 1, 4096);
+    c->n_v_heads = model_int(f, A, "ssm.time_step_rank", -1, 1, 4096);
+    int inner = model_int(f, A, "ssm.inner_size", -1, 1, BIG);
+    if (inner != c->n_v_heads * c->d_state)
+        fatal("%s: ssm.inner_size %d != time_step_rank %d x state_size %d (value and key head dims must match)", f->path, inner, c->n_v_heads, c->d_state);
+    if (c->n_v_heads % c->n_k_heads) fatal("%s: ssm.time_step_rank %d is not a multiple of ssm.group_count %d", f->path, c->n_v_heads, c->n_k_heads);
+    c->key_dim = c->n_k_heads * c->d_state;
+    c->value_dim = inner;
+    c->conv_dim = 2 * c->key_dim + c->value_dim;
+
+    m->layers = xcalloc((size_t)c->n_layer, sizeof(Layer));
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", A);
+    const GGUFKV *rl = gguf_find(f, key);
+    int interval = model_int(f, A, "full_attention_interval", 4, 1, 4096);
+    if (rl && (rl->type != GGUF_ARRAY || rl->arr_n < (uint64_t)c->n_layer)) fatal("%s: %s must be an array of %d flags", f->path, key, c->n_layer);
+    for (int il = 0; il < c->n_layer; il++)
+        m->layers[il].recurrent = rl ? gguf_arr_int(f, rl, (uint64_t)il) != 0 : (il + 1) % interval != 0;
+
+    const GGUFKV *toks = gguf_array(f, "tokenizer.ggml.tokens", GGUF_STRING, true);
+    if (toks->arr_n < 1 || toks->arr_n > INT32_MAX) fatal("%s: tokenizer.ggml.tokens has %llu entries", f->path, (unsigned long long)toks->arr_n);
+    c->n_vocab = (int)toks->arr_n;
+    c->mask_id = (int)gguf_int(f, KEY_MASK_ID, -1, -1, INT32_MAX);
+    if (c->mask_id >= c->n_vocab) fatal("%s: %s = %d is not a token id (vocabulary has %d)", f->path, KEY_MASK_ID, c->mask_id, c->n_vocab);
+    c->block_size = model_int(f, A, "diffusion.block_size", 32, 2, 4096);
+    c->shift_logits = model_int(f, A, "diffusion.shift_logits", 0, 0, 1) != 0;
+    c->coreset_top_p = model_float(f, A, "diffusion.coreset_top_p", 0);
+    if (!(c->coreset_top_p >= 0 && c->coreset_top_p <= 1)) fatal("%s: diffusion.coreset_top_p must be in [0, 1]", f->path);
+}
+
+/* Read the hyper-parameters and claim every tensor of the parsed file m->file. */
+static void model_init(Model *m) {
+    read_config(m);
+    const Config *c = &m->c;
+    bool clover = strcmp(c->arch, "clover_moe") == 0;
+    for (size_t i = 0; i < sizeof TENSOR_NAMES / sizeof TENSOR_NAMES[0]; i++) {
+        const TensorName *tn = &TENSOR_NAMES[i];
+        if (tn->need == CLOVER_EXTRA && !clover) continue;
+        if (tn->where == IN_MODEL) { load_tensor(m, tn, 0, m); continue; }
+        for (int il = 0; il < c->n_layer; il++) {
+            Layer *L = &m->layers[il];
+            if ((tn->where == IN_GDN && !L->recurrent) || (tn->where == IN_ATTN && L->recurrent)) continue;
+            load_tensor(m, tn, il, L);
+        }
+    }
+    if (!m->output.data) m->output = m->tok_embd;   /* tied head, as llama.cpp falls back */
+    for (int il = 0; il < c->n_layer; il++) {        /* the reverse branch needs all five tensors */
+        Layer *L = &m->layers[il];
+        if (!(L->a_rev && L->dt_rev && L->rev_mix && L->alpha_rev.data && L->beta_rev.data)) L->a_rev = NULL;
+    }
+    /* one warning line for tensors we do not know (MTP layers past the trunk are known and skipped) */
+    char list[512] = "";
+    int unknown = 0;
+    for (uint64_t i = 0; i < m->file.n_tensors; i++) {
+        const GGUFTensor *t = &m->file.tensors[i];
+        int blk;
+        if (t->used || (sscanf(show(t->name), "blk.%d.", &blk) == 1 && blk >= c->n_layer)) continue;
+        if (unknown++ < 8) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", unknown > 1 ? ", " : "", show(t->name));
+    }
+    if (unknown) fprintf(stderr, "clover: warning: %d tensor%s not used by clover: %s%s\n", unknown, unknown > 1 ? "s" : "", list, unknown > 8 ? ", ..." : "");
+}
+
+static void model_load(Model *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    gguf_open(&m->file, path);
+    model_init(m);
+}
+/* ============================================================================================== */
+/* 7. State, scratch and the context                                                              */
+/* ============================================================================================== */
+/* The committed state of one sequence after n_past tokens. Attention layers keep K and V rows per
+ * position (f32, f16 or bf16: -ctk/-ctv); GDN layers keep the last d_conv-1 pre-conv rows (the conv
+ * ring, oldest first) and one d_state x d_state matrix S_h per value head. S_h is stored
+ * transposed, mem[j*d_state + i] = S_h[i][j] (i: key dim, j: value dim), so the loops over i are
+ * contiguous. */
+typedef struct {
+    int n_ctx, n_past;
+    uint32_t k_type, v_type;
+    uint8_t **k, **v;    /* per attention layer: [n_ctx][n_head_kv*head_dim] */
+    float **ring;        /* per GDN layer: [d_conv-1][conv_dim] */
+    float **S;           /* per GDN layer: [n_v_heads][d_state*d_state] */
+} State;
+
+static size_t kv_bytes(const Config *c, uint32_t type, int n_ctx) {
+    return mul_size(mul_size((size_t)n_ctx, (size_t)c->n_head_kv * c->head_dim, "KV cache"), TYPES[type].bytes, "KV cache");
+}
+static size_t ring_floats(const Config *c) { return (size_t)(c->d_conv - 1) * c->conv_dim; }
+static size_t S_floats(const Config *c) { return (size_t)c->n_v_heads * c->d_state * c->d_state; }
+
+/* What state_init will allocate, for the memory plan: KV rows of the attention layers, and the
+ * conv ring and S of the GDN layers. */
+static size_t kv_cache_bytes(const Model *m, int n_ctx, uint32_t k_type, uint32_t v_type) {
+    size_t per_layer = add_size(kv_bytes(&m->c, k_type, n_ctx), kv_bytes(&m->c, v_type, n_ctx), "KV cache");
+    size_t total = 0;
+    for (int il = 0; il < m->c.n_layer; il++)
+        if (!m->layers[il].recurrent) total = add_size(total, per_layer, "KV cache");
+    return total;
+}
+
+static size_t gdn_state_bytes(const Model *m) {
+    size_t per_layer = mul_size(add_size(ring_floats(&m->c), S_floats(&m->c), "GDN state"), sizeof(float), "GDN state");
+    size_t total = 0;
+    for (int il = 0; il < m->c.n_layer; il++)
+        if (m->layers[il].recurrent) total = add_size(total, per_layer, "GDN state");
+    return total;
+}
+
+static void state_init(State *s, const Model *m, int n_ctx, uint32_t k_type, uint32_t v_type) {
+    const Config *c = &m->c;
+    memset(s, 0, sizeof *s);
+    s->n_ctx = n_ctx;
+    s->k_type = k_type;
+    s->v_type = v_type;
+    s->k = xcalloc((size_t)c->n_layer, sizeof(uint8_t *));
+    s->v = xcalloc((size_t)c->n_layer, sizeof(uint8_t *));
+    s->ring = xcalloc((size_t)c->n_layer, sizeof(float *));
+    s->S = xcalloc((size_t)c->n_layer, sizeof(float *));
+    for (int il = 0; il < c->n_layer; il++) {
+        if (m->layers[il].recurrent) {
+            s->ring[il] = xcalloc(ring_floats(c), sizeof(float));
+            s->S[il] = xcalloc(S_floats(c), sizeof(float));
+        } else {
+            s->k[il] = xmalloc(kv_bytes(c, k_type, n_ctx));
+            s->v[il] = xmalloc(kv_bytes(c, v_type, n_ctx));
+        }
+    }
+}
+
+/* Store n floats rounded to a cache type, and read them back. */
+static void store_as(uint32_t type, void *dst, const float *x, int n) {
+    for (int i = 0; i < n; i++) {
+        if (type == T_F32) ((float *)dst)[i] = x[i];
+        else if (type == T_F16) ((uint16_t *)dst)[i] = fp32_to_fp16(x[i]);
+        else ((uint16_t *)dst)[i] = fp32_to_bf16(x[i]);
+    }
+}
+
+static float load_as(uint32_t type, const void *src, int i) {
+    if (type == T_F32) return ((const float *)src)[i];
+    if (type == T_F16) return fp16_to_fp32(((const uint16_t *)src)[i]);
+    return bf16_to_fp32(((const uint16_t *)src)[i]);
+}
+
+/* x as it reads back after a round trip through a cache type (f32: unchanged). */
+static float round_as(uint32_t type, float x) {
+    if (type == T_F32) return x;
+    uint16_t h;
+    store_as(type, &h, &x, 1);
+    return load_as(type, &h, 0);
+}
+
+/* Scratch for one batch of up to `cap` rows. */
+typedef struct {
+    int cap;
+    float *x, *xn;                  /* residual stream and its normed copy [cap][n_embd] */
+    float *qkv, *z;                 /* GDN: pre-conv rows u, output gate z */
+    float *o, *o_normed;            /* GDN: delta-rule output o, RMSNorm(o_h) * ssm_norm * silu(z_h) [cap][value_dim] */
+    float *beta_logit, *alpha;      /* GDN: W_beta a, W_alpha a [cap][n_v_heads] */
+    float *beta, *g;                /* GDN: beta = sigmoid(W_beta a), log-decay g [cap][n_v_heads] */
+    float *conv;                    /* GDN: q|k|v = SiLU(conv(u)), q and k heads L2-normed [cap][conv_dim] */
+    float *qg, *kr, *vr;            /* attention: per head [q | gate], k, v */
+    float *ao, *ao_gated;           /* attention: head outputs o_h, and o_h * sigmoid(gate_h) [cap][n_head*head_dim] */
+    float *att;                     /* attention scores, [n_threads][n_ctx] */
+    float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
+    float *router_logits, *probs;   /* MoE: W_router m and its softmax p [cap][n_expert] */
+    float *w;                       /* MoE: the chosen experts' weights [cap][n_used] */
+    int *sel;                       /* MoE: chosen experts [cap][n_used] */
+    float *ge, *ue, *he;            /* MoE: gate, up, silu(gate)*up [cap*n_used][n_ff], by row j */
+    float *ye;                      /* MoE: expert outputs [cap*n_used][n_embd], by row j */
+    int *slot;                      /* MoE: row j of the pair (t, r), [cap][n_used] (see group_by_expert) */
+    float *sh;                      /* shared expert output [cap][n_embd] */
+    float *sh_logit;                /* shared expert gate logit [cap] */
+    float *mix;                     /* [cap][n_embd] mixer / FFN output */
+    uint8_t *xq;                    /* rounded activations for matmul and the FFNs */
+    uint8_t *xq2;                   /* FFNs: the rounded input of gate, where its dot type is not up's */
+    uint8_t *pack;                  /* matmul_rows' packed activations, [n_threads][packed_bytes(widest input)] */
+    /* preview pass: a copy of the committed GDN state S, and the reverse branch */
+    float *S, *S_rev, *beta_rev_logit, *alpha_rev, *beta_rev, *g_rev, *o_rev;
+    bool *coreset;                  /* [n_expert] experts the block's rows may use */
+} Scratch;
+
+/* attention scores of one thread: n_ctx rounded up to whole groups of 16 (see attn_softmax) */
+static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
+
+static size_t packed_bytes(int64_t n);   /* matmul_rows' packed activations per thread (section 8) */
+
+/* The bytes scratch_init allocates (below; keep the two in step), for the memory plan: computed with
+ * checked arithmetic, so that once the plan fits, scratch_init's own products cannot wrap. */
+static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) {
+    size_t T = (size_t)cap, K = (size_t)c->n_expert_used, ff = (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp);
+    size_t maxin = (size_t)c->n_embd;
+    size_t ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, (size_t)c->n_ff, (size_t)c->n_ff_shexp};
+    for (int i = 0; i < 4; i++) if (ins[i] > maxin) maxin = ins[i];
+    size_t per_row = 4 * (size_t)c->n_embd + 2 * (size_t)c->conv_dim + 4 * (size_t)c->value_dim + 8 * (size_t)c->n_v_heads +
+                     4 * (size_t)c->n_head * c->head_dim + 2 * (size_t)c->n_head_kv * c->head_dim + 2 * (size_t)c->n_expert +
+                     3 * K + 2 * K * (size_t)c->n_embd + 3 * K * ff + K * maxin + 1;
+    size_t floats = mul_size(T, per_row, "scratch");
+    floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
+    floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
+    floats = add_size(floats, 2 * S_floats(c), "scratch");
+    size_t bytes = add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
+    return add_size(bytes, mul_size((size_t)n_threads, packed_bytes((int64_t)maxin), "scratch"), "scratch");
+}
+
+static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_threads) {
+    size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used;
+    size_t maxin = (size_t)c->n_embd;
+    size_t ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, (size_t)c->n_ff, (size_t)c->n_ff_shexp};
+    for (int i = 0; i < 4; i++) if (ins[i] > maxin) maxin = ins[i];
+    s->cap = cap;
+    s->x = xcalloc(T * E, 4);
+    s->xn = xcalloc(T * E, 4);
+    s->mix = xcalloc(T * E, 4);
+    s->sh = xcalloc(T * E, 4);
+    s->sh_logit = xcalloc(T, 4);
+    s->qkv = xcalloc(T * (size_t)c->conv_dim, 4);
+    s->conv = xcalloc(T * (size_t)c->conv_dim, 4);
+    s->z = xcalloc(T * (size_t)c->value_dim, 4);
+    s->o = xcalloc(T * (size_t)c->value_dim, 4);
+    s->o_normed = xcalloc(T * (size_t)c->value_dim, 4);
+    s->beta_logit = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->alpha = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->beta = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->g = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->qg = xcalloc(T * 2 * (size_t)c->n_head * c->head_dim, 4);
+    s->ao = xcalloc(T * (size_t)c->n_head * c->head_dim, 4);
+    s->ao_gated = xcalloc(T * (size_t)c->n_head * c->head_dim, 4);
+    s->kr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
+    s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
+    s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
+    s->vacc = xcalloc(mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), 4);
+    s->router_logits = xcalloc(T * (size_t)c->n_expert, 4);
+    s->probs = xcalloc(T * (size_t)c->n_expert, 4);
+    s->w = xcalloc(T * K, 4);
+    s->sel = xcalloc(T * K, sizeof(int));
+    s->slot = xcalloc(T * K, sizeof(int));
+    s->xq2 = xcalloc(T * K * E, 4);
+    s->ge = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
+    s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
+    s->he = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
+    s->ye = xcalloc(T * K * E, 4);
+    s->xq = xcalloc(T * K * maxin, 4);
+    s->pack = xcalloc((size_t)n_threads, packed_bytes((int64_t)maxin));
+    s->S = xcalloc(S_floats(c), 4);
+    s->S_rev = xcalloc(S_floats(c), 4);
+    s->beta_rev_logit = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->alpha_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->beta_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->g_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
+    s->o_rev = xcalloc(T * (size_t)c->value_dim, 4);
+    s->coreset = xcalloc((size_t)c->n_expert, sizeof(bool));
+}
+
+/* Threads (the pool itself is in section 11): pool_run(pool, fn, arg) calls fn(arg, ith, nth) on
+ * nth threads, the caller being thread 0, and returns when all are done; pool_use sets nth for the
+ * tasks that follow (-t for single-token steps, -tb for batches). Work shared by the threads of one
+ * task: items 0..n-1 go to whichever thread claims them next (work_next), so a thread that starts
+ * late or is descheduled just takes fewer. Which thread computes an item, and when, changes no
+ * result. A phase that reads what an earlier one wrote first waits until all of that phase's items
+ * are done (work_wait): it waits for claimed work, never for a thread, so a thread that claimed
+ * nothing holds nobody up. */
+typedef struct Pool Pool;
+typedef void (*TaskFn)(void *arg, int ith, int nth);
+typedef struct { _Atomic int next, done; } Work;
+static Pool *pool_new(int n_threads);
+static void pool_use(Pool *p, int n_threads);   /* at most pool_new's n_threads */
+static void pool_run(Pool *p, TaskFn fn, void *arg);
+static int work_next(Work *w);
+static void work_done(Work *w);
+static void work_wait(Work *w, int n);
+
+typedef struct {
+    Model *m;
+    State st;
+    Scratch sc;
+    Pool *pool;
+    int n_threads, n_threads_batch;
+    bool tile_order;                /* dense matmuls add in batch (tile) order: prompt processing only;
+                                       decoding and verification use row order, so that every row of
+                                       a verify batch equals single-token decoding bit for bit */
+    const char *dump_dir;           /* --dump-tensors: where intermediate activations go, or NULL */
+    regex_t dump_filter;            /* --dump-filter: which names (default: all) */
+    struct Dumps *dumps;            /* --dump-tensors: the files written so far, scratch (see dump_nd) */
+    bool dump_preview;              /* the pass being dumped is a preview pass (names "preview.*") */
+} Ctx;
+
+/* ============================================================================================== */
+/* 8. Matmul: weights times a batch of activation rows                                            */
+/* ============================================================================================== */
 enum { MAX_ROWS = 8 };   /* activation rows one multi-row kernel call takes (see below) */
 
 /* A group of R <= MAX_ROWS Q8_0 activation rows as the multi-row kernels take them: block b of
@@ -933,6 +1502,1280 @@ static void pack_q8_0_rows(const uint8_t *x, size_t stride, int R, int64_t n, Bl
     }
 }
 
+/* Bytes of one activation row of n values rounded for weights of type wtype. */
+static size_t rounded_bytes(uint32_t wtype, int64_t n) { return row_bytes(dot_type(wtype), n); }
+
+/* Round T rows of x (n values each) for weights of type wtype into xq (stride bytes apart), the
+ * rows shared among the threads; returns when all T are rounded. */
+static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t n, uint8_t *xq, size_t stride) {
+    for (int t = work_next(wk); t < T; t = work_next(wk)) {
+        round_row(wtype, x + (size_t)t * n, xq + (size_t)t * stride, n);
+        work_done(wk);
+    }
+    work_wait(wk, T);
+}
+
+/* y[t*ystride + o] = dot(W[o], x[t]) for the output rows o in [o0, o1) and T rounded activation
+ * rows x[t] (stride bytes apart); batch: a dense batch of prompt processing, in llama.cpp's order
+ * for it. In tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2)
+ * against TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
+ * activations (once for decoding). Where a kernel takes several activation rows at once, each
+ * weight block is unpacked once for MAX_ROWS of them; Q8_0 activations are first packed into
+ * `pack` (this thread's, packed_bytes(n_in)) by groups of MAX_ROWS. The order of tiles changes no
+ * sum. */
+enum { TILE_T = 64, TILE_O = 16 };
+
+static size_t packed_bytes(int64_t n) { return (size_t)(TILE_T / MAX_ROWS) * (size_t)(n / 32) * sizeof(BlockQ8_0x8); }
+
+static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stride, int T, float *y, size_t ystride,
+                        int64_t o0, int64_t o1, uint8_t *pack) {
+    /* llamafile_sgemm (tinyBLAS) takes a dense batch only when the row count is a multiple of 4
+     * (tinyBLAS::matmul); other matrices (router rows, beta/alpha heads) use ggml_vec_dot_*. */
+    bool tile = batch && T >= 2 && w->n_out % 4 == 0;
+    int k = dot_kernel(w->type, tile, w->n_out), k4 = k;
+    /* repacked Q4_K in a prompt batch of T > 3 rows: the first T - T % 4 rows go through the 4-row
+     * gemm (ggml_gemm_q4_K_8x8_q8_K), the rest through gemv (forward_mul_mat_one_chunk, repack.cpp) */
+    int T4 = 0;
+    if (tile && T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
+        k4 = K_Q4_K_8X8_GEMM;
+        T4 = T - T % 4;
+    }
+    const DotRowsFn *rows_fns = kernels()->dot_rows;
+    const DotFn *dot_fns = kernels()->dot;
+    bool packed = rows_fns[k] && dot_type(w->type) == T_Q8_0 && T > 1;   /* (no T4 split for these) */
+    size_t group_bytes = (size_t)(w->n_in / 32) * sizeof(BlockQ8_0x8);
+    for (int t0 = 0; t0 < T; t0 += TILE_T) {
+        int t1 = t0 + TILE_T < T ? t0 + TILE_T : T;
+        for (int t = t0; packed && t < t1; t += MAX_ROWS)
+            pack_q8_0_rows(xq + t * stride, stride, t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS, w->n_in,
+                           (BlockQ8_0x8 *)(pack + (t - t0) / MAX_ROWS * group_bytes));
+        for (int64_t ob = o0; ob < o1; ob += TILE_O) {
+            int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
+            for (int t = t0; t < t1;) {
+                int kt = t < T4 ? k4 : k;
+                DotRowsFn rows = rows_fns[kt];
+                DotFn dot = dot_fns[kt];
+                /* R rows of the same kernel: no group straddles T4 */
+                int t_end = t < T4 && T4 < t1 ? T4 : t1, R = rows ? (t_end - t < MAX_ROWS ? t_end - t : MAX_ROWS) : 1;
+                const uint8_t *x = packed ? pack + (t - t0) / MAX_ROWS * group_bytes : xq + t * stride;
+                for (int64_t o = ob; o < oe; o++) {
+                    const uint8_t *row = w->data + (size_t)o * w->row_bytes;
+                    float out[MAX_ROWS];
+                    if (R > 1) rows(row, x, stride, R, w->n_in, out);
+                    else out[0] = dot(row, xq + t * stride, w->n_in);
+                    for (int r = 0; r < R; r++) y[(size_t)(t + r) * ystride + o] = out[r];
+                }
+                t += R;
+            }
+        }
+    }
+}
+
+/* Output rows per work item when nth threads share n_rows rows (of one or more matrices): whole
+ * TILE_O blocks, about CHUNKS_PER_THREAD items per thread (few claims, yet a late thread leaves
+ * little to the others), at most max_rows (one matrix). */
+enum { CHUNKS_PER_THREAD = 8 };
+
+static int64_t chunk_rows(int64_t n_rows, int nth, int64_t max_rows) {
+    int64_t r = n_rows / ((int64_t)nth * CHUNKS_PER_THREAD) / TILE_O * TILE_O;
+    if (r < TILE_O) r = TILE_O;
+    return r < max_rows ? r : max_rows;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct {
+    const Mat *w;
+    const float *x;      /* T activation rows of n_in values */
+    int T;
+    bool batch;
+    float *y;            /* y[t*n_out + o] */
+    uint8_t *xq;         /* x rounded, stride bytes apart */
+    size_t stride;
+    uint8_t *pack;       /* per thread, packed_bytes(n_in) apart (matmul_rows) */
+    Work round, rows;
+} MatmulTask;
+
+/* The threads round the T activation rows, then share the output rows in chunks. */
+static void matmul_task(void *p, int ith, int nth) {
+    MatmulTask *mt = p;
+    const Mat *w = mt->w;
+    round_rows(&mt->round, w->type, mt->x, mt->T, w->n_in, mt->xq, mt->stride);
+    int64_t r = chunk_rows(w->n_out, nth, w->n_out);
+    int n = (int)((w->n_out + r - 1) / r);
+    for (int i = work_next(&mt->rows); i < n; i = work_next(&mt->rows))
+        matmul_rows(w, mt->batch, mt->xq, mt->stride, mt->T, mt->y, (size_t)w->n_out, i * r, min64((i + 1) * r, w->n_out),
+                    mt->pack + ith * packed_bytes(w->n_in));
+}
+
+/* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out), on the context's threads and
+ * scratch (the rounded activations and their packed groups), in the context's order (tile_order: a
+ * dense batch of prompt processing, see matmul_rows). This and the SwiGLU FFN (section 9) are
+ * where weights are multiplied. */
+static void matmul(Ctx *ctx, const Mat *w, const float *x, int T, float *y) {
+    MatmulTask mt = {w, x, T, ctx->tile_order, y, ctx->sc.xq, rounded_bytes(w->type, w->n_in), ctx->sc.pack, {0}, {0}};
+    pool_run(ctx->pool, matmul_task, &mt);
+}
+
+/* ============================================================================================== */
+/* 9. The forward pass                                                                            */
+/* ============================================================================================== */
+/* --dump-tensors hooks (section 10): dump(ctx, name, il, x, T, n) writes T rows of n floats as
+ * <name>-<il>.bin (il < 0: <name>.bin), the name llama.cpp's graph callback gives the same value;
+ * nothing happens unless --dump-tensors was given. */
+static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n);
+static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0);
+static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0);
+static void dump_state(const Ctx *ctx, const char *name, int il);   /* layer il's S, one block per batch */
+/* values the math does not keep, recomputed from what it keeps (section 10) */
+static void dump_a_softplus(const Ctx *ctx, int il, int T);
+static void dump_gdn_conv(const Ctx *ctx, int il, int T);
+static void dump_q_heads(const Ctx *ctx, const char *name, int il, int T);
+static void dump_gates(const Ctx *ctx, int il, int T);
+static void dump_routing(const Ctx *ctx, int il, int T);
+static void dump_experts(const Ctx *ctx, int il, int T);
+static void dump_shared_expert(const Ctx *ctx, int il, int T);
+
+/* The two passes over a batch of rows: CAUSAL appends the rows to the state, each computed exactly
+ * as if the tokens came one at a time; PREVIEW is the block-diffusion pass over a block
+ * [id_last, MASK x n] (clover.md 3), which reads the state and never writes it. */
+typedef enum { CAUSAL, PREVIEW } Pass;
+
+/* --- primitives, as llama.cpp's CPU ops compute them ------------------------------------------ */
+/* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w; the sum of squares is accumulated in double. */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+}
+
+/* L2 norm: y = x / max(||x||, eps). */
+static void l2norm(float *x, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
+    for (int i = 0; i < n; i++) x[i] *= scale;
+}
+
+/* exp as llama.cpp's vector code computes it (ggml_v_expf), used where llama.cpp uses it (SiLU and
+ * softmax): exp(x) = 2^n p(b), n = round(x / ln 2), b = x - n ln 2 in two fused steps, p a degree-5
+ * polynomial. It differs from libm's expf in the last bit now and then, and a last bit is enough to
+ * flip the rounding of a later quantized activation. */
+static float expf_ggml(float x) {
+    const float r = 0x1.8p23f;                    /* adding and subtracting it rounds to an integer */
+    float n = fmaf(x, 0x1.715476p+0f, r) - r;
+    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : x + INFINITY;   /* NaN in (hostile weights): NaN out, no (int)NaN */
+    float u = b * b;
+    float p = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                   fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(p, (int)n);
+}
+
+static float silu(float x) { return x / (1.0f + expf_ggml(-x)); }
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+/* softmax in place: subtract the max, exponentiate, normalise by a double-precision sum. As in
+ * llama.cpp, whole groups of 16 use expf_ggml and are summed by halving; the tail uses libm.
+ * Twin: softmax_avx2. */
+static void softmax(float *x, int n) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++)   /* ggml_vec_max_f32's MAX(); fmaxf would be a libm call per score */
+        if (x[i] > max) max = x[i];
+    double sum = 0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float g[16];
+        for (int l = 0; l < 16; l++) g[l] = x[i + l] = expf_ggml(x[i + l] - max);
+        sum += fold(g, 16);
+    }
+    for (; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < n; j++) x[j] *= inv;
+}
+
+/* y[i] = silu(x[i]) (y may be x; twin: silu_row_avx2) */
+static void silu_row(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = silu(x[i]);
+}
+
+
+/* NEOX rotary embedding on the first n_rot dims: pairs (i, i + n_rot/2) rotate by pos * base^(-2i/n_rot).
+ * The angle is advanced by repeated float multiplication, as ggml does. */
+static void rope(float *x, int n_rot, int pos, float base) {
+    float theta_scale = powf(base, -2.0f / n_rot), th = (float)pos;
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float cs = cosf(th), sn = sinf(th), x0 = x[i], x1 = x[i + half];
+        /* rotate_pairs (ops.cpp): x0*cos - x1*sin and x0*sin + x1*cos, the first product fused */
+        x[i] = fmaf(x0, cs, -(x1 * sn));
+        x[i + half] = fmaf(x0, sn, x1 * cs);
+        th *= theta_scale;
+    }
+}
+
+static void embed(const Model *m, int token, float *x) {
+    const Mat *e = &m->tok_embd;
+    dequant_row(e->type, e->data + (size_t)token * e->row_bytes, x, e->n_in);
+}
+
+/* --- Gated DeltaNet --------------------------------------------------------------------------- */
+/* Depthwise causal conv (before SiLU) of T rows u_t, channels [ch0, ch1): over X = [ring | u],
+ * the ring's d_conv-1 rows (oldest first) then the T rows, y_t[c] = sum_j w[c][j] X[t+j][c]; tap
+ * d_conv-1 is u_t itself; wc: the taps [C][K]. Each channel is independent, so threads may take
+ * channel ranges. Twin: gdn_conv_avx2. */
+static void gdn_conv(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
+    for (int t = 0; t < T; t++) {
+        const float *X[64];   /* rows t .. t+K-1 of X (d_conv <= 64) */
+        for (int j = 0; j < K; j++) X[j] = t + j < K - 1 ? ring + (size_t)(t + j) * C : u + (size_t)(t + j - (K - 1)) * C;
+        for (int ch = ch0; ch < ch1; ch++) {
+            const float *w = wc + (size_t)ch * K;
+            /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
+            float s = 0;
+            for (int j = 0; j < K; j++) s = fmaf(X[j][ch], w[j], s);
+            y[(size_t)t * C + ch] = s;
+        }
+    }
+}
+
+static void gdn_ring_push(const Config *c, float *ring, const float *u, int T) {
+    int R = c->d_conv - 1, C = c->conv_dim, keep = R - T < 0 ? 0 : R - T;
+    memmove(ring, ring + (size_t)(R - keep) * C, (size_t)keep * C * sizeof(float));
+    memcpy(ring + (size_t)keep * C, u + (size_t)(T - (R - keep)) * C, (size_t)(R - keep) * C * sizeof(float));
+}
+
+/* SiLU over d_state channels of block b of a post-conv row [q | k | v], then the L2 norm if the
+ * block is a q or k head. */
+static void gdn_qk_norm_head(const Config *c, float *y, int b) {
+    float *yh = y + (size_t)b * c->d_state;
+    kernels()->silu_row(yh, yh, c->d_state);
+    if (b < 2 * c->n_k_heads) l2norm(yh, c->d_state, c->eps);
+}
+
+/* SiLU, then L2-normalise every q and k head of a post-conv row. */
+static void gdn_qk_norm(const Config *c, float *y) {
+    for (int b = 0; b < c->conv_dim / c->d_state; b++) gdn_qk_norm_head(c, y, b);
+}
+
+/* The gated delta rule for one value head and one row, on S (transposed, see State):
+ *   S <- exp(g) S;  delta = beta (v - S^T k);  S <- S + k delta^T;  o = (S^T q) / sqrt(d)
+ * Value head h reads q/k head h % n_k_heads (the GGUF's tiled head order). Twin: delta_rule_avx2. */
+static void delta_rule(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
+    float decay = expf(g), scale = 1.0f / sqrtf((float)d);
+    for (int j = 0; j < d; j++) {
+        float *Sj = S + (size_t)j * d;
+        for (int i = 0; i < d; i++) Sj[i] *= decay;
+        float delta = (v[j] - dot_f32(Sj, k, d)) * beta;
+        for (int i = 0; i < d; i++) Sj[i] = fmaf(k[i], delta, Sj[i]);
+        o[j] = dot_f32(Sj, q, d) * scale;
+    }
+}
+
+typedef struct {
+    const Config *c;
+    float *S;                         /* [n_v_heads][d*d] */
+    const float *y, *g, *beta;        /* post-conv rows [T][conv_dim], [T][n_v_heads] x2 */
+    float *o;                         /* [T][value_dim] */
+    int T;
+    bool reverse;                     /* scan rows T-1 .. 0 (the preview's reverse branch) */
+} ScanTask;
+
+/* Heads are independent, so threads take heads and each runs its rows in order. */
+static void gdn_scan_task(void *p, int ith, int nth) {
+    const ScanTask *st = p;
+    const Config *c = st->c;
+    int d = c->d_state;
+    for (int h = ith; h < c->n_v_heads; h += nth) {
+        int kh = h % c->n_k_heads;
+        for (int i = 0; i < st->T; i++) {
+            int t = st->reverse ? st->T - 1 - i : i;
+            const float *y = st->y + (size_t)t * c->conv_dim;
+            kernels()->delta_rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
+                 y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
+                 st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
+        }
+    }
+}
+
+typedef struct {
+    const Config *c;
+    const Layer *L;
+    const float *ring, *u;            /* conv ring before the batch, pre-conv rows [T][conv_dim] */
+    float *y;                         /* post-conv rows [T][conv_dim] */
+    int T;
+} ConvTask;
+
+/* gdn_conv and gdn_qk_norm for T rows: threads take blocks of d_state channels (whole heads, so
+ * an L2 norm never spans two threads), every row of a block in turn. */
+static void gdn_conv_task(void *p, int ith, int nth) {
+    const ConvTask *ct = p;
+    const Config *c = ct->c;
+    int d = c->d_state;
+    for (int b = ith; b < c->conv_dim / d; b += nth) {
+        kernels()->gdn_conv(ct->L->conv, c->d_conv, c->conv_dim, ct->ring, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
+        for (int t = 0; t < ct->T; t++) gdn_qk_norm_head(c, ct->y + (size_t)t * c->conv_dim, b);
+    }
+}
+
+/* The recurrent part of a GDN layer for T rows of pre-conv input u: advances the conv ring and S
+ * exactly as T single-token steps would, in one pool_run. Used by decoding, batches, and the
+ * rollback replay. */
+static void gdn_advance(Ctx *ctx, int il, int T, const float *u, const float *g, const float *beta) {
+    const Config *c = &ctx->m->c;
+    float *ring = ctx->st.ring[il], *y = ctx->sc.conv;
+    ConvTask ct = {c, &ctx->m->layers[il], ring, u, y, T};
+    pool_run(ctx->pool, gdn_conv_task, &ct);
+    gdn_ring_push(c, ring, u, T);
+    ScanTask st = {c, ctx->st.S[il], y, g, beta, ctx->sc.o, T, false};
+    pool_run(ctx->pool, gdn_scan_task, &st);
+}
+
+/* The preview's right taps: y_t[c] += sum_{d=1..d_conv-1, t+d<T} r[c][d-1] * u_{t+d}[c], over the
+ * block's own later rows (before SiLU). */
+static void gdn_conv_right(const Config *c, const Layer *L, const float *u, float *y, int T) {
+    int R = c->d_conv - 1, C = c->conv_dim;
+    for (int t = 0; t < T; t++)
+        for (int d = 1; d <= R && t + d < T; d++)
+            for (int ch = 0; ch < C; ch++)
+                y[(size_t)t * C + ch] += L->conv_right[(size_t)ch * R + d - 1] * u[(size_t)(t + d) * C + ch];
+}
+
+/* beta = sigmoid(W_beta x), g = softplus(W_alpha x + dt_bias) * a (a = -exp(A_log) < 0: g is a
+ * log-decay), per value head; beta_logit = W_beta x, alpha = W_alpha x. */
+static void gdn_gates(const Config *c, const float *a, const float *dt, const float *alpha, const float *beta_logit, int T,
+                      float *g, float *beta) {
+    for (size_t i = 0; i < (size_t)T * c->n_v_heads; i++) {
+        int h = (int)(i % c->n_v_heads);
+        beta[i] = sigmoid(beta_logit[i]);
+        g[i] = softplus(alpha[i] + dt[h]) * a[h];
+    }
+}
+
+typedef struct {
+    const Config *c;
+    const Layer *L;
+    const float *o, *z;
+    float *y;         /* [T][value_dim] each */
+    int T;
+    Work rows;
+} GatedNormTask;
+
+/* y_h = rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads);
+ * rows are independent, so threads take rows. */
+static void gdn_gated_norm_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    GatedNormTask *gn = p;
+    const Config *c = gn->c;
+    for (int t = work_next(&gn->rows); t < gn->T; t = work_next(&gn->rows))
+        for (int h = 0; h < c->n_v_heads; h++) {
+            size_t at = (size_t)t * c->value_dim + (size_t)h * c->d_state;
+            float *yh = gn->y + at;
+            rmsnorm(yh, gn->o + at, gn->L->ssm_norm, c->d_state, c->eps);
+            for (int j = 0; j < c->d_state; j++) yh[j] *= silu(gn->z[at + j]);
+        }
+}
+
+/* Optional record of a batch's GDN inputs, so a partially accepted verify batch can be replayed. */
+typedef struct {
+    float **u, **g, **beta;           /* per GDN layer: [cap][conv_dim], [cap][n_v_heads] x2 */
+} GdnLog;
+
+/* The preview mixer (clover.md 3.2) over a block of T rows, never writing the committed state: the
+ * causal conv over [ring | block] plus the right taps, a forward scan from a copy of S, and, when
+ * the layer has it, a reverse scan from zero state mixed in per value head:
+ * o_t = o_fwd_t + gamma_h * o_rev_t. */
+static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
+    kernels()->gdn_conv(L->conv, c->d_conv, c->conv_dim, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
+    if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
+    for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
+    ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T};
+    pool_run(ctx->pool, gdn_scan_task, &fwd);
+    if (!L->a_rev) return;
+    matmul(ctx, &L->beta_rev, s->xn, T, s->beta_rev_logit);
+    matmul(ctx, &L->alpha_rev, s->xn, T, s->alpha_rev);
+    gdn_gates(c, L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, s->g_rev, s->beta_rev);
+    memset(s->S_rev, 0, S_floats(c) * sizeof(float));
+    ScanTask rev = {.c = c, .S = s->S_rev, .y = s->conv, .g = s->g_rev, .beta = s->beta_rev, .o = s->o_rev, .T = T, .reverse = true};
+    pool_run(ctx->pool, gdn_scan_task, &rev);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < c->n_v_heads; h++)
+            for (int j = 0; j < c->d_state; j++) {
+                size_t i = (size_t)t * c->value_dim + (size_t)h * c->d_state + j;
+                s->o[i] += L->rev_mix[h] * s->o_rev[i];
+            }
+}
+
+/* A Gated DeltaNet layer (README: the GDN pseudocode), the mixer output in s->mix. */
+static void gdn_layer(Ctx *ctx, Pass pass, int il, int T, GdnLog *log) {
+    const Config *c = &ctx->m->c;
+    const Layer *L = &ctx->m->layers[il];
+    Scratch *s = &ctx->sc;
+    int H = c->n_v_heads, C = c->conv_dim, d = c->d_state;
+    matmul(ctx, &L->qkv, s->xn, T, s->qkv);            /* u = W_qkv a */
+    matmul(ctx, &L->gate, s->xn, T, s->z);             /* z = W_gate a */
+    matmul(ctx, &L->beta, s->xn, T, s->beta_logit);    /* W_beta a */
+    matmul(ctx, &L->alpha, s->xn, T, s->alpha);        /* W_alpha a */
+    dump3(ctx, "beta", il, s->beta_logit, T, H, 1);
+    dump(ctx, "alpha", il, s->alpha, T, H);
+    gdn_gates(c, L->a, L->dt, s->alpha, s->beta_logit, T, s->g, s->beta);   /* beta, g */
+    dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, T, C);
+    dump(ctx, "z", il, s->z, T, c->value_dim);
+    dump3(ctx, "beta_sigmoid", il, s->beta, T, H, 1);
+    dump_a_softplus(ctx, il, T);
+    dump(ctx, "gate", il, s->g, T, H);
+    if (log) {   /* the recurrence's inputs, for a replay (rollback) */
+        memcpy(log->u[il], s->qkv, (size_t)T * C * sizeof(float));
+        memcpy(log->g[il], s->g, (size_t)T * H * sizeof(float));
+        memcpy(log->beta[il], s->beta, (size_t)T * H * sizeof(float));
+    }
+    if (pass == CAUSAL) {   /* conv over [ring | u], SiLU, L2 norms, the delta rule: ring and S advance */
+        dump_gdn_conv(ctx, il, T);   /* conv_input .. k_conv and state_predelta, from the ring before it moves */
+        gdn_advance(ctx, il, T, s->qkv, s->g, s->beta);
+    } else gdn_preview(ctx, L, il, T);   /* the same over the block, plus right taps and the reverse scan */
+    dump_slice(ctx, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
+    dump_slice(ctx, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
+    dump_slice(ctx, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
+    if (pass == CAUSAL) dump_state(ctx, "new_state", il);
+    dump3(ctx, "attn_output", il, s->o, T, H, d);
+    GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .y = s->o_normed, .T = T};
+    pool_run(ctx->pool, gdn_gated_norm_task, &gn);   /* RMSNorm(o_h, ssm_norm) * SiLU(z_h) */
+    dump(ctx, "final_output", il, s->o_normed, T, c->value_dim);
+    matmul(ctx, &L->ssm_out, s->o_normed, T, s->mix);   /* out = W_out [...]_h */
+    dump(ctx, "linear_attn_out", il, s->mix, T, c->n_embd);
+}
+
+/* --- gated attention -------------------------------------------------------------------------- */
+typedef struct {
+    Ctx *ctx;
+    int il, T, pos;
+    const uint8_t *K, *V;    /* key/value rows for positions 0..n_keys-1 */
+    uint32_t k_type, v_type;
+    int n_keys;
+    int causal_from;         /* row t sees keys < causal_from + t + 1 (causal), or all n_keys if < 0 */
+    bool tile;               /* prompt batch: the V sum in tinyBLAS order */
+} AttnTask;
+
+/* soft_max_ext over one row of scores, as ggml_vec_soft_max_f32 sees it: llama.cpp's row spans the
+ * whole (padded) cache with masked scores at -inf, so every aligned group of 16 goes through
+ * ggml_v_expf and the halving sum; we pad our n scores the same way (x must hold n rounded up to 16). */
+static void attn_softmax(float *x, int n) {
+    int np = (n + 15) & ~15;
+    for (int i = n; i < np; i++) x[i] = -INFINITY;
+    kernels()->softmax(x, np);
+}
+
+/* p_j <- round_as(type, p_j) for j < n: the probabilities as the V sum's matmul rounds them
+ * (twin: round_row_as_avx2) */
+static void round_row_as(uint32_t type, float *p, int n) {
+    for (int j = 0; j < n; j++) p[j] = round_as(type, p[j]);
+}
+
+/* kqv = mul_mat(V^T, kq) for one head: o[i] = sum_j p_j V_j[i] over keys j < n, i < hd, with V_j
+ * at V + j*vstride in cache type `type`. llamafile tinyBLAS (a prompt batch) puts key j in lane
+ * j % 16, ggml_vec_dot_f32 (one row) in lane j % 64, by fused multiply-adds; lanes are then folded
+ * by halving, as fold() does. Masked positions add exact zeros in llama.cpp, so they are skipped.
+ * acc holds the lanes x hd accumulators; each V row is read once, whole. Twin: attn_v_sum_avx2. */
+static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
+    memset(acc, 0, (size_t)lanes * hd * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const uint8_t *vrow = V + (size_t)j * vstride;
+        float *a = acc + (size_t)(j % lanes) * hd;
+        for (int i = 0; i < hd; i++) a[i] = fmaf(p[j], load_as(type, vrow, i), a[i]);
+    }
+    for (int w = lanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            for (int i = 0; i < hd; i++) acc[(size_t)l * hd + i] += acc[(size_t)(l + w) * hd + i];
+    memcpy(o, acc, (size_t)hd * sizeof(float));
+}
+
+/* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see,
+ * and o * sigmoid(gate). q is rounded to the cache type before the dot and p before the V sum, as
+ * llama.cpp's matmuls do with an f16/bf16 cache. */
+static void attn_task(void *p, int ith, int nth) {
+    const AttnTask *at = p;
+    const Config *c = &at->ctx->m->c;
+    Scratch *s = &at->ctx->sc;
+    int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
+    float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
+    DotFn kdot = dot_fn(at->k_type, false, 1);
+    const Kernels *kn = kernels();
+    uint8_t qr[4 * 1024];
+    for (int job = ith; job < at->T * c->n_head; job += nth) {
+        int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
+        int n = at->causal_from < 0 ? at->n_keys : at->causal_from + t + 1;
+        const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
+        store_as(at->k_type, qr, q, hd);
+        size_t kstride = (size_t)kvd * TYPES[at->k_type].bytes, vstride = (size_t)kvd * TYPES[at->v_type].bytes;
+        for (int j = 0; j < n; j++)
+            sc[j] = kdot(at->K + j * kstride + (size_t)kvh * hd * TYPES[at->k_type].bytes, qr, hd) * c->kq_scale;
+        attn_softmax(sc, n);
+        kn->round_row_as(at->v_type, sc, n);
+        float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
+        kn->attn_v_sum(at->v_type, at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes, vstride, sc, n, at->tile ? 16 : 64, hd,
+              s->vacc + (size_t)ith * 64 * hd, o);
+        float *og = s->ao_gated + (size_t)t * c->n_head * hd + (size_t)h * hd;
+        const float *gate = q + hd;
+        for (int i = 0; i < hd; i++) og[i] = o[i] * sigmoid(gate[i]);
+    }
+}
+
+/* RMSNorm of every q head (in place inside qg) and k head (in kr), with their own weights. */
+static void attn_qk_norm(const Config *c, const Layer *L, Scratch *s, int T) {
+    int hd = c->head_dim;
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < c->n_head; h++) {
+            float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
+            rmsnorm(q, q, L->q_norm, hd, c->eps);
+        }
+        for (int g = 0; g < c->n_head_kv; g++) {
+            float *k = s->kr + ((size_t)t * c->n_head_kv + g) * hd;
+            rmsnorm(k, k, L->k_norm, hd, c->eps);
+        }
+    }
+}
+
+/* RoPE of every q and k head, row t at position pos + t. */
+static void attn_rope(const Config *c, Scratch *s, int T, int pos) {
+    int hd = c->head_dim;
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < c->n_head; h++) rope(s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd, c->n_rot, pos + t, c->rope_base);
+        for (int g = 0; g < c->n_head_kv; g++) rope(s->kr + ((size_t)t * c->n_head_kv + g) * hd, c->n_rot, pos + t, c->rope_base);
+    }
+}
+
+/* A gated attention layer (README: the attention pseudocode), the mixer output in s->mix.
+ * Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
+ * committed prefix (scratch: nothing there is committed) and every row sees the whole prefix and
+ * the whole block. */
+static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
+    const Config *c = &ctx->m->c;
+    const Layer *L = &ctx->m->layers[il];
+    Scratch *s = &ctx->sc;
+    State *st = &ctx->st;
+    int hd = c->head_dim, kvd = c->n_head_kv * hd;
+    matmul(ctx, &L->wq, s->xn, T, s->qg);   /* [q_h | gate_h] = W_q a */
+    matmul(ctx, &L->wk, s->xn, T, s->kr);   /* k = W_k a */
+    matmul(ctx, &L->wv, s->xn, T, s->vr);   /* v = W_v a */
+    dump(ctx, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
+    dump_q_heads(ctx, "Qcur_reshaped", il, T);
+    dump_gates(ctx, il, T);   /* gate_reshaped, gate_sigmoid */
+    dump(ctx, "Vcur", il, s->vr, T, kvd);
+    attn_qk_norm(c, L, s, T);
+    dump_q_heads(ctx, "Qcur_normed", il, T);
+    dump3(ctx, "Kcur_normed", il, s->kr, T, c->n_head_kv, hd);
+    attn_rope(c, s, T, pos);
+    dump_q_heads(ctx, "Qcur", il, T);
+    dump3(ctx, "Kcur", il, s->kr, T, c->n_head_kv, hd);
+    for (int t = 0; t < T; t++) {   /* K and V rows into the cache at their positions */
+        store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
+        store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
+    }
+    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pass == PREVIEW ? -1 : pos,
+                   ctx->tile_order && T >= 2 && hd % 4 == 0};
+    pool_run(ctx->pool, attn_task, &at);   /* o_h = softmax(q_h . K / sqrt(d_h)) V, and o_h * sigmoid(gate_h) */
+    dump(ctx, "attn_pregate", il, s->ao, T, c->n_head * hd);
+    dump(ctx, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
+    matmul(ctx, &L->wo, s->ao_gated, T, s->mix);   /* out = W_o o */
+    dump(ctx, "attn_output", il, s->mix, T, c->n_embd);
+}
+
+/* --- MoE --------------------------------------------------------------------------------------- */
+/* Router: p = softmax(W_r m); take the n_used largest (ties to the lower expert), renormalise. */
+static void route_top_k(const Config *c, const float *p, const bool *allowed, int *sel, float *w) {
+    int k = c->n_expert_used;
+    for (int r = 0; r < k; r++) {
+        int best = -1;
+        for (int e = 0; e < c->n_expert; e++) {
+            if (allowed && !allowed[e]) continue;
+            bool taken = false;
+            for (int q = 0; q < r; q++) taken |= sel[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[r] = best;
+        w[r] = best >= 0 ? p[best] : 0;
+    }
+    double total = 0;   /* ggml_sum_rows adds in double (ggml_vec_sum_f32) */
+    for (int r = 0; r < k; r++) total += w[r];
+    float sum = fmaxf((float)total, 6.103515625e-5f);   /* smallest normal fp16, llama.cpp's clamp */
+    for (int r = 0; r < k; r++) {
+        w[r] /= sum;
+        if (c->expert_weights_scale != 0 && c->expert_weights_scale != 1) w[r] *= c->expert_weights_scale;
+    }
+}
+
+/* SwiGLU FFNs over groups of rows, in one pool_run. Group g (an expert, or the shared expert) owns
+ * rows j in [first[g], first[g+1]) and has its own matrices:
+ *   u_j = up_g x_j,   g_j = gate_g x_j,   h_j = silu(g_j) * u_j,   y_j = down_g h_j
+ * Row j's input is one of the T rows of x: slot[t*M + m] = j for the M rows that read x[t] (-1:
+ * none; slot NULL: M = 1 and row j = t). The phases, each waiting for the one before:
+ *   round    each x[t] once, copied to its rows (up and gate share it where their dot types agree)
+ *   up/gate  every group's output rows, in chunks
+ *   h        per row, rounded for down
+ *   down     every group's output rows, in chunks
+ * All threads share every phase however the rows fall into groups: decoding's n_used experts of
+ * one row each are as parallel as a prompt's hundreds of experts of a few rows. A row's dot
+ * products are those of a matmul of its group's rows (the same kernels on the same inputs). */
+typedef struct {
+    const Mat *up, *gate, *down;     /* stacked [n_expert] tensors, group g using expert[g]; or, expert NULL, one each */
+    const int *expert, *first;
+    int n_groups;
+    const float *x;                  /* [T][n_in] */
+    int T, M;
+    const int *slot;
+    bool batch;                      /* a dense batch of prompt processing (the shared expert), see matmul_rows */
+    float *u, *g, *h, *y;            /* per row j: [n_ff] x3, [n_out of down] */
+    uint8_t *xu, *xg, *xh;           /* rounded inputs of up, gate (xu where the types agree), down (may be xu:
+                                        written only once up and gate are done) */
+    uint8_t *pack;                   /* per thread (matmul_rows) */
+    struct { Work round, up_gate, act, down; } work;
+} FfnTask;
+
+static Mat ffn_mat(const FfnTask *f, const Mat *m, int g) { return f->expert ? mat_expert(m, f->expert[g]) : *m; }
+
+/* x (n values) rounded for weights of type wtype into rows js[0..M-1] of xq (-1: none): rounded
+ * once, then copied. */
+static void round_to_rows(uint32_t wtype, const float *x, int64_t n, uint8_t *xq, size_t stride, const int *js, int M) {
+    uint8_t *first = NULL;
+    for (int m = 0; m < M; m++) {
+        if (js[m] < 0) continue;
+        uint8_t *row = xq + (size_t)js[m] * stride;
+        if (first) memcpy(row, first, stride);
+        else round_row(wtype, x, first = row, n);
+    }
+}
+
+static void ffn_round(FfnTask *f) {
+    int64_t n = f->up->n_in;
+    for (int t = work_next(&f->work.round); t < f->T; t = work_next(&f->work.round)) {
+        const int *js = f->slot ? f->slot + (size_t)t * f->M : &t;
+        const float *x = f->x + (size_t)t * n;
+        round_to_rows(f->up->type, x, n, f->xu, rounded_bytes(f->up->type, n), js, f->M);
+        if (f->xg != f->xu) round_to_rows(f->gate->type, x, n, f->xg, rounded_bytes(f->gate->type, n), js, f->M);
+        work_done(&f->work.round);
+    }
+    work_wait(&f->work.round, f->T);
+}
+
+/* Items: per group, the chunks of up's output rows, then those of gate's. */
+static void ffn_up_gate(FfnTask *f, int ith, int nth) {
+    int64_t F = f->up->n_out, r = chunk_rows(2 * F * f->n_groups, nth, F);
+    int nch = (int)((F + r - 1) / r), n = 2 * nch * f->n_groups;
+    for (int i = work_next(&f->work.up_gate); i < n; i = work_next(&f->work.up_gate)) {
+        int g = i / (2 * nch), j0 = f->first[g];
+        bool gate = i / nch % 2;
+        int64_t o0 = i % nch * r;
+        Mat w = ffn_mat(f, gate ? f->gate : f->up, g);
+        size_t stride = rounded_bytes(w.type, w.n_in);
+        matmul_rows(&w, f->batch, (gate ? f->xg : f->xu) + (size_t)j0 * stride, stride, f->first[g + 1] - j0,
+                    (gate ? f->g : f->u) + (size_t)j0 * F, (size_t)F, o0, min64(o0 + r, F), f->pack + ith * packed_bytes(w.n_in));
+        work_done(&f->work.up_gate);
+    }
+    work_wait(&f->work.up_gate, n);
+}
+
+static void ffn_act(FfnTask *f) {
+    int64_t F = f->up->n_out;
+    size_t stride = rounded_bytes(f->down->type, F);
+    int rows = f->first[f->n_groups];
+    for (int j = work_next(&f->work.act); j < rows; j = work_next(&f->work.act)) {
+        const float *g = f->g + (size_t)j * F, *u = f->u + (size_t)j * F;
+        float *h = f->h + (size_t)j * F;
+        for (int64_t i = 0; i < F; i++) h[i] = silu(g[i]) * u[i];
+        round_row(f->down->type, h, f->xh + (size_t)j * stride, F);
+        work_done(&f->work.act);
+    }
+    work_wait(&f->work.act, rows);
+}
+
+static void ffn_down(FfnTask *f, int ith, int nth) {
+    int64_t E = f->down->n_out, r = chunk_rows(E * f->n_groups, nth, E);
+    int nch = (int)((E + r - 1) / r), n = nch * f->n_groups;
+    size_t stride = rounded_bytes(f->down->type, f->down->n_in);
+    for (int i = work_next(&f->work.down); i < n; i = work_next(&f->work.down)) {
+        int g = i / nch, j0 = f->first[g];
+        int64_t o0 = i % nch * r;
+        Mat w = ffn_mat(f, f->down, g);
+        matmul_rows(&w, f->batch, f->xh + (size_t)j0 * stride, stride, f->first[g + 1] - j0, f->y + (size_t)j0 * E,
+                    (size_t)E, o0, min64(o0 + r, E), f->pack + ith * packed_bytes(w.n_in));
+    }
+}
+
+static void ffn_task(void *p, int ith, int nth) {
+    FfnTask *f = p;
+    ffn_round(f);
+    ffn_up_gate(f, ith, nth);
+    ffn_act(f);
+    ffn_down(f, ith, nth);
+}
+
+/* Scratch for the rounded input of gate: xq itself where up's rounding serves it too. */
+static uint8_t *gate_input(const Scratch *s, const Mat *up, const Mat *gate) {
+    return dot_type(up->type) == dot_type(gate->type) ? s->xq : s->xq2;
+}
+
+/* Pairs (t, r) routed to the same expert become consecutive rows of the expert buffers, so that an
+ * expert's weights are read once for all its rows: group g, expert expert[g], owns rows
+ * first[g]..first[g+1]-1, and slot[t*K + r] = j (-1 for rank -1). Returns the number of groups. */
+static int group_by_expert(const Config *c, const int *sel, int T, int *first, int *expert, int *slot) {
+    int n_pairs = T * c->n_expert_used, n = 0, j = 0;
+    int next[c->n_expert];   /* rows per expert, then expert e's next row */
+    for (int e = 0; e < c->n_expert; e++) next[e] = 0;
+    for (int i = 0; i < n_pairs; i++)
+        if (sel[i] >= 0) next[sel[i]]++;
+    for (int e = 0; e < c->n_expert; e++) {
+        if (!next[e]) continue;
+        expert[n] = e;
+        first[n] = j;
+        j += next[e];
+        next[e] = first[n++];
+    }
+    first[n] = j;
+    for (int i = 0; i < n_pairs; i++) slot[i] = sel[i] >= 0 ? next[sel[i]]++ : -1;
+    return n;
+}
+
+typedef struct {
+    const Config *c;
+    const int *slot;
+    const float *w, *y;   /* [T][n_used] weights; expert outputs [rows][n_embd] */
+    float *out;           /* [T][n_embd] */
+    int T;
+    Work rows;
+} MoeSumTask;
+
+/* moe[t] = sum_r w_tr y_slot(t,r) in rank order r = 0, 1, ... (a float sum depends on its order),
+ * each term rounded to float before it is added (llama.cpp's ffn_moe_weighted, then the sum). Rank
+ * -1 (a coreset smaller than n_used) adds nothing. */
+static void moe_sum_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    MoeSumTask *ms = p;
+    int K = ms->c->n_expert_used, E = ms->c->n_embd;
+    for (int t = work_next(&ms->rows); t < ms->T; t = work_next(&ms->rows)) {
+        float *out = ms->out + (size_t)t * E;
+        memset(out, 0, (size_t)E * sizeof(float));
+        for (int r = 0; r < K; r++) {
+            int j = ms->slot[(size_t)t * K + r];
+            if (j < 0) continue;
+            const float *y = ms->y + (size_t)j * E;
+            float w = ms->w[(size_t)t * K + r];
+            for (int i = 0; i < E; i++) {
+                float term = y[i] * w;
+                out[i] += term;
+            }
+        }
+    }
+}
+
+/* Expert FFNs for T rows whose choices are in s->sel/s->w, then
+ *   moe[t] = sum_r w_r * down_e(silu(gate_e m) * up_e m),  summed in rank order r = 0, 1, ... */
+static void moe_experts(Ctx *ctx, const Layer *L, int T) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    int first[c->n_expert + 1], expert[c->n_expert];
+    int n_groups = group_by_expert(c, s->sel, T, first, expert, s->slot);
+    FfnTask f = {.up = &L->up_exps, .gate = &L->gate_exps, .down = &L->down_exps, .expert = expert, .first = first,
+                 .n_groups = n_groups, .x = s->xn, .T = T, .M = c->n_expert_used, .slot = s->slot, .batch = false,
+                 .u = s->ue, .g = s->ge, .h = s->he, .y = s->ye, .xu = s->xq, .xg = gate_input(s, &L->up_exps, &L->gate_exps), .xh = s->xq,
+                 .pack = s->pack};
+    pool_run(ctx->pool, ffn_task, &f);
+    MoeSumTask ms = {.c = c, .slot = s->slot, .w = s->w, .y = s->ye, .out = s->mix, .T = T};
+    pool_run(ctx->pool, moe_sum_task, &ms);
+}
+
+/* Shared expert, gated by a sigmoid scalar: mix += sigmoid(g . m) * down(silu(gate m) * up m). */
+static void moe_shared(Ctx *ctx, const Layer *L, int T) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    int E = c->n_embd;
+    int first[2] = {0, T};
+    FfnTask f = {.up = &L->up_shexp, .gate = &L->gate_shexp, .down = &L->down_shexp, .expert = NULL, .first = first,
+                 .n_groups = 1, .x = s->xn, .T = T, .M = 1, .slot = NULL, .batch = ctx->tile_order,
+                 .u = s->ue, .g = s->ge, .h = s->he, .y = s->sh, .xu = s->xq, .xg = gate_input(s, &L->up_shexp, &L->gate_shexp), .xh = s->xq,
+                 .pack = s->pack};
+    pool_run(ctx->pool, ffn_task, &f);
+    for (int t = 0; t < T; t++) {
+        /* a one-row mul_mat: tinyBLAS declines it (rows % 4 != 0), so ggml_vec_dot_f32 order */
+        s->sh_logit[t] = dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E);
+        float gate = sigmoid(s->sh_logit[t]);
+        for (int i = 0; i < E; i++) s->mix[(size_t)t * E + i] += s->sh[(size_t)t * E + i] * gate;
+    }
+}
+
+typedef struct {
+    const Config *c;
+    const float *logits;  /* [T][n_expert] router logits */
+    float *p;             /* [T][n_expert] their softmax */
+    const bool *allowed;  /* the coreset, or NULL */
+    int *sel;
+    float *w;             /* [T][n_used] each */
+    int T;
+    bool softmax, route;
+    Work rows;
+} RouteTask;
+
+/* Per row: p = softmax(router logits), and/or choose its experts from p (route_top_k); rows are
+ * independent, so threads take rows. */
+static void route_task(void *p, int ith, int nth) {
+    (void)ith, (void)nth;
+    RouteTask *rt = p;
+    const Config *c = rt->c;
+    for (int t = work_next(&rt->rows); t < rt->T; t = work_next(&rt->rows)) {
+        float *pt = rt->p + (size_t)t * c->n_expert;
+        if (rt->softmax) {
+            memcpy(pt, rt->logits + (size_t)t * c->n_expert, (size_t)c->n_expert * sizeof(float));
+            softmax(pt, c->n_expert);
+        }
+        if (rt->route) route_top_k(c, pt, rt->allowed, rt->sel + (size_t)t * c->n_expert_used, rt->w + (size_t)t * c->n_expert_used);
+    }
+}
+
+/* Coreset routing (clover.md 3.4): sum the block rows' router probabilities, sort experts by the
+ * sum (ties to the lower index), keep the shortest prefix whose sum reaches top_p * T. */
+static void coreset(const Config *c, const float *p, int T, bool *allowed) {
+    int E = c->n_expert;
+    double total[E];
+    int order[E];
+    for (int e = 0; e < E; e++) {
+        total[e] = 0;
+        for (int t = 0; t < T; t++) total[e] += p[(size_t)t * E + e];
+        order[e] = e;
+        allowed[e] = false;
+    }
+    for (int i = 1; i < E; i++)   /* insertion sort, stable: equal sums keep the lower index first */
+        for (int j = i; j > 0 && total[order[j]] > total[order[j - 1]]; j--) {
+            int tmp = order[j]; order[j] = order[j - 1]; order[j - 1] = tmp;
+        }
+    double cum = 0;
+    for (int i = 0; i < E && cum < (double)c->coreset_top_p * T; i++) {
+        allowed[order[i]] = true;
+        cum += total[order[i]];
+    }
+}
+
+/* The MoE FFN (README: the MoE pseudocode), its output in s->mix: route each row to its
+ * n_expert_used experts (in the preview, within the block's coreset), the experts, the shared expert. */
+static void moe_layer(Ctx *ctx, Pass pass, int il, int T) {
+    const Config *c = &ctx->m->c;
+    const Layer *L = &ctx->m->layers[il];
+    Scratch *s = &ctx->sc;
+    matmul(ctx, &L->router, s->xn, T, s->router_logits);   /* W_router m */
+    dump(ctx, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
+    /* a coreset needs every row's probabilities before any row is routed */
+    bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;
+    RouteTask rt = {.c = c, .logits = s->router_logits, .p = s->probs, .sel = s->sel, .w = s->w, .T = T, .softmax = true, .route = !use_coreset};
+    pool_run(ctx->pool, route_task, &rt);
+    if (use_coreset) {
+        coreset(c, s->probs, T, s->coreset);
+        RouteTask rc = {.c = c, .p = s->probs, .allowed = s->coreset, .sel = s->sel, .w = s->w, .T = T, .route = true};
+        pool_run(ctx->pool, route_task, &rc);
+    }
+    dump(ctx, "ffn_moe_probs", il, s->probs, T, c->n_expert);
+    dump_routing(ctx, il, T);   /* ffn_moe_topk, ffn_moe_weights[_sum[_clamped]]: route_top_k's steps */
+    dump(ctx, "ffn_moe_weights_norm", il, s->w, T, c->n_expert_used);
+    moe_experts(ctx, L, T);   /* mix = sum_r w_r down_e(SiLU(gate_e m) * up_e m) */
+    dump_experts(ctx, il, T);   /* ffn_moe_gate, _up, _swiglu, _down, _weighted, by chosen slot */
+    dump(ctx, "ffn_moe_out", il, s->mix, T, c->n_embd);
+    moe_shared(ctx, L, T);    /* mix += sigmoid(g_sh . m) down_sh(SiLU(gate_sh m) * up_sh m) */
+    dump_shared_expert(ctx, il, T);   /* ffn_gate .. ffn_shexp_gated */
+    dump(ctx, "ffn_out", il, s->mix, T, c->n_embd);
+}
+
+/* --- the whole pass ---------------------------------------------------------------------------- */
+/* Final norm and LM head for rows first..first+n-1 of the residual stream: logits [n][n_vocab]. */
+static void lm_head(Ctx *ctx, int first, int n, float *logits) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    for (int r = 0; r < n; r++)
+        rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)(first + r) * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
+    dump(ctx, "result_norm", -1, s->xn, n, c->n_embd);
+    matmul(ctx, &ctx->m->output, s->xn, n, logits);
+    dump(ctx, "result_output", -1, logits, n, c->n_vocab);
+}
+
+/* Every layer over T <= cap tokens at positions n_past..n_past+T-1, leaving the residual stream in
+ * s->x; log: where the causal pass records the GDN inputs (for the rollback), or NULL. */
+static void forward_layers(Ctx *ctx, Pass pass, const int *tokens, int T, GdnLog *log) {
+    const Config *c = &ctx->m->c;
+    Scratch *s = &ctx->sc;
+    int E = c->n_embd, pos = ctx->st.n_past;
+    pool_use(ctx->pool, T == 1 ? ctx->n_threads : ctx->n_threads_batch);
+    ctx->dump_preview = pass == PREVIEW;
+    for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], s->x + (size_t)t * E);
+    dump(ctx, "model.input_embed", -1, s->x, T, E);
+    for (int il = 0; il < c->n_layer; il++) {
+        const Layer *L = &ctx->m->layers[il];
+        for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->eps);
+        dump(ctx, "attn_norm", il, s->xn, T, E);
+        if (L->recurrent) gdn_layer(ctx, pass, il, T, log);
+        else attn_layer(ctx, pass, il, T, pos);
+        for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
+        dump(ctx, "attn_residual", il, s->x, T, E);
+        for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->post_norm, E, c->eps);
+        dump(ctx, "attn_post_norm", il, s->xn, T, E);
+        moe_layer(ctx, pass, il, T);
+        for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
+        dump(ctx, "l_out", il, s->x, T, E);
+    }
+}
+
+/* The causal pass: appends T tokens to the state, every row computed exactly as if the tokens were
+ * fed one at a time (in decoding order; prompt prefill may use the batch order, tile_order);
+ * logits of the last n_logits rows, [n_logits][n_vocab] (0: none). */
+static void forward_causal(Ctx *ctx, const int *tokens, int T, float *logits, int n_logits) {
+    forward_layers(ctx, CAUSAL, tokens, T, NULL);
+    ctx->st.n_past += T;
+    if (n_logits > 0) lm_head(ctx, T - n_logits, n_logits, logits);
+}
+
+/* draft-self's verification: the causal pass with every row's logits, the GDN inputs logged so
+ * that a partly accepted batch can be rolled back and replayed (rollback). */
+static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, GdnLog *log) {
+    forward_layers(ctx, CAUSAL, tokens, T, log);
+    ctx->st.n_past += T;
+    lm_head(ctx, 0, T, logits);
+}
+
+/* The preview pass (clover.md 3) over a block of T rows after the committed prefix: reads the
+ * state, never writes it; logits of every row. */
+static void forward_preview(Ctx *ctx, const int *block, int T, float *logits) {
+    forward_layers(ctx, PREVIEW, block, T, NULL);
+    lm_head(ctx, 0, T, logits);
+}
+
+/* ============================================================================================== */
+/* 10. Tensor dumps (--dump-tensors)                                                              */
+/* ============================================================================================== */
+/* --dump-tensors DIR: every intermediate activation as DIR/<name>.bin, named as llama.cpp's graph
+ * callback names the same value (cb(cur, "attn_norm", il) -> "attn_norm-0"), with the same element
+ * order (ggml's ne0 fastest, i.e. row-major [tokens][...]), so that a port can be diffed with clover,
+ * or clover with llama.cpp, op by op (test/run.sh group dumps does the latter). The first write of a
+ * name in a run creates its file and later batches append their rows; a tensor whose first axis is
+ * not tokens (conv_input, state_predelta, new_state) gets one block per batch. Preview passes write
+ * the same names prefixed "preview." (llama.cpp has no preview pass). DIR/index.tsv lists every file:
+ * name, dtype, shape (row-major, outermost first), and what it holds (DUMP_NAMES). */
+static const struct { const char *name, *meaning; } DUMP_NAMES[] = {
+    {"model.input_embed", "token embedding rows (tok_embd, dequantised): the residual stream x entering layer 0"},
+    {"attn_norm", "RMSNorm(x) * attn_norm: the mixer input"},
+    /* Gated DeltaNet layers */
+    {"linear_attn_qkv_mixed", "GDN: u = attn_qkv . attn_norm, the pre-conv q|k|v row"},
+    {"z", "GDN: z = attn_gate . attn_norm, the output gate"},
+    {"beta", "GDN: ssm_beta . attn_norm (before the sigmoid)"},
+    {"beta_sigmoid", "GDN: beta = sigmoid(ssm_beta . attn_norm), the delta-rule step size per value head"},
+    {"alpha", "GDN: ssm_alpha . attn_norm"},
+    {"a_softplus", "GDN: softplus(alpha + ssm_dt.bias)"},
+    {"gate", "GDN: g = a_softplus * ssm_a, the log-decay per value head (ssm_a = -exp(A_log) < 0)"},
+    {"conv_input", "GDN: [conv ring (d_conv-1 committed pre-conv rows) | u rows], CHANNEL-major: [conv_dim][d_conv-1+T] per batch"},
+    {"conv_output_raw", "GDN: depthwise causal conv over conv_input with ssm_conv1d, before SiLU"},
+    {"conv_output_silu", "GDN: SiLU(conv_output_raw) = q|k|v"},
+    {"q_conv", "GDN: the q heads of conv_output_silu [n_k_heads][d_state]"},
+    {"k_conv", "GDN: the k heads of conv_output_silu"},
+    {"q_conv_predelta", "GDN: q after L2 norm per head, as the delta rule reads it"},
+    {"k_conv_predelta", "GDN: k after L2 norm per head"},
+    {"v_conv_predelta", "GDN: the v heads of conv_output_silu [n_v_heads][d_state]"},
+    {"state_predelta", "GDN: recurrent state S before the batch, [n_v_heads][d_state (value j)][d_state (key i)] per batch"},
+    {"new_state", "GDN: recurrent state S after the batch, same layout as state_predelta"},
+    {"final_output", "GDN: RMSNorm(o_h) * ssm_norm * SiLU(z_h) per value head (gated norm)"},
+    {"linear_attn_out", "GDN: ssm_out . final_output, the mixer output"},
+    /* gated attention layers */
+    {"Qcur_full", "attention: attn_q . attn_norm = per head [q | gate] (2*head_dim)"},
+    {"Qcur_reshaped", "attention: the q halves of Qcur_full [n_head][head_dim]"},
+    {"Qcur_normed", "attention: RMSNorm(q) * attn_q_norm per head"},
+    {"Qcur", "attention: Qcur_normed after NEOX RoPE on the first n_rot dims (true positions)"},
+    {"Kcur_normed", "attention: RMSNorm(attn_k . attn_norm) * attn_k_norm per kv head"},
+    {"Kcur", "attention: Kcur_normed after RoPE (the row written to the K cache)"},
+    {"Vcur", "attention: attn_v . attn_norm (the row written to the V cache)"},
+    {"gate_reshaped", "attention: the gate halves of Qcur_full"},
+    {"gate_sigmoid", "attention: sigmoid(gate_reshaped)"},
+    {"attn_pregate", "attention: softmax(q.K/sqrt(head_dim) + causal mask) V per head"},
+    {"attn_gated", "attention: attn_pregate * gate_sigmoid"},
+    {"attn_output", "attention layer: attn_output . attn_gated, the mixer output; GDN layer: the delta-rule output o [n_v_heads][d_state] (before the gated norm)"},
+    /* every layer: residual, MoE, shared expert */
+    {"attn_residual", "x + mixer output"},
+    {"attn_post_norm", "RMSNorm(attn_residual) * post_attention_norm: the FFN input m"},
+    {"ffn_moe_logits", "router logits ffn_gate_inp . m [n_expert]"},
+    {"ffn_moe_probs", "softmax(ffn_moe_logits)"},
+    {"ffn_moe_topk", "int32: the n_expert_used chosen experts, by decreasing probability (ties: lower index)"},
+    {"ffn_moe_weights", "probabilities of the chosen experts, in ffn_moe_topk order"},
+    {"ffn_moe_weights_sum", "sum of ffn_moe_weights"},
+    {"ffn_moe_weights_sum_clamped", "max(ffn_moe_weights_sum, 2^-14)"},
+    {"ffn_moe_weights_norm", "ffn_moe_weights / ffn_moe_weights_sum_clamped"},
+    {"ffn_moe_gate", "per chosen expert slot: gate_exps[e] . m [n_expert_used][n_ff]"},
+    {"ffn_moe_up", "per slot: up_exps[e] . m"},
+    {"ffn_moe_swiglu", "per slot: SiLU(ffn_moe_gate) * ffn_moe_up"},
+    {"ffn_moe_down", "per slot: down_exps[e] . ffn_moe_swiglu [n_expert_used][n_embd]"},
+    {"ffn_moe_weighted", "per slot: ffn_moe_down * ffn_moe_weights_norm"},
+    {"ffn_moe_out", "sum over slots of ffn_moe_weighted, in slot order"},
+    {"ffn_gate", "shared expert: gate_shexp . m"},
+    {"ffn_up", "shared expert: up_shexp . m"},
+    {"ffn_swiglu", "shared expert: SiLU(ffn_gate) * ffn_up"},
+    {"ffn_shexp", "shared expert: down_shexp . ffn_swiglu"},
+    {"shared_expert_gate", "shared expert gate logit ffn_gate_inp_shexp . m [1]"},
+    {"shared_expert_gate_sigmoid", "sigmoid(shared_expert_gate)"},
+    {"ffn_shexp_gated", "ffn_shexp * shared_expert_gate_sigmoid"},
+    {"ffn_out", "ffn_moe_out + ffn_shexp_gated"},
+    {"l_out", "attn_residual + ffn_out: the residual stream leaving the layer"},
+    /* head */
+    {"result_norm", "RMSNorm(l_out of the last layer) * output_norm, for the rows that get logits"},
+    {"result_output", "logits output . result_norm [n_vocab]"},
+};
+
+typedef struct { char tag[96]; bool i32; int ne[3]; long rows; } DumpEntry;
+typedef struct Dumps {
+    DumpEntry *e;
+    int n, cap;
+    float *buf[10];                 /* scratch for values only the dumps need */
+    size_t buf_n[10];
+} Dumps;
+
+static bool dumping(const Ctx *ctx) { return ctx->dump_dir != NULL; }
+
+/* dump scratch slot i with room for n floats (ints) */
+static float *dump_buf(const Ctx *ctx, int i, size_t n) {
+    Dumps *d = ctx->dumps;
+    if (d->buf_n[i] < n) {
+        free(d->buf[i]);
+        d->buf[i] = xmalloc(n * sizeof(float));
+        d->buf_n[i] = n;
+    }
+    return d->buf[i];
+}
+
+/* Write `rows` blocks of ne2 x ne1 x ne0 values (row-major; ggml ne = {ne0, ne1, ne2, rows}) as
+ * DIR/<name>-<il>.bin (il < 0: DIR/<name>.bin). */
+static void dump_nd(const Ctx *ctx, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0) {
+    if (!ctx->dump_dir) return;
+    char tag[96], path[1024];
+    snprintf(tag, sizeof tag, il >= 0 ? "%s%s-%d" : "%s%s", ctx->dump_preview ? "preview." : "", name, il);
+    if (regexec(&ctx->dump_filter, tag, 0, NULL, 0) != 0) return;
+    Dumps *d = ctx->dumps;
+    DumpEntry *e = NULL;
+    for (int i = d->n - 1; i >= 0 && !e; i--)
+        if (!strcmp(d->e[i].tag, tag)) e = &d->e[i];
+    if (!e) {
+        if (d->n == d->cap) {
+            d->cap = d->cap ? 2 * d->cap : 256;
+            d->e = realloc(d->e, (size_t)d->cap * sizeof *d->e);
+            if (!d->e) fatal("out of memory");
+        }
+        e = &d->e[d->n++];
+        *e = (DumpEntry){"", i32, {ne0, ne1, ne2}, 0};
+        snprintf(e->tag, sizeof e->tag, "%s", tag);
+    }
+    snprintf(path, sizeof path, "%s/%s.bin", ctx->dump_dir, tag);
+    size_t n = (size_t)rows * ne2 * ne1 * ne0;
+    FILE *f = fopen(path, e->rows ? "ab" : "wb");
+    if (!f || fwrite(x, 4, n, f) != n || fclose(f) != 0) fatal("cannot write tensor dump '%s': %s", path, strerror(errno));
+    e->rows += rows;
+}
+
+/* T rows of n floats, or of n1 x n0 */
+static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n) { dump_nd(ctx, name, il, x, false, T, 1, 1, n); }
+static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0) {
+    dump_nd(ctx, name, il, x, false, T, 1, n1, n0);
+}
+
+/* The recurrent state S of GDN layer il as [n_v_heads][d_state][d_state], one block per batch */
+static void dump_state(const Ctx *ctx, const char *name, int il) {
+    const Config *c = &ctx->m->c;
+    dump_nd(ctx, name, il, ctx->st.S[il], false, 1, c->n_v_heads, c->d_state, c->d_state);
+}
+
+/* T rows of n1 x n0 floats that sit `stride` floats apart (a slice of wider rows) */
+static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0) {
+    if (!dumping(ctx)) return;
+    size_t n = (size_t)n1 * n0;
+    float *b = dump_buf(ctx, 4, (size_t)T * n);
+    for (int t = 0; t < T; t++) memcpy(b + (size_t)t * n, x + (size_t)t * stride, n * sizeof(float));
+    dump3(ctx, name, il, b, T, n1, n0);
+}
+
+/* Creates the folder path and its parents where missing (mkdir -p), so that --dump-tensors DIR
+ * works on a fresh path. */
+static void make_dirs(const char *path) {
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) fatal("--dump-tensors: the path '%.40s...' is too long", path);
+    for (char *c = p + 1; ; c++) {
+        if (*c != '/' && *c) continue;
+        char was = *c;
+        *c = 0;
+        struct stat st;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) fatal("--dump-tensors: cannot create '%s': %s", p, strerror(errno));
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--dump-tensors: '%s' is not a folder", p);
+        if (!was) return;
+        *c = was;
+    }
+}
+
+/* DIR/index.tsv: one line per file written in this run. */
+static void dump_index(const Ctx *ctx) {
+    if (!ctx->dump_dir) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/index.tsv", ctx->dump_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) fatal("cannot write '%s': %s", path, strerror(errno));
+    fprintf(f, "# name\tdtype\tshape (row-major, outermost first; first axis: tokens, or batches where the meaning says per batch)\tmeaning\n");
+    const Dumps *d = ctx->dumps;
+    for (int i = 0; i < d->n; i++) {
+        const DumpEntry *e = &d->e[i];
+        char base[96], shape[96];
+        const char *b = strncmp(e->tag, "preview.", 8) ? e->tag : e->tag + 8;
+        snprintf(base, sizeof base, "%s", b);
+        char *dash = strrchr(base, '-');
+        if (dash && dash[1] >= '0' && dash[1] <= '9') *dash = 0;
+        const char *meaning = "?";
+        for (size_t k = 0; k < sizeof DUMP_NAMES / sizeof DUMP_NAMES[0]; k++)
+            if (!strcmp(DUMP_NAMES[k].name, base)) meaning = DUMP_NAMES[k].meaning;
+        int n = snprintf(shape, sizeof shape, "%ld", e->rows);
+        for (int k = 2; k >= 0; k--)
+            if (e->ne[k] > 1 || k == 0) n += snprintf(shape + n, sizeof shape - (size_t)n, "x%d", e->ne[k]);
+        fprintf(f, "%s\t%s\t%s\t%s%s\n", e->tag, e->i32 ? "i32" : "f32", shape, b != e->tag ? "preview pass: " : "", meaning);
+    }
+    if (fclose(f) != 0) fatal("cannot write '%s': %s", path, strerror(errno));
+}
+
+/* --- Values the math does not keep, recomputed from what it keeps ------------------------------ */
+/* a_softplus = softplus(W_alpha a + dt_bias), gdn_gates' step before the product with ssm_a */
+static void dump_a_softplus(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    int H = ctx->m->c.n_v_heads;
+    const float *dt = ctx->m->layers[il].dt;
+    float *b = dump_buf(ctx, 0, (size_t)T * H);
+    for (int i = 0; i < T * H; i++) b[i] = softplus(ctx->sc.alpha[i] + dt[i % H]);
+    dump(ctx, "a_softplus", il, b, T, H);
+}
+
+/* The causal conv, recomputed from the ring before gdn_advance moves it, with the kernel
+ * gdn_advance uses: conv_input (channel-major [ring | u]), conv_output_raw, conv_output_silu,
+ * q_conv, k_conv; and the state before the batch, state_predelta. */
+static void dump_gdn_conv(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    const Config *c = &ctx->m->c;
+    const float *ring = ctx->st.ring[il], *u = ctx->sc.qkv;
+    int C = c->conv_dim, R = c->d_conv - 1, d = c->d_state;
+    float *in = dump_buf(ctx, 2, (size_t)(R + T) * C), *raw = dump_buf(ctx, 3, (size_t)T * C);
+    for (int ch = 0; ch < C; ch++)
+        for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : u[(size_t)(j - R) * C + ch];
+    dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
+    kernels()->gdn_conv(ctx->m->layers[il].conv, c->d_conv, C, ring, u, T, 0, C, raw);
+    dump(ctx, "conv_output_raw", il, raw, T, C);
+    for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
+    dump(ctx, "conv_output_silu", il, raw, T, C);
+    dump_slice(ctx, "q_conv", il, raw, C, T, c->n_k_heads, d);
+    dump_slice(ctx, "k_conv", il, raw + c->key_dim, C, T, c->n_k_heads, d);
+    dump_state(ctx, "state_predelta", il);
+}
+
+/* The q (part 0) or gate (part 1) halves of the attention's qg rows, as [T][n_head][head_dim] */
+static float *qg_halves(const Ctx *ctx, int T, int part) {
+    const Config *c = &ctx->m->c;
+    int hd = c->head_dim, H = c->n_head;
+    float *b = dump_buf(ctx, 5, (size_t)T * H * hd);
+    for (size_t th = 0; th < (size_t)T * H; th++) memcpy(b + th * hd, ctx->sc.qg + th * 2 * hd + (size_t)part * hd, (size_t)hd * sizeof(float));
+    return b;
+}
+
+static void dump_q_heads(const Ctx *ctx, const char *name, int il, int T) {
+    if (dumping(ctx)) dump3(ctx, name, il, qg_halves(ctx, T, 0), T, ctx->m->c.n_head, ctx->m->c.head_dim);
+}
+
+/* gate_reshaped and gate_sigmoid (the attention task applies the sigmoid on the way) */
+static void dump_gates(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    int n = ctx->m->c.n_head * ctx->m->c.head_dim;
+    float *g = qg_halves(ctx, T, 1);
+    dump(ctx, "gate_reshaped", il, g, T, n);
+    for (size_t i = 0; i < (size_t)T * n; i++) g[i] = sigmoid(g[i]);
+    dump(ctx, "gate_sigmoid", il, g, T, n);
+}
+
+/* The steps inside route_top_k, from its inputs and outputs: the chosen experts (int32), their
+ * probabilities, the sum and the clamped sum. */
+static void dump_routing(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    const Config *c = &ctx->m->c;
+    const Scratch *s = &ctx->sc;
+    int K = c->n_expert_used;
+    dump_nd(ctx, "ffn_moe_topk", il, s->sel, true, T, 1, 1, K);
+    float *w = dump_buf(ctx, 0, (size_t)T * (K + 2));
+    for (int t = 0; t < T; t++) {
+        double sum = 0;
+        for (int r = 0; r < K; r++) {
+            int e = s->sel[(size_t)t * K + r];
+            sum += w[(size_t)t * K + r] = e >= 0 ? s->probs[(size_t)t * c->n_expert + e] : 0;
+        }
+        w[(size_t)T * K + t] = (float)sum;
+        w[(size_t)T * (K + 1) + t] = fmaxf((float)sum, 6.103515625e-5f);
+    }
+    dump3(ctx, "ffn_moe_weights", il, w, T, K, 1);
+    dump(ctx, "ffn_moe_weights_sum", il, w + (size_t)T * K, T, 1);
+    dump(ctx, "ffn_moe_weights_sum_clamped", il, w + (size_t)T * (K + 1), T, 1);
+}
+
+/* An expert buffer's rows (n values each) in llama.cpp's order [T][n_used][n] (rank -1: zeros),
+ * each times its routing weight when w is not NULL (ffn_moe_weighted). */
+static void dump_pairs(const Ctx *ctx, const char *name, int il, const float *x, int n, int T, const float *w) {
+    int K = ctx->m->c.n_expert_used;
+    float *d = dump_buf(ctx, 9, (size_t)T * K * n);
+    for (int i = 0; i < T * K; i++) {
+        int j = ctx->sc.slot[i];
+        for (int k = 0; k < n; k++) {
+            float v = j < 0 ? 0 : x[(size_t)j * n + k];
+            d[(size_t)i * n + k] = w ? v * w[i] : v;
+        }
+    }
+    dump3(ctx, name, il, d, T, K, n);
+}
+
+static void dump_experts(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    const Scratch *s = &ctx->sc;
+    int F = ctx->m->c.n_ff, E = ctx->m->c.n_embd;
+    dump_pairs(ctx, "ffn_moe_gate", il, s->ge, F, T, NULL);
+    dump_pairs(ctx, "ffn_moe_up", il, s->ue, F, T, NULL);
+    dump_pairs(ctx, "ffn_moe_swiglu", il, s->he, F, T, NULL);
+    dump_pairs(ctx, "ffn_moe_down", il, s->ye, E, T, NULL);
+    dump_pairs(ctx, "ffn_moe_weighted", il, s->ye, E, T, s->w);
+}
+
+/* The shared expert's FFN buffers, its gate logit, the sigmoid and the gated rows moe_shared adds */
+static void dump_shared_expert(const Ctx *ctx, int il, int T) {
+    if (!dumping(ctx)) return;
+    const Scratch *s = &ctx->sc;
+    int F = ctx->m->c.n_ff_shexp, E = ctx->m->c.n_embd;
+    dump(ctx, "ffn_gate", il, s->ge, T, F);
+    dump(ctx, "ffn_up", il, s->ue, T, F);
+    dump(ctx, "ffn_swiglu", il, s->he, T, F);
+    dump(ctx, "ffn_shexp", il, s->sh, T, E);
+    float *b = dump_buf(ctx, 6, (size_t)T * (E + 1));   /* the sigmoid per row, then the gated rows */
+    for (int t = 0; t < T; t++) {
+        float gate = sigmoid(s->sh_logit[t]);
+        b[t] = gate;
+        for (int i = 0; i < E; i++) b[T + (size_t)t * E + i] = s->sh[(size_t)t * E + i] * gate;
+    }
+    dump(ctx, "shared_expert_gate", il, s->sh_logit, T, 1);
+    dump(ctx, "shared_expert_gate_sigmoid", il, b, T, 1);
+    dump(ctx, "ffn_shexp_gated", il, b + T, T, E);
+}
+
+/* ============================================================================================== */
+/* 11. SIMD twins of the kernels, and the thread pool                                             */
+/* ============================================================================================== */
+/* Each kernel of the table (section 5) has its plain definition next to the math it serves and, here,
+ * its x86-64 twin, which performs the per-lane operations of the plain definition in the same order.
+ *
+ * --- The dot products --------------------------------------------------------------------------
+ * The 8 float lanes of the quantized dots are one 256-bit register, the 64 accumulators of
+ * the row order are eight, the 16 of the tile order two. Integer sums inside a block are exact
+ * whatever their grouping (no pair sum of maddubs can saturate: |q| <= 128, |a| <= 127, and the
+ * unsigned K-quant values are at most 63), and fp16 scales convert exactly with F16C, so every
+ * float operation sees the same operands as the plain code and the results are bit-identical
+ * (checked by test/unit.c and the `simd` group of test/run.sh). CLOVER_SIMD=scalar forces the
+ * plain definitions. */
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -962,9 +2805,9 @@ static inline SIMD_INLINE float fold64_avx2(__m256 a[8]) {
 static inline SIMD_INLINE __m256 load_f16_avx2(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline SIMD_INLINE __m256 load_f32_avx2(const float *p) { return _mm256_loadu_ps(p); }
 
-/* The end of dot_f32_avx2 for accumulators acc over x, y[0..np): fold, then the tail np..n in double
- * (also used by the GDN recurrence, which fills acc itself). */
-/* ggml_vec_dot_f32's float sum (see dot_f32_row) */
+/* The end of dot_f32_avx2 for accumulators acc over x, y[0..np): fold, then the tail np..n in
+ * ggml_vec_dot_f32's float sum (see dot_f32_row; also used by the GDN recurrence, which fills acc
+ * itself). */
 static inline SIMD_INLINE float dot_f32_finish_avx2(__m256 acc[8], const float *x, const float *y, int64_t np, int64_t n) {
     float sum = (float)fold64_avx2(acc);
     for (int64_t i = np; i < n; i++) sum += x[i] * y[i];
@@ -1629,1037 +3472,7 @@ SIMD static float dot_q4_K_8x8_avx2(const void *w, const void *a, int64_t n) { f
 SIMD static float dot_q4_K_8x8_gemm_avx2(const void *w, const void *a, int64_t n) { float o; rows_q4_K_8x8_gemm_avx2(w, a, 0, 1, n, &o); return o; }
 SIMD static float dot_q5_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q5_K_avx2(w, a, 0, 1, n, &o); return o; }
 SIMD static float dot_q6_K_avx2(const void *w, const void *a, int64_t n) { float o; rows_q6_K_avx2(w, a, 0, 1, n, &o); return o; }
-#endif
 
-/* --- Choosing a dot product --------------------------------------------------------------- */
-/* The kernels by summation order and layout, each as the scalar definition and its SIMD twin. */
-typedef float (*DotFn)(const void *w, const void *a, int64_t n);
-enum { K_F32, K_F32_TILE, K_F16, K_F16_TILE, K_BF16, K_BF16_TILE, K_Q8_0, K_Q4_0, K_Q4_0_8X8,
-       K_Q4_K, K_Q4_K_8X8, K_Q4_K_8X8_GEMM, K_Q5_K, K_Q6_K, N_KERNELS };
-static const DotFn DOT_SCALAR[N_KERNELS] = {
-    dot_f32_row, dot_f32_tile, dot_f16_row, dot_f16_tile, dot_bf16_row, dot_bf16_tile, dot_q8_0, dot_q4_0,
-    dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K,
-};
-/* Quantized kernels that also take up to MAX_ROWS activation rows at once (none in scalar code). */
-typedef void (*DotRowsFn)(const void *w, const void *a, size_t stride, int R, int64_t n, float *out);
-static const DotRowsFn ROWS_SCALAR[N_KERNELS] = {0};
-#if defined(__x86_64__)
-static const DotRowsFn ROWS_AVX2[N_KERNELS] = {
-    [K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2, [K_Q4_K] = rows_q4_K_avx2,
-    [K_Q4_K_8X8] = rows_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = rows_q4_K_8x8_gemm_avx2, [K_Q5_K] = rows_q5_K_avx2,
-    [K_Q6_K] = rows_q6_K_avx2,
-};
-static const DotFn DOT_AVX2[N_KERNELS] = {
-    dot_f32_avx2, dot_f32_tile_avx2, dot_f16_avx2, dot_f16_tile_avx2, dot_bf16_avx2, dot_bf16_tile_avx2,
-    dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_0_8x8_avx2, dot_q4_K_avx2, dot_q4_K_8x8_avx2, dot_q4_K_8x8_gemm_avx2,
-    dot_q5_K_avx2, dot_q6_K_avx2,
-};
-#endif
-
-/* The kernel table for this CPU, chosen once: AVX2 with FMA and F16C where the CPU has them, unless
- * CLOVER_SIMD=scalar asks for the scalar definitions (the tests compare the two). */
-static const DotFn *dot_kernels = DOT_SCALAR;
-static const DotRowsFn *dot_rows_kernels = ROWS_SCALAR;
-static pthread_once_t dot_kernels_once = PTHREAD_ONCE_INIT;
-
-static void choose_dot_kernels(void) {
-    const char *env = getenv("CLOVER_SIMD");
-    if (env && !strcmp(env, "scalar")) return;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    unsigned eax, ebx, ecx, edx;   /* F16C via cpuid: not every compiler's __builtin_cpu_supports knows it */
-    bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
-        dot_kernels = DOT_AVX2;
-        dot_rows_kernels = ROWS_AVX2;
-    }
-#endif
-}
-
-static const DotFn *dots(void) {
-    pthread_once(&dot_kernels_once, choose_dot_kernels);
-    return dot_kernels;
-}
-
-static const DotRowsFn *dot_rows(void) {
-    pthread_once(&dot_kernels_once, choose_dot_kernels);
-    return dot_rows_kernels;
-}
-
-/* Whether the SIMD kernels were chosen; the forward pass's own SIMD twins (section 9) follow. */
-static bool simd_chosen(void) { return dots() != DOT_SCALAR; }
-
-/* quantize_row, with the SIMD twins of the Q8_0 and Q8_K rounding when the SIMD kernels were chosen */
-static void round_row(uint32_t wtype, const float *x, void *y, int64_t n) {
-#if defined(__x86_64__)
-    if (simd_chosen() && dot_type(wtype) == T_Q8_0) quantize_q8_0_avx2(x, y, n);
-    else if (simd_chosen() && dot_type(wtype) == T_Q8_K) quantize_q8_K_avx2(x, y, n);
-    else
-#endif
-    quantize_row(wtype, x, y, n);
-}
-
-/* n_rows: the matrix's row count; llama.cpp repacks Q4_0 and Q4_K matrices whose row count is a
- * multiple of 8 (ggml_repack_get_optimal_repack_type on AVX2), which changes their float order. */
-static int dot_kernel(uint32_t wtype, bool tile, int64_t n_rows) {
-    bool repacked = n_rows % 8 == 0;
-    switch (wtype) {
-    case T_F32: return tile ? K_F32_TILE : K_F32;
-    case T_F16: return tile ? K_F16_TILE : K_F16;
-    case T_BF16: return tile ? K_BF16_TILE : K_BF16;
-    case T_Q8_0: return K_Q8_0;
-    case T_Q4_0: return repacked ? K_Q4_0_8X8 : K_Q4_0;
-    case T_Q4_K: return repacked ? K_Q4_K_8X8 : K_Q4_K;
-    case T_Q5_K: return K_Q5_K;
-    case T_Q6_K: return K_Q6_K;
-    }
-    fatal("internal: no dot product for type %u", wtype);
-    return 0;
-}
-
-/* The dot product for weights of type wtype; tile: the order of a dense batch (see above). */
-static DotFn dot_fn(uint32_t wtype, bool tile, int64_t n_rows) { return dots()[dot_kernel(wtype, tile, n_rows)]; }
-
-/* Row order F32 (single rows, the GDN recurrence). */
-static float dot_f32(const void *w, const void *a, int64_t n) { return dots()[K_F32](w, a, n); }
-
-/* ============================================================================================== */
-/* 6. Thread pool and matmul                                                                      */
-/* ============================================================================================== */
-/* A fixed set of worker threads; pool_run(fn) calls fn(arg, ith, nth) on nth threads (the caller is
- * thread 0) and returns when all are done. -t sets nth for single-token steps, -tb for batches.
- * A decoding step runs dozens of short tasks, so a waiting side first spins briefly on an atomic
- * counter (a new task: `generation` moves; all done: `busy` reaches 0) and only then sleeps on a
- * condition variable. A sleeper says so (`sleepers`, `caller_sleeps`) before its last look at the
- * counter, and the other side looks at that after moving the counter (both sequentially
- * consistent), so one of the two always sees the other: no wakeup is lost, and the mutex and signal
- * are skipped in the common case, a task that starts or ends while the other side still spins.
- * Spinning is short so that an oversubscribed machine still makes progress. */
-#include <sched.h>
-#include <stdatomic.h>
-typedef void (*TaskFn)(void *arg, int ith, int nth);
-enum { POOL_SPIN = 500 };   /* pause instructions before sleeping: a few microseconds */
-typedef struct {
-    int n_threads, active;
-    pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t start, done;
-    TaskFn fn;
-    void *arg;
-    _Atomic uint64_t generation;
-    _Atomic int busy;
-    _Atomic int sleepers;        /* workers waiting on `start` */
-    _Atomic int caller_sleeps;   /* thread 0 waiting on `done` */
-} Pool;
-typedef struct { Pool *pool; int ith; } Worker;
-
-static void cpu_relax(void) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-}
-
-/* A worker's wait for the task after generation `seen`: spin, then sleep; returns its generation. */
-static uint64_t pool_next_task(Pool *pool, uint64_t seen) {
-    for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
-    if (atomic_load(&pool->generation) == seen) {
-        pthread_mutex_lock(&pool->mu);
-        atomic_fetch_add(&pool->sleepers, 1);
-        while (atomic_load(&pool->generation) == seen) pthread_cond_wait(&pool->start, &pool->mu);
-        atomic_fetch_sub(&pool->sleepers, 1);
-        pthread_mutex_unlock(&pool->mu);
-    }
-    return atomic_load(&pool->generation);
-}
-
-/* Workers live as long as the process. */
-static _Noreturn void *pool_worker(void *p) {
-    Worker *w = p;
-    Pool *pool = w->pool;
-    for (uint64_t seen = 0;;) {
-        seen = pool_next_task(pool, seen);
-        int nth = pool->active;
-        if (w->ith < nth) pool->fn(pool->arg, w->ith, nth);
-        if (atomic_fetch_sub(&pool->busy, 1) == 1 && atomic_load(&pool->caller_sleeps)) {
-            pthread_mutex_lock(&pool->mu);
-            pthread_cond_signal(&pool->done);
-            pthread_mutex_unlock(&pool->mu);
-        }
-    }
-}
-
-static void pool_init(Pool *p, int n_threads) {
-    memset(p, 0, sizeof *p);
-    p->n_threads = p->active = n_threads;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->start, NULL);
-    pthread_cond_init(&p->done, NULL);
-    p->threads = xcalloc((size_t)n_threads, sizeof(pthread_t));
-    Worker *w = xcalloc((size_t)n_threads, sizeof(Worker));
-    for (int i = 1; i < n_threads; i++) {
-        w[i] = (Worker){p, i};
-        if (pthread_create(&p->threads[i], NULL, pool_worker, &w[i]) != 0) fatal("cannot start thread %d of %d; use a smaller -t", i, n_threads);
-    }
-}
-
-static void pool_run(Pool *p, TaskFn fn, void *arg) {
-    if (p->n_threads == 1 || p->active == 1) { fn(arg, 0, 1); return; }
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store(&p->busy, p->n_threads - 1);
-    atomic_fetch_add(&p->generation, 1);
-    if (atomic_load(&p->sleepers) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->start);
-        pthread_mutex_unlock(&p->mu);
-    }
-    fn(arg, 0, p->active);
-    for (int i = 0; i < POOL_SPIN && atomic_load(&p->busy) > 0; i++) cpu_relax();
-    if (atomic_load(&p->busy) > 0) {
-        pthread_mutex_lock(&p->mu);
-        atomic_store(&p->caller_sleeps, 1);
-        while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
-        atomic_store(&p->caller_sleeps, 0);
-        pthread_mutex_unlock(&p->mu);
-    }
-}
-
-/* Work shared by the threads of one task: items 0..n-1 go to whichever thread claims them next
- * (work_next), so a thread that starts late or is descheduled just takes fewer. Which thread
- * computes an item, and when, changes no result. A phase that reads what an earlier one wrote first
- * waits until all of that phase's items are done (work_wait): it waits for claimed work, never for
- * a thread, so a thread that claimed nothing holds nobody up. */
-typedef struct { _Atomic int next, done; } Work;
-
-static int work_next(Work *w) { return atomic_fetch_add(&w->next, 1); }
-static void work_done(Work *w) { atomic_fetch_add(&w->done, 1); }
-
-static void work_wait(Work *w, int n) {
-    for (int i = 0; atomic_load(&w->done) < n; i++) {
-        if (i < POOL_SPIN) cpu_relax();
-        else sched_yield();   /* the thread we wait for may need this CPU */
-    }
-}
-
-/* A weight matrix in the file: n_out rows of n_in values, row o at data + o*row_bytes. */
-typedef struct {
-    const uint8_t *data;
-    uint32_t type;
-    int64_t n_in, n_out;
-    size_t row_bytes;
-    const GGUFTensor *t;
-} Mat;
-
-/* Expert e of a stacked [n_expert][n_out][n_in] tensor. */
-static Mat mat_expert(const Mat *m, int e) {
-    Mat r = *m;
-    r.data = m->data + (size_t)e * (size_t)m->n_out * m->row_bytes;
-    return r;
-}
-
-/* Bytes of one activation row of n values rounded for weights of type wtype. */
-static size_t rounded_bytes(uint32_t wtype, int64_t n) { return row_bytes(dot_type(wtype), n); }
-
-/* Round T rows of x (n values each) for weights of type wtype into xq (stride bytes apart), the
- * rows shared among the threads; returns when all T are rounded. */
-static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t n, uint8_t *xq, size_t stride) {
-    for (int t = work_next(wk); t < T; t = work_next(wk)) {
-        round_row(wtype, x + (size_t)t * n, xq + (size_t)t * stride, n);
-        work_done(wk);
-    }
-    work_wait(wk, T);
-}
-
-/* y[t*ystride + o] = dot(W[o], x[t]) for the output rows o in [o0, o1) and T rounded activation
- * rows x[t] (stride bytes apart); batch: a dense batch of prompt processing, in llama.cpp's order
- * for it. In tiles, so that the data a dot needs is in cache: TILE_T activation rows (in L2)
- * against TILE_O weight rows at a time (in L1), the weight rows read from memory once per TILE_T
- * activations (once for decoding). Where a kernel takes several activation rows at once, each
- * weight block is unpacked once for MAX_ROWS of them; Q8_0 activations are first packed into
- * `pack` (this thread's, packed_bytes(n_in)) by groups of MAX_ROWS. The order of tiles changes no
- * sum. */
-enum { TILE_T = 64, TILE_O = 16 };
-
-static size_t packed_bytes(int64_t n) { return (size_t)(TILE_T / MAX_ROWS) * (size_t)(n / 32) * sizeof(BlockQ8_0x8); }
-
-static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stride, int T, float *y, size_t ystride,
-                        int64_t o0, int64_t o1, uint8_t *pack) {
-    /* llamafile_sgemm (tinyBLAS) takes a dense batch only when the row count is a multiple of 4
-     * (tinyBLAS::matmul); other matrices (router rows, beta/alpha heads) use ggml_vec_dot_*. */
-    bool tile = batch && T >= 2 && w->n_out % 4 == 0;
-    int k = dot_kernel(w->type, tile, w->n_out), k4 = k;
-    /* repacked Q4_K in a prompt batch of T > 3 rows: the first T - T % 4 rows go through the 4-row
-     * gemm (ggml_gemm_q4_K_8x8_q8_K), the rest through gemv (forward_mul_mat_one_chunk, repack.cpp) */
-    int T4 = 0;
-    if (tile && T > 3 && w->type == T_Q4_K && w->n_out % 8 == 0) {
-        k4 = K_Q4_K_8X8_GEMM;
-        T4 = T - T % 4;
-    }
-    const DotRowsFn *rows_fns = dot_rows();
-    const DotFn *dot_fns = dots();
-    bool packed = rows_fns[k] && dot_type(w->type) == T_Q8_0 && T > 1;   /* (no T4 split for these) */
-    size_t group_bytes = (size_t)(w->n_in / 32) * sizeof(BlockQ8_0x8);
-    for (int t0 = 0; t0 < T; t0 += TILE_T) {
-        int t1 = t0 + TILE_T < T ? t0 + TILE_T : T;
-        for (int t = t0; packed && t < t1; t += MAX_ROWS)
-            pack_q8_0_rows(xq + t * stride, stride, t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS, w->n_in,
-                           (BlockQ8_0x8 *)(pack + (t - t0) / MAX_ROWS * group_bytes));
-        for (int64_t ob = o0; ob < o1; ob += TILE_O) {
-            int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
-            for (int t = t0; t < t1;) {
-                int kt = t < T4 ? k4 : k;
-                DotRowsFn rows = rows_fns[kt];
-                DotFn dot = dot_fns[kt];
-                /* R rows of the same kernel: no group straddles T4 */
-                int t_end = t < T4 && T4 < t1 ? T4 : t1, R = rows ? (t_end - t < MAX_ROWS ? t_end - t : MAX_ROWS) : 1;
-                const uint8_t *x = packed ? pack + (t - t0) / MAX_ROWS * group_bytes : xq + t * stride;
-                for (int64_t o = ob; o < oe; o++) {
-                    const uint8_t *row = w->data + (size_t)o * w->row_bytes;
-                    float out[MAX_ROWS];
-                    if (R > 1) rows(row, x, stride, R, w->n_in, out);
-                    else out[0] = dot(row, xq + t * stride, w->n_in);
-                    for (int r = 0; r < R; r++) y[(size_t)(t + r) * ystride + o] = out[r];
-                }
-                t += R;
-            }
-        }
-    }
-}
-
-/* Output rows per work item when nth threads share n_rows rows (of one or more matrices): whole
- * TILE_O blocks, about CHUNKS_PER_THREAD items per thread (few claims, yet a late thread leaves
- * little to the others), at most max_rows (one matrix). */
-enum { CHUNKS_PER_THREAD = 8 };
-
-static int64_t chunk_rows(int64_t n_rows, int nth, int64_t max_rows) {
-    int64_t r = n_rows / ((int64_t)nth * CHUNKS_PER_THREAD) / TILE_O * TILE_O;
-    if (r < TILE_O) r = TILE_O;
-    return r < max_rows ? r : max_rows;
-}
-
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-typedef struct {
-    const Mat *w;
-    const float *x;      /* T activation rows of n_in values */
-    int T;
-    bool batch;
-    float *y;            /* y[t*n_out + o] */
-    uint8_t *xq;         /* x rounded, stride bytes apart */
-    size_t stride;
-    uint8_t *pack;       /* per thread, packed_bytes(n_in) apart (matmul_rows) */
-    Work round, rows;
-} MatmulTask;
-
-/* The threads round the T activation rows, then share the output rows in chunks. */
-static void matmul_task(void *p, int ith, int nth) {
-    MatmulTask *mt = p;
-    const Mat *w = mt->w;
-    round_rows(&mt->round, w->type, mt->x, mt->T, w->n_in, mt->xq, mt->stride);
-    int64_t r = chunk_rows(w->n_out, nth, w->n_out);
-    int n = (int)((w->n_out + r - 1) / r);
-    for (int i = work_next(&mt->rows); i < n; i = work_next(&mt->rows))
-        matmul_rows(w, mt->batch, mt->xq, mt->stride, mt->T, mt->y, (size_t)w->n_out, i * r, min64((i + 1) * r, w->n_out),
-                    mt->pack + ith * packed_bytes(w->n_in));
-}
-
-/* y[t] = W x[t] for T rows of x (stride n_in) into y (stride n_out). xq is scratch for the rounded
- * activations, pack for their packed groups (packed_bytes(n_in) per thread); batch: the rows are a
- * dense batch of prompt processing (tile order, see matmul_rows). This and the SwiGLU FFN
- * (section 9) are where weights are multiplied. */
-static void matmul(Pool *pool, const Mat *w, const float *x, int T, float *y, uint8_t *xq, uint8_t *pack, bool batch) {
-    MatmulTask mt = {w, x, T, batch, y, xq, rounded_bytes(w->type, w->n_in), pack, {0}, {0}};
-    pool_run(pool, matmul_task, &mt);
-}
-
-/* ============================================================================================== */
-/* 7. The model: hyper-parameters and the one table of GGUF names                                 */
-/* ============================================================================================== */
-typedef struct {
-    char arch[16];             /* "qwen35moe" or "clover_moe": the prefix of every model key */
-    int n_embd, n_layer, n_vocab, n_ctx_train;
-    int n_head, n_head_kv, head_dim, n_rot;            /* gated full attention */
-    float eps, rope_base, kq_scale;
-    int n_expert, n_expert_used, n_ff, n_ff_shexp;     /* MoE */
-    float expert_weights_scale;
-    int d_conv, n_k_heads, n_v_heads, d_state;         /* Gated DeltaNet: head dim d_state for k and v */
-    int key_dim, value_dim, conv_dim;                  /* n_k_heads*d_state, n_v_heads*d_state, 2*key+value */
-    int mask_id;                                       /* -1 when the file has none */
-    int block_size;                                    /* diffusion block; drafts are at most block_size-1 */
-    bool shift_logits;
-    float coreset_top_p;
-} Config;
-
-typedef struct {
-    bool recurrent;                       /* GDN layer (else gated full attention) */
-    float *attn_norm, *post_norm;
-    /* Gated DeltaNet */
-    Mat qkv, gate, beta, alpha, ssm_out;
-    float *conv, *dt, *a, *ssm_norm;      /* conv: [conv_dim][d_conv], tap d_conv-1 is the current row */
-    /* clover_moe preview extras (NULL / n_out 0 when absent) */
-    float *conv_right, *a_rev, *dt_rev, *rev_mix;
-    Mat alpha_rev, beta_rev;
-    /* gated attention */
-    Mat wq, wk, wv, wo;
-    float *q_norm, *k_norm;
-    /* MoE with shared expert */
-    Mat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
-    float *shexp_gate;
-} Layer;
-
-typedef struct {
-    GGUF file;
-    Config c;
-    Mat tok_embd, output;
-    float *output_norm;
-    Layer *layers;
-} Model;
-
-/* Dimensions a tensor's shape is checked against. */
-typedef enum { D_NONE, D_EMBD, D_VOCAB, D_CONV, D_VALUE, D_VHEADS, D_DCONV, D_RIGHT, D_STATE, D_QG, D_KV,
-               D_Q, D_HEAD, D_EXPERT, D_FF, D_FFSH } Dim;
-static int64_t dim_size(const Config *c, Dim d) {
-    switch (d) {
-    case D_NONE: return 1;
-    case D_EMBD: return c->n_embd;
-    case D_VOCAB: return c->n_vocab;
-    case D_CONV: return c->conv_dim;
-    case D_VALUE: return c->value_dim;
-    case D_VHEADS: return c->n_v_heads;
-    case D_DCONV: return c->d_conv;
-    case D_RIGHT: return c->d_conv - 1;
-    case D_STATE: return c->d_state;
-    case D_QG: return 2 * (int64_t)c->n_head * c->head_dim;
-    case D_KV: return (int64_t)c->n_head_kv * c->head_dim;
-    case D_Q: return (int64_t)c->n_head * c->head_dim;
-    case D_HEAD: return c->head_dim;
-    case D_EXPERT: return c->n_expert;
-    case D_FF: return c->n_ff;
-    case D_FFSH: return c->n_ff_shexp;
-    }
-    return 0;
-}
-
-typedef enum { IN_MODEL, IN_ALL, IN_GDN, IN_ATTN } Where;
-typedef enum { REQUIRED, OPTIONAL, PREVIEW } Need;   /* PREVIEW: optional, read only for clover_moe */
-typedef enum { AS_MAT, AS_VEC } Kind;                /* matrix used in place, or small vector read as f32 */
-typedef struct { const char *name; Where where; Need need; Kind kind; size_t field; Dim ne[3]; } TensorName;
-
-/* Every tensor clover reads, with its shape (ggml order: ne[0] is the row length). When the official
- * clover_moe names are known, this table is the one place to change. */
-static const TensorName TENSOR_NAMES[] = {
-    {"token_embd.weight", IN_MODEL, REQUIRED, AS_MAT, offsetof(Model, tok_embd), {D_EMBD, D_VOCAB}},
-    {"output_norm.weight", IN_MODEL, REQUIRED, AS_VEC, offsetof(Model, output_norm), {D_EMBD}},
-    {"output.weight", IN_MODEL, OPTIONAL, AS_MAT, offsetof(Model, output), {D_EMBD, D_VOCAB}},
-    {"blk.%d.attn_norm.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, attn_norm), {D_EMBD}},
-    {"blk.%d.post_attention_norm.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, post_norm), {D_EMBD}},
-    {"blk.%d.attn_qkv.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, qkv), {D_EMBD, D_CONV}},
-    {"blk.%d.attn_gate.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, gate), {D_EMBD, D_VALUE}},
-    {"blk.%d.ssm_beta.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, beta), {D_EMBD, D_VHEADS}},
-    {"blk.%d.ssm_alpha.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, alpha), {D_EMBD, D_VHEADS}},
-    {"blk.%d.ssm_conv1d.weight", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, conv), {D_DCONV, D_CONV}},
-    {"blk.%d.ssm_dt.bias", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, dt), {D_VHEADS}},
-    {"blk.%d.ssm_a", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, a), {D_VHEADS}},
-    {"blk.%d.ssm_norm.weight", IN_GDN, REQUIRED, AS_VEC, offsetof(Layer, ssm_norm), {D_STATE}},
-    {"blk.%d.ssm_out.weight", IN_GDN, REQUIRED, AS_MAT, offsetof(Layer, ssm_out), {D_VALUE, D_EMBD}},
-    {"blk.%d.ssm_conv1d_right.weight", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, conv_right), {D_RIGHT, D_CONV}},
-    {"blk.%d.ssm_a_rev", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, a_rev), {D_VHEADS}},
-    {"blk.%d.ssm_dt_rev.bias", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, dt_rev), {D_VHEADS}},
-    {"blk.%d.ssm_alpha_rev.weight", IN_GDN, PREVIEW, AS_MAT, offsetof(Layer, alpha_rev), {D_EMBD, D_VHEADS}},
-    {"blk.%d.ssm_beta_rev.weight", IN_GDN, PREVIEW, AS_MAT, offsetof(Layer, beta_rev), {D_EMBD, D_VHEADS}},
-    {"blk.%d.ssm_rev_mix", IN_GDN, PREVIEW, AS_VEC, offsetof(Layer, rev_mix), {D_VHEADS}},
-    {"blk.%d.attn_q.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wq), {D_EMBD, D_QG}},
-    {"blk.%d.attn_k.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wk), {D_EMBD, D_KV}},
-    {"blk.%d.attn_v.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wv), {D_EMBD, D_KV}},
-    {"blk.%d.attn_q_norm.weight", IN_ATTN, REQUIRED, AS_VEC, offsetof(Layer, q_norm), {D_HEAD}},
-    {"blk.%d.attn_k_norm.weight", IN_ATTN, REQUIRED, AS_VEC, offsetof(Layer, k_norm), {D_HEAD}},
-    {"blk.%d.attn_output.weight", IN_ATTN, REQUIRED, AS_MAT, offsetof(Layer, wo), {D_Q, D_EMBD}},
-    {"blk.%d.ffn_gate_inp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, router), {D_EMBD, D_EXPERT}},
-    {"blk.%d.ffn_gate_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, gate_exps), {D_EMBD, D_FF, D_EXPERT}},
-    {"blk.%d.ffn_up_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, up_exps), {D_EMBD, D_FF, D_EXPERT}},
-    {"blk.%d.ffn_down_exps.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, down_exps), {D_FF, D_EMBD, D_EXPERT}},
-    {"blk.%d.ffn_gate_inp_shexp.weight", IN_ALL, REQUIRED, AS_VEC, offsetof(Layer, shexp_gate), {D_EMBD}},
-    {"blk.%d.ffn_gate_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, gate_shexp), {D_EMBD, D_FFSH}},
-    {"blk.%d.ffn_up_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, up_shexp), {D_EMBD, D_FFSH}},
-    {"blk.%d.ffn_down_shexp.weight", IN_ALL, REQUIRED, AS_MAT, offsetof(Layer, down_shexp), {D_FFSH, D_EMBD}},
-};
-/* Metadata keys beyond "<arch>.*": the tokenizer and the diffusion extras. */
-#define KEY_MASK_ID "tokenizer.ggml.mask_token_id"
-
-static const GGUFTensor *find_tensor(const GGUF *f, const char *name) {
-    for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (str_eq(f->tensors[i].name, name)) return &f->tensors[i];
-    return NULL;
-}
-
-/* Claim tensor `name`, check its shape and type, and store it as a matrix or an f32 vector. */
-static bool load_tensor(Model *m, const TensorName *tn, int il, void *base) {
-    char name[96];
-    snprintf(name, sizeof name, tn->name, il);
-    GGUFTensor *t = (GGUFTensor *)find_tensor(&m->file, name);
-    if (!t) {
-        if (tn->need == REQUIRED) fatal("%s: tensor '%s' is missing; the file is incomplete or not a %s model", m->file.path, name, m->c.arch);
-        return false;
-    }
-    int64_t want[4] = {dim_size(&m->c, tn->ne[0]), dim_size(&m->c, tn->ne[1]), dim_size(&m->c, tn->ne[2]), 1};
-    if (memcmp(want, t->ne, sizeof want) != 0)
-        fatal("%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld] from the metadata",
-              m->file.path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-              (long long)want[0], (long long)want[1], (long long)want[2]);
-    if (!TYPES[t->type].supported)
-        fatal("%s: tensor '%s' has type %s, which clover does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); requantize the file",
-              m->file.path, name, TYPES[t->type].name);
-    if ((uintptr_t)t->data % 4)
-        fatal("%s: tensor '%s' data is misaligned", m->file.path, name);
-    t->used = true;
-    if (tn->kind == AS_MAT) {
-        Mat *mat = (Mat *)((char *)base + tn->field);
-        *mat = (Mat){t->data, t->type, t->ne[0], t->ne[1], row_bytes(t->type, t->ne[0]), t};
-    } else {
-        size_t n = (size_t)(t->ne[0] * t->ne[1]);
-        float *v = xmalloc(mul_size(n, sizeof(float), name));
-        dequant_row(t->type, t->data, v, (int64_t)n);
-        *(float **)((char *)base + tn->field) = v;
-    }
-    return true;
-}
-
-static int model_int(const GGUF *f, const char *arch, const char *key, int64_t def, int64_t lo, int64_t hi) {
-    char k[128];
-    snprintf(k, sizeof k, "%s.%s", arch, key);
-    return (int)gguf_int(f, k, def, lo, hi);
-}
-
-static float model_float(const GGUF *f, const char *arch, const char *key, float def) {
-    char k[128];
-    snprintf(k, sizeof k, "%s.%s", arch, key);
-    return gguf_float(f, k, def);
-}
-
-static void read_config(Model *m) {
-    const GGUF *f = &m->file;
-    Config *c = &m->c;
-    const GGUFKV *a = gguf_find(f, "general.architecture");
-    if (!a || a->type != GGUF_STRING) fatal("%s: general.architecture is missing; not a model GGUF", f->path);
-    if (!str_eq(a->strings[0], "qwen35moe") && !str_eq(a->strings[0], "clover_moe"))
-        fatal("%s: architecture '%s' is not supported (qwen35moe or clover_moe)", f->path, show(a->strings[0]));
-    snprintf(c->arch, sizeof c->arch, "%s", str_eq(a->strings[0], "qwen35moe") ? "qwen35moe" : "clover_moe");
-    const char *A = c->arch;
-    const int64_t BIG = 1 << 20;
-    int blocks = model_int(f, A, "block_count", -1, 1, 4096);
-    int nextn = model_int(f, A, "nextn_predict_layers", 0, 0, blocks - 1);
-    c->n_layer = blocks - nextn;
-    c->n_embd = model_int(f, A, "embedding_length", -1, 1, BIG);
-    c->n_ctx_train = model_int(f, A, "context_length", -1, 1, INT32_MAX);
-    c->n_head = model_int(f, A, "attention.head_count", -1, 1, 4096);
-    c->n_head_kv = model_int(f, A, "attention.head_count_kv", -1, 1, c->n_head);
-    c->head_dim = model_int(f, A, "attention.key_length", -1, 1, 4096);
-    if (model_int(f, A, "attention.value_length", c->head_dim, 1, 4096) != c->head_dim)
-        fatal("%s: attention key_length and value_length differ; not supported", f->path);
-    if (c->n_head % c->n_head_kv) fatal("%s: head_count %d is not a multiple of head_count_kv %d", f->path, c->n_head, c->n_head_kv);
-    c->n_rot = model_int(f, A, "rope.dimension_count", c->head_dim, 2, c->head_dim);
-    if (c->n_rot % 2) fatal("%s: rope.dimension_count %d must be even", f->path, c->n_rot);
-    c->eps = model_float(f, A, "attention.layer_norm_rms_epsilon", 1e-6f);
-    c->rope_base = model_float(f, A, "rope.freq_base", 1e7f);
-    c->kq_scale = model_float(f, A, "attention.scale", 1.0f / sqrtf((float)c->head_dim));
-    if (!(c->eps > 0 && c->eps < 1) || !(c->rope_base > 1) || !(c->kq_scale > 0))
-        fatal("%s: rms epsilon, rope.freq_base or attention.scale out of range", f->path);
-    c->n_expert = model_int(f, A, "expert_count", -1, 1, 65536);
-    c->n_expert_used = model_int(f, A, "expert_used_count", -1, 1, c->n_expert);
-    int n_ff = model_int(f, A, "feed_forward_length", 0, 0, BIG);
-    c->n_ff = model_int(f, A, "expert_feed_forward_length", n_ff ? n_ff / c->n_expert_used : -1, 1, BIG);
-    c->n_ff_shexp = model_int(f, A, "expert_shared_feed_forward_length", n_ff ? n_ff : c->n_ff, 1, BIG);
-    c->expert_weights_scale = model_float(f, A, "expert_weights_scale", 0);
-    c->d_conv = model_int(f, A, "ssm.conv_kernel", -1, 2, 64);
-    c->d_state = model_int(f, A, "ssm.state_size", -1, 1, 4096);
-    c->n_k_heads = model_int(f, A, "ssm.group_count", -1, 1, 4096);
-    c->n_v_heads = model_int(f, A, "ssm.time_step_rank", -1, 1, 4096);
-    int inner = model_int(f, A, "ssm.inner_size", -1, 1, BIG);
-    if (inner != c->n_v_heads * c->d_state)
-        fatal("%s: ssm.inner_size %d != time_step_rank %d x state_size %d (value and key head dims must match)", f->path, inner, c->n_v_heads, c->d_state);
-    if (c->n_v_heads % c->n_k_heads) fatal("%s: ssm.time_step_rank %d is not a multiple of ssm.group_count %d", f->path, c->n_v_heads, c->n_k_heads);
-    c->key_dim = c->n_k_heads * c->d_state;
-    c->value_dim = inner;
-    c->conv_dim = 2 * c->key_dim + c->value_dim;
-
-    m->layers = xcalloc((size_t)c->n_layer, sizeof(Layer));
-    char key[128];
-    snprintf(key, sizeof key, "%s.attention.recurrent_layers", A);
-    const GGUFKV *rl = gguf_find(f, key);
-    int interval = model_int(f, A, "full_attention_interval", 4, 1, 4096);
-    if (rl && (rl->type != GGUF_ARRAY || rl->arr_n < (uint64_t)c->n_layer)) fatal("%s: %s must be an array of %d flags", f->path, key, c->n_layer);
-    for (int il = 0; il < c->n_layer; il++)
-        m->layers[il].recurrent = rl ? gguf_arr_int(f, rl, (uint64_t)il) != 0 : (il + 1) % interval != 0;
-
-    const GGUFKV *toks = gguf_array(f, "tokenizer.ggml.tokens", GGUF_STRING, true);
-    if (toks->arr_n < 1 || toks->arr_n > INT32_MAX) fatal("%s: tokenizer.ggml.tokens has %llu entries", f->path, (unsigned long long)toks->arr_n);
-    c->n_vocab = (int)toks->arr_n;
-    c->mask_id = (int)gguf_int(f, KEY_MASK_ID, -1, -1, INT32_MAX);
-    if (c->mask_id >= c->n_vocab) fatal("%s: %s = %d is not a token id (vocabulary has %d)", f->path, KEY_MASK_ID, c->mask_id, c->n_vocab);
-    c->block_size = model_int(f, A, "diffusion.block_size", 32, 2, 4096);
-    c->shift_logits = model_int(f, A, "diffusion.shift_logits", 0, 0, 1) != 0;
-    c->coreset_top_p = model_float(f, A, "diffusion.coreset_top_p", 0);
-    if (!(c->coreset_top_p >= 0 && c->coreset_top_p <= 1)) fatal("%s: diffusion.coreset_top_p must be in [0, 1]", f->path);
-}
-
-/* Read the hyper-parameters and claim every tensor of the parsed file m->file. */
-static void model_init(Model *m) {
-    read_config(m);
-    const Config *c = &m->c;
-    bool clover = strcmp(c->arch, "clover_moe") == 0;
-    for (size_t i = 0; i < sizeof TENSOR_NAMES / sizeof TENSOR_NAMES[0]; i++) {
-        const TensorName *tn = &TENSOR_NAMES[i];
-        if (tn->need == PREVIEW && !clover) continue;
-        if (tn->where == IN_MODEL) { load_tensor(m, tn, 0, m); continue; }
-        for (int il = 0; il < c->n_layer; il++) {
-            Layer *L = &m->layers[il];
-            if ((tn->where == IN_GDN && !L->recurrent) || (tn->where == IN_ATTN && L->recurrent)) continue;
-            load_tensor(m, tn, il, L);
-        }
-    }
-    if (!m->output.data) m->output = m->tok_embd;   /* tied head, as llama.cpp falls back */
-    for (int il = 0; il < c->n_layer; il++) {        /* the reverse branch needs all five tensors */
-        Layer *L = &m->layers[il];
-        if (!(L->a_rev && L->dt_rev && L->rev_mix && L->alpha_rev.data && L->beta_rev.data)) L->a_rev = NULL;
-    }
-    /* one warning line for tensors we do not know (MTP layers past the trunk are known and skipped) */
-    char list[512] = "";
-    int unknown = 0;
-    for (uint64_t i = 0; i < m->file.n_tensors; i++) {
-        const GGUFTensor *t = &m->file.tensors[i];
-        int blk;
-        if (t->used || (sscanf(show(t->name), "blk.%d.", &blk) == 1 && blk >= c->n_layer)) continue;
-        if (unknown++ < 8) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", unknown > 1 ? ", " : "", show(t->name));
-    }
-    if (unknown) fprintf(stderr, "clover: warning: %d tensor%s not used by clover: %s%s\n", unknown, unknown > 1 ? "s" : "", list, unknown > 8 ? ", ..." : "");
-}
-
-static void model_load(Model *m, const char *path) {
-    memset(m, 0, sizeof *m);
-    gguf_open(&m->file, path);
-    model_init(m);
-}
-
-/* ============================================================================================== */
-/* 8. State: KV cache, GDN conv ring and recurrent state                                          */
-/* ============================================================================================== */
-/* The committed state of one sequence after n_past tokens. Attention layers keep K and V rows per
- * position (f32, f16 or bf16: -ctk/-ctv); GDN layers keep the last d_conv-1 pre-conv rows (the conv
- * ring, oldest first) and one d_state x d_state matrix S_h per value head. S_h is stored
- * transposed, mem[j*d_state + i] = S_h[i][j] (i: key dim, j: value dim), so the loops over i are
- * contiguous. */
-typedef struct {
-    int n_ctx, n_past;
-    uint32_t k_type, v_type;
-    uint8_t **k, **v;    /* per attention layer: [n_ctx][n_head_kv*head_dim] */
-    float **ring;        /* per GDN layer: [d_conv-1][conv_dim] */
-    float **S;           /* per GDN layer: [n_v_heads][d_state*d_state] */
-} State;
-
-static size_t kv_bytes(const Config *c, uint32_t type, int n_ctx) {
-    return mul_size(mul_size((size_t)n_ctx, (size_t)c->n_head_kv * c->head_dim, "KV cache"), TYPES[type].bytes, "KV cache");
-}
-static size_t ring_floats(const Config *c) { return (size_t)(c->d_conv - 1) * c->conv_dim; }
-static size_t S_floats(const Config *c) { return (size_t)c->n_v_heads * c->d_state * c->d_state; }
-
-/* What state_init will allocate, for the memory plan: KV rows of the attention layers, and the
- * conv ring and S of the GDN layers. */
-static size_t kv_cache_bytes(const Model *m, int n_ctx, uint32_t k_type, uint32_t v_type) {
-    size_t per_layer = add_size(kv_bytes(&m->c, k_type, n_ctx), kv_bytes(&m->c, v_type, n_ctx), "KV cache");
-    size_t total = 0;
-    for (int il = 0; il < m->c.n_layer; il++)
-        if (!m->layers[il].recurrent) total = add_size(total, per_layer, "KV cache");
-    return total;
-}
-
-static size_t gdn_state_bytes(const Model *m) {
-    size_t per_layer = mul_size(add_size(ring_floats(&m->c), S_floats(&m->c), "GDN state"), sizeof(float), "GDN state");
-    size_t total = 0;
-    for (int il = 0; il < m->c.n_layer; il++)
-        if (m->layers[il].recurrent) total = add_size(total, per_layer, "GDN state");
-    return total;
-}
-
-static void state_init(State *s, const Model *m, int n_ctx, uint32_t k_type, uint32_t v_type) {
-    const Config *c = &m->c;
-    memset(s, 0, sizeof *s);
-    s->n_ctx = n_ctx;
-    s->k_type = k_type;
-    s->v_type = v_type;
-    s->k = xcalloc((size_t)c->n_layer, sizeof(uint8_t *));
-    s->v = xcalloc((size_t)c->n_layer, sizeof(uint8_t *));
-    s->ring = xcalloc((size_t)c->n_layer, sizeof(float *));
-    s->S = xcalloc((size_t)c->n_layer, sizeof(float *));
-    for (int il = 0; il < c->n_layer; il++) {
-        if (m->layers[il].recurrent) {
-            s->ring[il] = xcalloc(ring_floats(c), sizeof(float));
-            s->S[il] = xcalloc(S_floats(c), sizeof(float));
-        } else {
-            s->k[il] = xmalloc(kv_bytes(c, k_type, n_ctx));
-            s->v[il] = xmalloc(kv_bytes(c, v_type, n_ctx));
-        }
-    }
-}
-
-/* Store n floats rounded to a cache type, and read them back. */
-static void store_as(uint32_t type, void *dst, const float *x, int n) {
-    for (int i = 0; i < n; i++) {
-        if (type == T_F32) ((float *)dst)[i] = x[i];
-        else if (type == T_F16) ((uint16_t *)dst)[i] = fp32_to_fp16(x[i]);
-        else ((uint16_t *)dst)[i] = fp32_to_bf16(x[i]);
-    }
-}
-
-static float load_as(uint32_t type, const void *src, int i) {
-    if (type == T_F32) return ((const float *)src)[i];
-    if (type == T_F16) return fp16_to_fp32(((const uint16_t *)src)[i]);
-    return bf16_to_fp32(((const uint16_t *)src)[i]);
-}
-
-/* x as it reads back after a round trip through a cache type (f32: unchanged). */
-static float round_as(uint32_t type, float x) {
-    if (type == T_F32) return x;
-    uint16_t h;
-    store_as(type, &h, &x, 1);
-    return load_as(type, &h, 0);
-}
-
-/* ============================================================================================== */
-/* 9. The causal forward pass                                                                     */
-/* ============================================================================================== */
-/* Scratch for one batch of up to `cap` rows. */
-typedef struct {
-    int cap;
-    float *x, *xn;                  /* residual stream and its normed copy [cap][n_embd] */
-    float *qkv, *z, *beta, *g, *o;  /* GDN: pre-conv rows, gate, beta, log-decay, mixer out */
-    float *conv;                    /* GDN: post-conv q|k|v rows [cap][conv_dim] */
-    float *qg, *kr, *vr, *ao;       /* attention: q|gate, k, v, head outputs */
-    float *att;                     /* attention scores, [n_threads][n_ctx] */
-    float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
-    float *router, *w;              /* MoE: router probabilities, chosen weights [cap][n_used] */
-    int *sel;                       /* MoE: chosen experts [cap][n_used] */
-    float *ge, *ue, *ye;            /* MoE: gate, up [cap*n_used][n_ff], expert outputs [cap*n_used][n_embd], by row j */
-    int *slot;                      /* MoE: row j of the pair (t, r), [cap][n_used] (see group_by_expert) */
-    float *sh;                      /* shared expert output [cap][n_embd] */
-    float *mix;                     /* [cap][n_embd] mixer / FFN output */
-    uint8_t *xq;                    /* rounded activations for matmul and the FFNs */
-    uint8_t *xq2;                   /* FFNs: the rounded input of gate, where its dot type is not up's */
-    uint8_t *pack;                  /* matmul_rows' packed activations, [n_threads][packed_bytes(widest input)] */
-    /* preview pass: a copy of the committed GDN state S, and the reverse branch */
-    float *S, *S_rev, *g_rev, *beta_rev, *o_rev;
-    bool *coreset;                  /* [n_expert] experts the block's rows may use */
-} Scratch;
-
-typedef struct {
-    Model *m;
-    State st;
-    Scratch sc;
-    Pool pool;
-    int n_threads, n_threads_batch;
-    bool tile_order;                /* dense matmuls add in batch (tile) order: prompt processing only;
-                                       decoding and verification use row order, so that every row of
-                                       a verify batch equals single-token decoding bit for bit */
-    const char *dump_dir;           /* --dump-tensors: where intermediate activations go, or NULL */
-    regex_t dump_filter;            /* --dump-filter: which names (default: all) */
-    struct Dumps *dumps;            /* --dump-tensors: the files written so far, scratch (see dump_nd) */
-    bool dump_preview;              /* the pass being dumped is a preview pass */
-    int dump_il;                    /* the layer being dumped, for the MoE helpers */
-} Ctx;
-
-/* --dump-tensors DIR: every intermediate activation as DIR/<name>.bin, named as llama.cpp's graph
- * callback names the same value (cb(cur, "attn_norm", il) -> "attn_norm-0"), with the same element
- * order (ggml's ne0 fastest, i.e. row-major [tokens][...]), so that a port can be diffed with clover,
- * or clover with llama.cpp, op by op (test/run.sh group dumps does the latter). The first write of a
- * name in a run creates its file and later batches append their rows; a tensor whose first axis is
- * not tokens (conv_input, state_predelta, new_state) gets one block per batch. Preview passes write
- * the same names prefixed "preview." (llama.cpp has no preview pass). DIR/index.tsv lists every file:
- * name, dtype, shape (row-major, outermost first), and what it holds (DUMP_NAMES). */
-static const struct { const char *name, *meaning; } DUMP_NAMES[] = {
-    {"model.input_embed", "token embedding rows (tok_embd, dequantised): the residual stream x entering layer 0"},
-    {"attn_norm", "RMSNorm(x) * attn_norm: the mixer input"},
-    /* Gated DeltaNet layers */
-    {"linear_attn_qkv_mixed", "GDN: u = attn_qkv . attn_norm, the pre-conv q|k|v row"},
-    {"z", "GDN: z = attn_gate . attn_norm, the output gate"},
-    {"beta", "GDN: ssm_beta . attn_norm (before the sigmoid)"},
-    {"beta_sigmoid", "GDN: beta = sigmoid(ssm_beta . attn_norm), the delta-rule step size per value head"},
-    {"alpha", "GDN: ssm_alpha . attn_norm"},
-    {"a_softplus", "GDN: softplus(alpha + ssm_dt.bias)"},
-    {"gate", "GDN: g = a_softplus * ssm_a, the log-decay per value head (ssm_a = -exp(A_log) < 0)"},
-    {"conv_input", "GDN: [conv ring (d_conv-1 committed pre-conv rows) | u rows], CHANNEL-major: [conv_dim][d_conv-1+T] per batch"},
-    {"conv_output_raw", "GDN: depthwise causal conv over conv_input with ssm_conv1d, before SiLU"},
-    {"conv_output_silu", "GDN: SiLU(conv_output_raw) = q|k|v"},
-    {"q_conv", "GDN: the q heads of conv_output_silu [n_k_heads][d_state]"},
-    {"k_conv", "GDN: the k heads of conv_output_silu"},
-    {"q_conv_predelta", "GDN: q after L2 norm per head, as the delta rule reads it"},
-    {"k_conv_predelta", "GDN: k after L2 norm per head"},
-    {"v_conv_predelta", "GDN: the v heads of conv_output_silu [n_v_heads][d_state]"},
-    {"state_predelta", "GDN: recurrent state S before the batch, [n_v_heads][d_state (value j)][d_state (key i)] per batch"},
-    {"new_state", "GDN: recurrent state S after the batch, same layout as state_predelta"},
-    {"final_output", "GDN: RMSNorm(o_h) * ssm_norm * SiLU(z_h) per value head (gated norm)"},
-    {"linear_attn_out", "GDN: ssm_out . final_output, the mixer output"},
-    /* gated attention layers */
-    {"Qcur_full", "attention: attn_q . attn_norm = per head [q | gate] (2*head_dim)"},
-    {"Qcur_reshaped", "attention: the q halves of Qcur_full [n_head][head_dim]"},
-    {"Qcur_normed", "attention: RMSNorm(q) * attn_q_norm per head"},
-    {"Qcur", "attention: Qcur_normed after NEOX RoPE on the first n_rot dims (true positions)"},
-    {"Kcur_normed", "attention: RMSNorm(attn_k . attn_norm) * attn_k_norm per kv head"},
-    {"Kcur", "attention: Kcur_normed after RoPE (the row written to the K cache)"},
-    {"Vcur", "attention: attn_v . attn_norm (the row written to the V cache)"},
-    {"gate_reshaped", "attention: the gate halves of Qcur_full"},
-    {"gate_sigmoid", "attention: sigmoid(gate_reshaped)"},
-    {"attn_pregate", "attention: softmax(q.K/sqrt(head_dim) + causal mask) V per head"},
-    {"attn_gated", "attention: attn_pregate * gate_sigmoid"},
-    {"attn_output", "attention layer: attn_output . attn_gated, the mixer output; GDN layer: the delta-rule output o [n_v_heads][d_state] (before the gated norm)"},
-    /* every layer: residual, MoE, shared expert */
-    {"attn_residual", "x + mixer output"},
-    {"attn_post_norm", "RMSNorm(attn_residual) * post_attention_norm: the FFN input m"},
-    {"ffn_moe_logits", "router logits ffn_gate_inp . m [n_expert]"},
-    {"ffn_moe_probs", "softmax(ffn_moe_logits)"},
-    {"ffn_moe_topk", "int32: the n_expert_used chosen experts, by decreasing probability (ties: lower index)"},
-    {"ffn_moe_weights", "probabilities of the chosen experts, in ffn_moe_topk order"},
-    {"ffn_moe_weights_sum", "sum of ffn_moe_weights"},
-    {"ffn_moe_weights_sum_clamped", "max(ffn_moe_weights_sum, 2^-14)"},
-    {"ffn_moe_weights_norm", "ffn_moe_weights / ffn_moe_weights_sum_clamped"},
-    {"ffn_moe_gate", "per chosen expert slot: gate_exps[e] . m [n_expert_used][n_ff]"},
-    {"ffn_moe_up", "per slot: up_exps[e] . m"},
-    {"ffn_moe_swiglu", "per slot: SiLU(ffn_moe_gate) * ffn_moe_up"},
-    {"ffn_moe_down", "per slot: down_exps[e] . ffn_moe_swiglu [n_expert_used][n_embd]"},
-    {"ffn_moe_weighted", "per slot: ffn_moe_down * ffn_moe_weights_norm"},
-    {"ffn_moe_out", "sum over slots of ffn_moe_weighted, in slot order"},
-    {"ffn_gate", "shared expert: gate_shexp . m"},
-    {"ffn_up", "shared expert: up_shexp . m"},
-    {"ffn_swiglu", "shared expert: SiLU(ffn_gate) * ffn_up"},
-    {"ffn_shexp", "shared expert: down_shexp . ffn_swiglu"},
-    {"shared_expert_gate", "shared expert gate logit ffn_gate_inp_shexp . m [1]"},
-    {"shared_expert_gate_sigmoid", "sigmoid(shared_expert_gate)"},
-    {"ffn_shexp_gated", "ffn_shexp * shared_expert_gate_sigmoid"},
-    {"ffn_out", "ffn_moe_out + ffn_shexp_gated"},
-    {"l_out", "attn_residual + ffn_out: the residual stream leaving the layer"},
-    /* head */
-    {"result_norm", "RMSNorm(l_out of the last layer) * output_norm, for the rows that get logits"},
-    {"result_output", "logits output . result_norm [n_vocab]"},
-};
-
-typedef struct { char tag[96]; bool i32; int ne[3]; long rows; } DumpEntry;
-typedef struct Dumps {
-    DumpEntry *e;
-    int n, cap;
-    float *buf[10];                 /* scratch for values only the dumps need */
-    size_t buf_n[10];
-} Dumps;
-
-static bool dumping(const Ctx *ctx) { return ctx->dump_dir != NULL; }
-
-/* dump scratch slot i with room for n floats (ints) */
-static float *dump_buf(const Ctx *ctx, int i, size_t n) {
-    Dumps *d = ctx->dumps;
-    if (d->buf_n[i] < n) {
-        free(d->buf[i]);
-        d->buf[i] = xmalloc(n * sizeof(float));
-        d->buf_n[i] = n;
-    }
-    return d->buf[i];
-}
-
-/* Write `rows` blocks of ne2 x ne1 x ne0 values (row-major; ggml ne = {ne0, ne1, ne2, rows}) as
- * DIR/<name>-<il>.bin (il < 0: DIR/<name>.bin). */
-static void dump_nd(const Ctx *ctx, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0) {
-    if (!ctx->dump_dir) return;
-    char tag[96], path[1024];
-    snprintf(tag, sizeof tag, il >= 0 ? "%s%s-%d" : "%s%s", ctx->dump_preview ? "preview." : "", name, il);
-    if (regexec(&ctx->dump_filter, tag, 0, NULL, 0) != 0) return;
-    Dumps *d = ctx->dumps;
-    DumpEntry *e = NULL;
-    for (int i = d->n - 1; i >= 0 && !e; i--)
-        if (!strcmp(d->e[i].tag, tag)) e = &d->e[i];
-    if (!e) {
-        if (d->n == d->cap) {
-            d->cap = d->cap ? 2 * d->cap : 256;
-            d->e = realloc(d->e, (size_t)d->cap * sizeof *d->e);
-            if (!d->e) fatal("out of memory");
-        }
-        e = &d->e[d->n++];
-        *e = (DumpEntry){"", i32, {ne0, ne1, ne2}, 0};
-        snprintf(e->tag, sizeof e->tag, "%s", tag);
-    }
-    snprintf(path, sizeof path, "%s/%s.bin", ctx->dump_dir, tag);
-    size_t n = (size_t)rows * ne2 * ne1 * ne0;
-    FILE *f = fopen(path, e->rows ? "ab" : "wb");
-    if (!f || fwrite(x, 4, n, f) != n || fclose(f) != 0) fatal("cannot write tensor dump '%s': %s", path, strerror(errno));
-    e->rows += rows;
-}
-
-/* T rows of n floats, or of n1 x n0 */
-static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n) { dump_nd(ctx, name, il, x, false, T, 1, 1, n); }
-static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0) {
-    dump_nd(ctx, name, il, x, false, T, 1, n1, n0);
-}
-
-/* Creates the folder path and its parents where missing (mkdir -p), so that --dump-tensors DIR
- * works on a fresh path. */
-static void make_dirs(const char *path) {
-    char p[1024];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) fatal("--dump-tensors: the path '%.40s...' is too long", path);
-    for (char *c = p + 1; ; c++) {
-        if (*c != '/' && *c) continue;
-        char was = *c;
-        *c = 0;
-        struct stat st;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) fatal("--dump-tensors: cannot create '%s': %s", p, strerror(errno));
-        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--dump-tensors: '%s' is not a folder", p);
-        if (!was) return;
-        *c = was;
-    }
-}
-
-/* DIR/index.tsv: one line per file written in this run. */
-static void dump_index(const Ctx *ctx) {
-    if (!ctx->dump_dir) return;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/index.tsv", ctx->dump_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) fatal("cannot write '%s': %s", path, strerror(errno));
-    fprintf(f, "# name\tdtype\tshape (row-major, outermost first; first axis: tokens, or batches where the meaning says per batch)\tmeaning\n");
-    const Dumps *d = ctx->dumps;
-    for (int i = 0; i < d->n; i++) {
-        const DumpEntry *e = &d->e[i];
-        char base[96], shape[96];
-        const char *b = strncmp(e->tag, "preview.", 8) ? e->tag : e->tag + 8;
-        snprintf(base, sizeof base, "%s", b);
-        char *dash = strrchr(base, '-');
-        if (dash && dash[1] >= '0' && dash[1] <= '9') *dash = 0;
-        const char *meaning = "?";
-        for (size_t k = 0; k < sizeof DUMP_NAMES / sizeof DUMP_NAMES[0]; k++)
-            if (!strcmp(DUMP_NAMES[k].name, base)) meaning = DUMP_NAMES[k].meaning;
-        int n = snprintf(shape, sizeof shape, "%ld", e->rows);
-        for (int k = 2; k >= 0; k--)
-            if (e->ne[k] > 1 || k == 0) n += snprintf(shape + n, sizeof shape - (size_t)n, "x%d", e->ne[k]);
-        fprintf(f, "%s\t%s\t%s\t%s%s\n", e->tag, e->i32 ? "i32" : "f32", shape, b != e->tag ? "preview pass: " : "", meaning);
-    }
-    if (fclose(f) != 0) fatal("cannot write '%s': %s", path, strerror(errno));
-}
-
-/* attention scores of one thread: n_ctx rounded up to whole groups of 16 (see attn_softmax) */
-static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
-
-/* The bytes scratch_init allocates (below; keep the two in step), for the memory plan: computed with
- * checked arithmetic, so that once the plan fits, scratch_init's own products cannot wrap. */
-static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) {
-    size_t T = (size_t)cap, K = (size_t)c->n_expert_used, ff = (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp);
-    size_t maxin = (size_t)c->n_embd;
-    size_t ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, (size_t)c->n_ff, (size_t)c->n_ff_shexp};
-    for (int i = 0; i < 4; i++) if (ins[i] > maxin) maxin = ins[i];
-    size_t per_row = 4 * (size_t)c->n_embd + 2 * (size_t)c->conv_dim + 3 * (size_t)c->value_dim + 4 * (size_t)c->n_v_heads +
-                     3 * (size_t)c->n_head * c->head_dim + 2 * (size_t)c->n_head_kv * c->head_dim + (size_t)c->n_expert +
-                     3 * K + 2 * K * (size_t)c->n_embd + 2 * K * ff + K * maxin;
-    size_t floats = mul_size(T, per_row, "scratch");
-    floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
-    floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
-    floats = add_size(floats, 2 * S_floats(c), "scratch");
-    size_t bytes = add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
-    return add_size(bytes, mul_size((size_t)n_threads, packed_bytes((int64_t)maxin), "scratch"), "scratch");
-}
-
-static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_threads) {
-    size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used;
-    size_t maxin = (size_t)c->n_embd;
-    size_t ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, (size_t)c->n_ff, (size_t)c->n_ff_shexp};
-    for (int i = 0; i < 4; i++) if (ins[i] > maxin) maxin = ins[i];
-    s->cap = cap;
-    s->x = xcalloc(T * E, 4);
-    s->xn = xcalloc(T * E, 4);
-    s->mix = xcalloc(T * E, 4);
-    s->sh = xcalloc(T * E, 4);
-    s->qkv = xcalloc(T * (size_t)c->conv_dim, 4);
-    s->conv = xcalloc(T * (size_t)c->conv_dim, 4);
-    s->z = xcalloc(T * (size_t)c->value_dim, 4);
-    s->o = xcalloc(T * (size_t)c->value_dim, 4);
-    s->beta = xcalloc(T * (size_t)c->n_v_heads, 4);
-    s->g = xcalloc(T * (size_t)c->n_v_heads, 4);
-    s->qg = xcalloc(T * 2 * (size_t)c->n_head * c->head_dim, 4);
-    s->ao = xcalloc(T * (size_t)c->n_head * c->head_dim, 4);
-    s->kr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
-    s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
-    s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
-    s->vacc = xcalloc(mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), 4);
-    s->router = xcalloc(T * (size_t)c->n_expert, 4);
-    s->w = xcalloc(T * K, 4);
-    s->sel = xcalloc(T * K, sizeof(int));
-    s->slot = xcalloc(T * K, sizeof(int));
-    s->xq2 = xcalloc(T * K * E, 4);
-    s->ge = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
-    s->ue = xcalloc(T * K * (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), 4);
-    s->ye = xcalloc(T * K * E, 4);
-    s->xq = xcalloc(T * K * maxin, 4);
-    s->pack = xcalloc((size_t)n_threads, packed_bytes((int64_t)maxin));
-    s->S = xcalloc(S_floats(c), 4);
-    s->S_rev = xcalloc(S_floats(c), 4);
-    s->g_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
-    s->beta_rev = xcalloc(T * (size_t)c->n_v_heads, 4);
-    s->o_rev = xcalloc(T * (size_t)c->value_dim, 4);
-    s->coreset = xcalloc((size_t)c->n_expert, sizeof(bool));
-}
-
-/* --- primitives, as llama.cpp's CPU ops compute them ------------------------------------------ */
-/* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w; the sum of squares is accumulated in double. */
-static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
-    float scale = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (int i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
-}
-
-/* L2 norm: y = x / max(||x||, eps). */
-static void l2norm(float *x, int n, float eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
-    float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
-    for (int i = 0; i < n; i++) x[i] *= scale;
-}
-
-/* exp as llama.cpp's vector code computes it (ggml_v_expf), used where llama.cpp uses it (SiLU and
- * softmax): exp(x) = 2^n p(b), n = round(x / ln 2), b = x - n ln 2 in two fused steps, p a degree-5
- * polynomial. It differs from libm's expf in the last bit now and then, and a last bit is enough to
- * flip the rounding of a later quantized activation. */
-static float expf_ggml(float x) {
-    const float r = 0x1.8p23f;                    /* adding and subtracting it rounds to an integer */
-    float n = fmaf(x, 0x1.715476p+0f, r) - r;
-    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : x + INFINITY;   /* NaN in (hostile weights): NaN out, no (int)NaN */
-    float u = b * b;
-    float p = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
-                   fmaf(0x1.ffffecp-1f, b, 1.0f));
-    return ldexpf(p, (int)n);
-}
-
-static float silu(float x) { return x / (1.0f + expf_ggml(-x)); }
-static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
-
-/* softmax in place: subtract the max, exponentiate, normalise by a double-precision sum. As in
- * llama.cpp, whole groups of 16 use expf_ggml and are summed by halving; the tail uses libm. */
-static void softmax(float *x, int n) {
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++)   /* ggml_vec_max_f32's MAX(); fmaxf would be a libm call per score */
-        if (x[i] > max) max = x[i];
-    double sum = 0;
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        float g[16];
-        for (int l = 0; l < 16; l++) g[l] = x[i + l] = expf_ggml(x[i + l] - max);
-        sum += fold(g, 16);
-    }
-    for (; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
-    float inv = (float)(1.0 / sum);
-    for (int j = 0; j < n; j++) x[j] *= inv;
-}
-
-/* y[i] = silu(x[i]) (y may be x) */
-static void silu_row(float *y, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] = silu(x[i]);
-}
-
-#if defined(__x86_64__)
 /* y[l] = expf_ggml(x[l]) for 8 lanes, the same fused steps per lane. 2^n is applied as two powers of two,
  * 2^floor(n/2) and 2^(n - floor(n/2)), both normal for |n| <= 192: the first product is exact and
  * the second rounds once, correctly, as ldexpf does. A group with a lane past |n| <= 192 (or NaN)
@@ -2720,75 +3533,16 @@ SIMD static void silu_row_avx2(float *y, const float *x, int n) {
     }
     for (; i < n; i++) y[i] = silu(x[i]);
 }
-#endif
 
-typedef void (*SoftmaxFn)(float *x, int n);
-typedef void (*SiluRowFn)(float *y, const float *x, int n);
-
-/* softmax and silu_row, or their SIMD twins when the SIMD dot products were chosen */
-static SoftmaxFn softmax_fn(void) {
-#if defined(__x86_64__)
-    if (simd_chosen()) return softmax_avx2;
-#endif
-    return softmax;
-}
-
-static SiluRowFn silu_row_fn(void) {
-#if defined(__x86_64__)
-    if (simd_chosen()) return silu_row_avx2;
-#endif
-    return silu_row;
-}
-
-/* NEOX rotary embedding on the first n_rot dims: pairs (i, i + n_rot/2) rotate by pos * base^(-2i/n_rot).
- * The angle is advanced by repeated float multiplication, as ggml does. */
-static void rope(float *x, int n_rot, int pos, float base) {
-    float theta_scale = powf(base, -2.0f / n_rot), th = (float)pos;
-    int half = n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        float cs = cosf(th), sn = sinf(th), x0 = x[i], x1 = x[i + half];
-        /* rotate_pairs (ops.cpp): x0*cos - x1*sin and x0*sin + x1*cos, the first product fused */
-        x[i] = fmaf(x0, cs, -(x1 * sn));
-        x[i + half] = fmaf(x0, sn, x1 * cs);
-        th *= theta_scale;
-    }
-}
-
-static void embed(const Model *m, int token, float *x) {
-    const Mat *e = &m->tok_embd;
-    dequant_row(e->type, e->data + (size_t)token * e->row_bytes, x, e->n_in);
-}
-
-/* --- Gated DeltaNet --------------------------------------------------------------------------- */
-/* Depthwise causal conv (before SiLU) of T rows u_t, channels [ch0, ch1): over X = [ring | u],
- * the ring's d_conv-1 rows (oldest first) then the T rows, y_t[c] = sum_j w[c][j] X[t+j][c]; tap
- * d_conv-1 is u_t itself. Each channel is independent, so threads may take channel ranges. */
-static void gdn_conv(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
-    int K = c->d_conv, C = c->conv_dim;
-    for (int t = 0; t < T; t++) {
-        const float *X[64];   /* rows t .. t+K-1 of X (d_conv <= 64) */
-        for (int j = 0; j < K; j++) X[j] = t + j < K - 1 ? ring + (size_t)(t + j) * C : u + (size_t)(t + j - (K - 1)) * C;
-        for (int ch = ch0; ch < ch1; ch++) {
-            const float *w = L->conv + (size_t)ch * K;
-            /* ggml_compute_forward_ssm_conv_f32: sumf += s*c, which the C++ build contracts to fma */
-            float s = 0;
-            for (int j = 0; j < K; j++) s = fmaf(X[j][ch], w[j], s);
-            y[(size_t)t * C + ch] = s;
-        }
-    }
-}
-
-#if defined(__x86_64__)
 /* gdn_conv on 8 channels per register: the taps of up to 128 channels transposed once to
  * w[j][channel], then each row's chain of fused multiply-adds over j is the scalar's, one channel
  * per lane. */
-SIMD static void gdn_conv_avx2(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
-    int K = c->d_conv, C = c->conv_dim;
+SIMD static void gdn_conv_avx2(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y) {
     float w[64][128];
     for (int c0 = ch0; c0 < ch1; c0 += 128) {
         int nc = ch1 - c0 < 128 ? ch1 - c0 : 128, nv = nc & ~7;
         for (int j = 0; j < K; j++)
-            for (int i = 0; i < nc; i++) w[j][i] = L->conv[(size_t)(c0 + i) * K + j];
+            for (int i = 0; i < nc; i++) w[j][i] = wc[(size_t)(c0 + i) * K + j];
         for (int t = 0; t < T; t++) {
             const float *X[64];
             for (int j = 0; j < K; j++) X[j] = t + j < K - 1 ? ring + (size_t)(t + j) * C : u + (size_t)(t + j - (K - 1)) * C;
@@ -2806,53 +3560,7 @@ SIMD static void gdn_conv_avx2(const Config *c, const Layer *L, const float *rin
         }
     }
 }
-#endif
 
-typedef void (*GdnConvFn)(const Config *c, const Layer *L, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
-
-/* gdn_conv, or its SIMD twin when the SIMD dot products were chosen */
-static GdnConvFn gdn_conv_fn(void) {
-#if defined(__x86_64__)
-    if (simd_chosen()) return gdn_conv_avx2;
-#endif
-    return gdn_conv;
-}
-
-/* After T rows: the ring keeps the last d_conv-1 rows of [ring | u]. */
-static void gdn_ring_push(const Config *c, float *ring, const float *u, int T) {
-    int R = c->d_conv - 1, C = c->conv_dim, keep = R - T < 0 ? 0 : R - T;
-    memmove(ring, ring + (size_t)(R - keep) * C, (size_t)keep * C * sizeof(float));
-    memcpy(ring + (size_t)keep * C, u + (size_t)(T - (R - keep)) * C, (size_t)(R - keep) * C * sizeof(float));
-}
-
-/* SiLU over d_state channels of block b of a post-conv row [q | k | v], then the L2 norm if the
- * block is a q or k head. */
-static void gdn_qk_norm_head(const Config *c, float *y, int b) {
-    float *yh = y + (size_t)b * c->d_state;
-    silu_row_fn()(yh, yh, c->d_state);
-    if (b < 2 * c->n_k_heads) l2norm(yh, c->d_state, c->eps);
-}
-
-/* SiLU, then L2-normalise every q and k head of a post-conv row. */
-static void gdn_qk_norm(const Config *c, float *y) {
-    for (int b = 0; b < c->conv_dim / c->d_state; b++) gdn_qk_norm_head(c, y, b);
-}
-
-/* The gated delta rule for one value head and one row, on S (transposed, see State):
- *   S <- exp(g) S;  delta = beta (v - S^T k);  S <- S + k delta^T;  o = (S^T q) / sqrt(d)
- * Value head h reads q/k head h % n_k_heads (the GGUF's tiled head order). */
-static void delta_rule(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
-    float decay = expf(g), scale = 1.0f / sqrtf((float)d);
-    for (int j = 0; j < d; j++) {
-        float *Sj = S + (size_t)j * d;
-        for (int i = 0; i < d; i++) Sj[i] *= decay;
-        float delta = (v[j] - dot_f32(Sj, k, d)) * beta;
-        for (int i = 0; i < d; i++) Sj[i] = fmaf(k[i], delta, Sj[i]);
-        o[j] = dot_f32(Sj, q, d) * scale;
-    }
-}
-
-#if defined(__x86_64__)
 /* delta_rule in two passes over each column S_j instead of four: S_j[i] *= decay and
  * S_j[i] += k[i] delta are per element, so each lane does the scalar's operation, and each pass
  * feeds the updated values straight into the 64 accumulators of dot_f32's SIMD twin (same lanes,
@@ -2887,246 +3595,7 @@ SIMD static void delta_rule_avx2(float *S, const float *q, const float *k, const
         o[j] = dot_f32_finish_avx2(acc, Sj, q, np, d) * scale;
     }
 }
-#endif
 
-typedef void (*DeltaRuleFn)(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o);
-
-/* delta_rule, or its SIMD twin when the SIMD dot products were chosen */
-static DeltaRuleFn delta_rule_fn(void) {
-#if defined(__x86_64__)
-    if (simd_chosen()) return delta_rule_avx2;
-#endif
-    return delta_rule;
-}
-
-typedef struct {
-    const Config *c;
-    float *S;                         /* [n_v_heads][d*d] */
-    const float *y, *g, *beta;        /* post-conv rows [T][conv_dim], [T][n_v_heads] x2 */
-    float *o;                         /* [T][value_dim] */
-    int T;
-    bool reverse;                     /* scan rows T-1 .. 0 (the preview's reverse branch) */
-} ScanTask;
-
-/* Heads are independent, so threads take heads and each runs its rows in order. */
-static void gdn_scan_task(void *p, int ith, int nth) {
-    const ScanTask *st = p;
-    const Config *c = st->c;
-    int d = c->d_state;
-    DeltaRuleFn rule = delta_rule_fn();
-    for (int h = ith; h < c->n_v_heads; h += nth) {
-        int kh = h % c->n_k_heads;
-        for (int i = 0; i < st->T; i++) {
-            int t = st->reverse ? st->T - 1 - i : i;
-            const float *y = st->y + (size_t)t * c->conv_dim;
-            rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
-                 y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
-                 st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
-        }
-    }
-}
-
-typedef struct {
-    const Config *c;
-    const Layer *L;
-    const float *ring, *u;            /* conv ring before the batch, pre-conv rows [T][conv_dim] */
-    float *y;                         /* post-conv rows [T][conv_dim] */
-    int T;
-} ConvTask;
-
-/* gdn_conv and gdn_qk_norm for T rows: threads take blocks of d_state channels (whole heads, so
- * an L2 norm never spans two threads), every row of a block in turn. */
-static void gdn_conv_task(void *p, int ith, int nth) {
-    const ConvTask *ct = p;
-    const Config *c = ct->c;
-    int d = c->d_state;
-    for (int b = ith; b < c->conv_dim / d; b += nth) {
-        gdn_conv_fn()(c, ct->L, ct->ring, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
-        for (int t = 0; t < ct->T; t++) gdn_qk_norm_head(c, ct->y + (size_t)t * c->conv_dim, b);
-    }
-}
-
-/* The recurrent part of a GDN layer for T rows of pre-conv input u: advances the conv ring and S
- * exactly as T single-token steps would, in one pool_run. Used by decoding, batches, and the
- * rollback replay. */
-static void gdn_advance(Pool *pool, const Config *c, const Layer *L, float *ring, float *S, int T, const float *u,
-                        const float *g, const float *beta, float *y, float *o) {
-    ConvTask ct = {c, L, ring, u, y, T};
-    pool_run(pool, gdn_conv_task, &ct);
-    gdn_ring_push(c, ring, u, T);
-    ScanTask st = {c, S, y, g, beta, o, T, false};
-    pool_run(pool, gdn_scan_task, &st);
-}
-
-/* The preview's right taps: y_t[c] += sum_{d=1..d_conv-1, t+d<T} r[c][d-1] * u_{t+d}[c], over the
- * block's own later rows (before SiLU). */
-static void gdn_conv_right(const Config *c, const Layer *L, const float *u, float *y, int T) {
-    int R = c->d_conv - 1, C = c->conv_dim;
-    for (int t = 0; t < T; t++)
-        for (int d = 1; d <= R && t + d < T; d++)
-            for (int ch = 0; ch < C; ch++)
-                y[(size_t)t * C + ch] += L->conv_right[(size_t)ch * R + d - 1] * u[(size_t)(t + d) * C + ch];
-}
-
-/* beta = sigmoid(W_beta x), g = softplus(W_alpha x + dt_bias) * a (a = -exp(A_log) < 0: g is a log-decay). */
-static void gdn_gates(const Config *c, const float *a, const float *dt, float *g, float *beta, int T) {
-    for (size_t i = 0; i < (size_t)T * c->n_v_heads; i++) {
-        int h = (int)(i % c->n_v_heads);
-        beta[i] = sigmoid(beta[i]);
-        g[i] = softplus(g[i] + dt[h]) * a[h];
-    }
-}
-
-typedef struct {
-    const Config *c;
-    const Layer *L;
-    float *o;
-    const float *z;   /* [T][value_dim] each */
-    int T;
-    Work rows;
-} GatedNormTask;
-
-/* o_h <- rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads);
- * rows are independent, so threads take rows. */
-static void gdn_gated_norm_task(void *p, int ith, int nth) {
-    (void)ith, (void)nth;
-    GatedNormTask *gn = p;
-    const Config *c = gn->c;
-    for (int t = work_next(&gn->rows); t < gn->T; t = work_next(&gn->rows))
-        for (int h = 0; h < c->n_v_heads; h++) {
-            float *oh = gn->o + (size_t)t * c->value_dim + (size_t)h * c->d_state;
-            const float *zh = gn->z + (size_t)t * c->value_dim + (size_t)h * c->d_state;
-            rmsnorm(oh, oh, gn->L->ssm_norm, c->d_state, c->eps);
-            for (int j = 0; j < c->d_state; j++) oh[j] *= silu(zh[j]);
-        }
-}
-
-/* Optional record of a batch's GDN inputs, so a partially accepted verify batch can be replayed. */
-typedef struct {
-    float **u, **g, **beta;           /* per GDN layer: [cap][conv_dim], [cap][n_v_heads] x2 */
-} GdnLog;
-
-/* The preview mixer (clover.md 3.2) over a block of T rows, never writing the committed state: the
- * causal conv over [ring | block] plus the right taps, a forward scan from a copy of S, and, when
- * the layer has it, a reverse scan from zero state mixed in per value head:
- * o_t = o_fwd_t + gamma_h * o_rev_t. */
-static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
-    const Config *c = &ctx->m->c;
-    Scratch *s = &ctx->sc;
-    memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
-    gdn_conv_fn()(c, L, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
-    if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
-    for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
-    ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T};
-    pool_run(&ctx->pool, gdn_scan_task, &fwd);
-    if (!L->a_rev) return;
-    matmul(&ctx->pool, &L->beta_rev, s->xn, T, s->beta_rev, s->xq, s->pack, false);
-    matmul(&ctx->pool, &L->alpha_rev, s->xn, T, s->g_rev, s->xq, s->pack, false);
-    gdn_gates(c, L->a_rev, L->dt_rev, s->g_rev, s->beta_rev, T);
-    memset(s->S_rev, 0, S_floats(c) * sizeof(float));
-    ScanTask rev = {.c = c, .S = s->S_rev, .y = s->conv, .g = s->g_rev, .beta = s->beta_rev, .o = s->o_rev, .T = T, .reverse = true};
-    pool_run(&ctx->pool, gdn_scan_task, &rev);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < c->n_v_heads; h++)
-            for (int j = 0; j < c->d_state; j++) {
-                size_t i = (size_t)t * c->value_dim + (size_t)h * c->d_state + j;
-                s->o[i] += L->rev_mix[h] * s->o_rev[i];
-            }
-}
-
-static void gdn_layer(Ctx *ctx, int il, int T, GdnLog *log, bool preview) {
-    const Config *c = &ctx->m->c;
-    const Layer *L = &ctx->m->layers[il];
-    Scratch *s = &ctx->sc;
-    matmul(&ctx->pool, &L->qkv, s->xn, T, s->qkv, s->xq, s->pack, ctx->tile_order);
-    matmul(&ctx->pool, &L->gate, s->xn, T, s->z, s->xq, s->pack, ctx->tile_order);
-    matmul(&ctx->pool, &L->beta, s->xn, T, s->beta, s->xq, s->pack, ctx->tile_order);
-    matmul(&ctx->pool, &L->alpha, s->xn, T, s->g, s->xq, s->pack, ctx->tile_order);
-    int H = c->n_v_heads, C = c->conv_dim, d = c->d_state, R = c->d_conv - 1;
-    float *alpha = NULL;
-    if (dumping(ctx)) {
-        dump3(ctx, "beta", il, s->beta, T, H, 1);
-        dump(ctx, "alpha", il, s->g, T, H);
-        alpha = memcpy(dump_buf(ctx, 0, (size_t)T * H), s->g, (size_t)T * H * sizeof(float));
-    }
-    gdn_gates(c, L->a, L->dt, s->g, s->beta, T);
-    dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, T, C);
-    dump(ctx, "z", il, s->z, T, c->value_dim);
-    dump3(ctx, "beta_sigmoid", il, s->beta, T, H, 1);
-    if (alpha) {   /* a_softplus, as gdn_gates computes it on the way to g */
-        for (int i = 0; i < T * H; i++) alpha[i] = softplus(alpha[i] + L->dt[i % H]);
-        dump(ctx, "a_softplus", il, alpha, T, H);
-    }
-    dump(ctx, "gate", il, s->g, T, H);
-    if (dumping(ctx) && !preview) {
-        /* the causal conv recomputed from the ring (read only), with the function gdn_advance uses */
-        const float *ring = ctx->st.ring[il];
-        float *in = dump_buf(ctx, 2, (size_t)(R + T) * C), *raw = dump_buf(ctx, 3, (size_t)T * C);
-        for (int ch = 0; ch < C; ch++)
-            for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : s->qkv[(size_t)(j - R) * C + ch];
-        dump_nd(ctx, "conv_input", il, in, false, 1, 1, C, R + T);
-        gdn_conv_fn()(c, L, ring, s->qkv, T, 0, C, raw);
-        dump(ctx, "conv_output_raw", il, raw, T, C);
-        for (size_t i = 0; i < (size_t)T * C; i++) raw[i] = silu(raw[i]);
-        dump(ctx, "conv_output_silu", il, raw, T, C);
-        float *q = dump_buf(ctx, 4, (size_t)T * c->key_dim);
-        for (int part = 0; part < 2; part++) {
-            for (int t = 0; t < T; t++) memcpy(q + (size_t)t * c->key_dim, raw + (size_t)t * C + part * c->key_dim, (size_t)c->key_dim * sizeof(float));
-            dump3(ctx, part ? "k_conv" : "q_conv", il, q, T, c->n_k_heads, d);
-        }
-        dump_nd(ctx, "state_predelta", il, ctx->st.S[il], false, 1, H, d, d);
-    }
-    if (log) {
-        memcpy(log->u[il], s->qkv, (size_t)T * c->conv_dim * sizeof(float));
-        memcpy(log->g[il], s->g, (size_t)T * c->n_v_heads * sizeof(float));
-        memcpy(log->beta[il], s->beta, (size_t)T * c->n_v_heads * sizeof(float));
-    }
-    if (!preview) gdn_advance(&ctx->pool, c, L, ctx->st.ring[il], ctx->st.S[il], T, s->qkv, s->g, s->beta, s->conv, s->o);
-    else gdn_preview(ctx, L, il, T);
-    if (dumping(ctx)) {
-        float *q = dump_buf(ctx, 4, (size_t)T * c->value_dim);
-        for (int part = 0; part < 3; part++) {
-            int n = part < 2 ? c->key_dim : c->value_dim;
-            for (int t = 0; t < T; t++) memcpy(q + (size_t)t * n, s->conv + (size_t)t * C + part * c->key_dim, (size_t)n * sizeof(float));
-            dump3(ctx, part == 0 ? "q_conv_predelta" : part == 1 ? "k_conv_predelta" : "v_conv_predelta", il, q, T, n / d, d);
-        }
-        if (!preview) dump_nd(ctx, "new_state", il, ctx->st.S[il], false, 1, H, d, d);
-        dump3(ctx, "attn_output", il, s->o, T, H, d);
-    }
-    GatedNormTask gn = {.c = c, .L = L, .o = s->o, .z = s->z, .T = T};
-    pool_run(&ctx->pool, gdn_gated_norm_task, &gn);
-    dump(ctx, "final_output", il, s->o, T, c->value_dim);
-    matmul(&ctx->pool, &L->ssm_out, s->o, T, s->mix, s->xq, s->pack, ctx->tile_order);
-    dump(ctx, "linear_attn_out", il, s->mix, T, c->n_embd);
-}
-
-/* --- gated attention -------------------------------------------------------------------------- */
-typedef struct {
-    Ctx *ctx;
-    int il, T, pos;
-    const uint8_t *K, *V;    /* key/value rows for positions 0..n_keys-1 */
-    uint32_t k_type, v_type;
-    int n_keys;
-    int causal_from;         /* row t sees keys < causal_from + t + 1 (causal), or all n_keys if < 0 */
-    bool tile;               /* prompt batch: the V sum in tinyBLAS order */
-    float *pregate;          /* --dump-tensors: the head outputs before the gate [T][n_head*head_dim], or NULL */
-} AttnTask;
-
-/* soft_max_ext over one row of scores, as ggml_vec_soft_max_f32 sees it: llama.cpp's row spans the
- * whole (padded) cache with masked scores at -inf, so every aligned group of 16 goes through
- * ggml_v_expf and the halving sum; we pad our n scores the same way (x must hold n rounded up to 16). */
-static void attn_softmax(float *x, int n) {
-    int np = (n + 15) & ~15;
-    for (int i = n; i < np; i++) x[i] = -INFINITY;
-    softmax_fn()(x, np);
-}
-
-/* p_j <- round_as(type, p_j) for j < n: the probabilities as the V sum's matmul rounds them */
-static void round_row_as(uint32_t type, float *p, int n) {
-    for (int j = 0; j < n; j++) p[j] = round_as(type, p[j]);
-}
-
-#if defined(__x86_64__)
 /* round_row_as 8 at a time: F16C's round-to-nearest-even for f16, the same integer rounding as
  * fp32_to_bf16 for bf16. Both keep a NaN's payload where the scalar makes a canonical quiet NaN,
  * so a group holding a NaN goes through the scalar definition. */
@@ -3150,37 +3619,7 @@ SIMD static void round_row_as_avx2(uint32_t type, float *p, int n) {
         }
     round_row_as(type, p + j, n - j);
 }
-#endif
 
-typedef void (*RoundRowFn)(uint32_t type, float *p, int n);
-
-/* round_row_as, or its SIMD twin when the SIMD dot products were chosen */
-static RoundRowFn round_row_as_fn(void) {
-#if defined(__x86_64__)
-    if (simd_chosen()) return round_row_as_avx2;
-#endif
-    return round_row_as;
-}
-
-/* kqv = mul_mat(V^T, kq) for one head: o[i] = sum_j p_j V_j[i] over keys j < n, i < hd, with V_j
- * at V + j*vstride in cache type `type`. llamafile tinyBLAS (a prompt batch) puts key j in lane
- * j % 16, ggml_vec_dot_f32 (one row) in lane j % 64, by fused multiply-adds; lanes are then folded
- * by halving, as fold() does. Masked positions add exact zeros in llama.cpp, so they are skipped.
- * acc holds the lanes x hd accumulators; each V row is read once, whole. */
-static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
-    memset(acc, 0, (size_t)lanes * hd * sizeof(float));
-    for (int j = 0; j < n; j++) {
-        const uint8_t *vrow = V + (size_t)j * vstride;
-        float *a = acc + (size_t)(j % lanes) * hd;
-        for (int i = 0; i < hd; i++) a[i] = fmaf(p[j], load_as(type, vrow, i), a[i]);
-    }
-    for (int w = lanes / 2; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++)
-            for (int i = 0; i < hd; i++) acc[(size_t)l * hd + i] += acc[(size_t)(l + w) * hd + i];
-    memcpy(o, acc, (size_t)hd * sizeof(float));
-}
-
-#if defined(__x86_64__)
 /* 8 values of a cache row from element i, as fp32 (exact conversions, as load_as) */
 static inline SIMD_INLINE __m256 load_as_avx2(uint32_t type, const void *src, int i) {
     if (type == T_F32) return _mm256_loadu_ps((const float *)src + i);
@@ -3211,518 +3650,158 @@ SIMD static void attn_v_sum_avx2(uint32_t type, const uint8_t *V, size_t vstride
 }
 #endif
 
-typedef void (*AttnVSumFn)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
-
-/* attn_v_sum, or its SIMD twin when the SIMD dot products were chosen */
-static AttnVSumFn attn_v_sum_fn(void) {
+/* --- The kernel tables (section 5) ---------------------------------------------------------- */
+static const Kernels KERNELS_PLAIN = {
+    .dot = {dot_f32_row, dot_f32_tile, dot_f16_row, dot_f16_tile, dot_bf16_row, dot_bf16_tile, dot_q8_0, dot_q4_0,
+            dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K},
+    .quantize_q8_0 = quantize_q8_0, .quantize_q8_K = quantize_q8_K, .softmax = softmax, .silu_row = silu_row,
+    .gdn_conv = gdn_conv, .delta_rule = delta_rule, .round_row_as = round_row_as, .attn_v_sum = attn_v_sum,
+};
 #if defined(__x86_64__)
-    if (simd_chosen()) return attn_v_sum_avx2;
+static const Kernels KERNELS_AVX2 = {
+    .dot = {dot_f32_avx2, dot_f32_tile_avx2, dot_f16_avx2, dot_f16_tile_avx2, dot_bf16_avx2, dot_bf16_tile_avx2,
+            dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_0_8x8_avx2, dot_q4_K_avx2, dot_q4_K_8x8_avx2, dot_q4_K_8x8_gemm_avx2,
+            dot_q5_K_avx2, dot_q6_K_avx2},
+    .dot_rows = {[K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2,
+                 [K_Q4_K] = rows_q4_K_avx2, [K_Q4_K_8X8] = rows_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = rows_q4_K_8x8_gemm_avx2,
+                 [K_Q5_K] = rows_q5_K_avx2, [K_Q6_K] = rows_q6_K_avx2},
+    .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .softmax = softmax_avx2,
+    .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
+    .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
+};
 #endif
-    return attn_v_sum;
+
+/* AVX2 with FMA and F16C where the CPU has them, unless CLOVER_SIMD=scalar asks for the plain
+ * definitions (the tests compare the two). */
+static const Kernels *kernels_chosen = &KERNELS_PLAIN;
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+
+static void choose_kernels(void) {
+    const char *env = getenv("CLOVER_SIMD");
+    if (env && !strcmp(env, "scalar")) return;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    unsigned eax, ebx, ecx, edx;   /* F16C via cpuid: not every compiler's __builtin_cpu_supports knows it */
+    bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) kernels_chosen = &KERNELS_AVX2;
+#endif
 }
 
-/* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see.
- * q is rounded to the cache type before the dot and p before the V sum, as llama.cpp's matmuls
- * do with an f16/bf16 cache. */
-static void attn_task(void *p, int ith, int nth) {
-    const AttnTask *at = p;
-    const Config *c = &at->ctx->m->c;
-    Scratch *s = &at->ctx->sc;
-    int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
-    float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
-    DotFn kdot = dot_fn(at->k_type, false, 1);
-    AttnVSumFn v_sum = attn_v_sum_fn();
-    RoundRowFn round_p = round_row_as_fn();
-    uint8_t qr[4 * 1024];
-    for (int job = ith; job < at->T * c->n_head; job += nth) {
-        int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
-        int n = at->causal_from < 0 ? at->n_keys : at->causal_from + t + 1;
-        const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
-        store_as(at->k_type, qr, q, hd);
-        size_t kstride = (size_t)kvd * TYPES[at->k_type].bytes, vstride = (size_t)kvd * TYPES[at->v_type].bytes;
-        for (int j = 0; j < n; j++)
-            sc[j] = kdot(at->K + j * kstride + (size_t)kvh * hd * TYPES[at->k_type].bytes, qr, hd) * c->kq_scale;
-        attn_softmax(sc, n);
-        round_p(at->v_type, sc, n);
-        float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
-        v_sum(at->v_type, at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes, vstride, sc, n, at->tile ? 16 : 64, hd,
-              s->vacc + (size_t)ith * 64 * hd, o);
-        if (at->pregate) memcpy(at->pregate + (size_t)t * c->n_head * hd + (size_t)h * hd, o, (size_t)hd * sizeof(float));
-        const float *gate = q + hd;
-        for (int i = 0; i < hd; i++) o[i] *= sigmoid(gate[i]);
+static const Kernels *kernels(void) {
+    pthread_once(&kernels_once, choose_kernels);
+    return kernels_chosen;
+}
+
+/* --- The thread pool (its use: section 7) -----------------------------------------------------
+ * A fixed set of worker threads. A decoding step runs dozens of short tasks, so a waiting side
+ * first spins briefly on an atomic counter (a new task: `generation` moves; all done: `busy`
+ * reaches 0) and only then sleeps on a condition variable. A sleeper says so (`sleepers`, `caller_sleeps`) before its last look at the
+ * counter, and the other side looks at that after moving the counter (both sequentially
+ * consistent), so one of the two always sees the other: no wakeup is lost, and the mutex and signal
+ * are skipped in the common case, a task that starts or ends while the other side still spins.
+ * Spinning is short so that an oversubscribed machine still makes progress. */
+enum { POOL_SPIN = 500 };   /* pause instructions before sleeping: a few microseconds */
+struct Pool {
+    int n_threads, active;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t start, done;
+    TaskFn fn;
+    void *arg;
+    _Atomic uint64_t generation;
+    _Atomic int busy;
+    _Atomic int sleepers;        /* workers waiting on `start` */
+    _Atomic int caller_sleeps;   /* thread 0 waiting on `done` */
+};
+typedef struct { Pool *pool; int ith; } Worker;
+
+static void cpu_relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* A worker's wait for the task after generation `seen`: spin, then sleep; returns its generation. */
+static uint64_t pool_next_task(Pool *pool, uint64_t seen) {
+    for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
+    if (atomic_load(&pool->generation) == seen) {
+        pthread_mutex_lock(&pool->mu);
+        atomic_fetch_add(&pool->sleepers, 1);
+        while (atomic_load(&pool->generation) == seen) pthread_cond_wait(&pool->start, &pool->mu);
+        atomic_fetch_sub(&pool->sleepers, 1);
+        pthread_mutex_unlock(&pool->mu);
     }
+    return atomic_load(&pool->generation);
 }
 
-/* q/k RMSNorm (q in place inside qg, k in kr), then RoPE at positions pos.. */
-static void attn_qk_prepare(const Config *c, const Layer *L, Scratch *s, int T, int pos, bool do_rope) {
-    int hd = c->head_dim;
-    for (int t = 0; t < T; t++) {
-        for (int h = 0; h < c->n_head; h++) {
-            float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
-            if (!do_rope) rmsnorm(q, q, L->q_norm, hd, c->eps);
-            else rope(q, c->n_rot, pos + t, c->rope_base);
-        }
-        for (int g = 0; g < c->n_head_kv; g++) {
-            float *k = s->kr + ((size_t)t * c->n_head_kv + g) * hd;
-            if (!do_rope) rmsnorm(k, k, L->k_norm, hd, c->eps);
-            else rope(k, c->n_rot, pos + t, c->rope_base);
-        }
-    }
-}
-
-/* --dump-tensors: the q (part 0) or gate (part 1) halves of qg as [T][n_head][head_dim] */
-static void dump_qg(const Ctx *ctx, const char *name, int il, int T, int part, bool sigm) {
-    if (!dumping(ctx)) return;
-    const Config *c = &ctx->m->c;
-    int hd = c->head_dim, H = c->n_head;
-    float *b = dump_buf(ctx, 5, (size_t)T * H * hd);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < H; h++)
-            for (int i = 0; i < hd; i++) {
-                float v = ctx->sc.qg[((size_t)t * H + h) * 2 * hd + (size_t)part * hd + i];
-                b[((size_t)t * H + h) * hd + i] = sigm ? sigmoid(v) : v;
-            }
-    if (part) dump(ctx, name, il, b, T, H * hd);
-    else dump3(ctx, name, il, b, T, H, hd);
-}
-
-/* Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
- * committed prefix (scratch: nothing there is committed) and every row sees the whole prefix and
- * the whole block. */
-static void attn_layer(Ctx *ctx, int il, int T, int pos, bool preview) {
-    const Config *c = &ctx->m->c;
-    const Layer *L = &ctx->m->layers[il];
-    Scratch *s = &ctx->sc;
-    State *st = &ctx->st;
-    int kvd = c->n_head_kv * c->head_dim;
-    matmul(&ctx->pool, &L->wq, s->xn, T, s->qg, s->xq, s->pack, ctx->tile_order);
-    matmul(&ctx->pool, &L->wk, s->xn, T, s->kr, s->xq, s->pack, ctx->tile_order);
-    matmul(&ctx->pool, &L->wv, s->xn, T, s->vr, s->xq, s->pack, ctx->tile_order);
-    int hd = c->head_dim;
-    dump(ctx, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
-    dump_qg(ctx, "Qcur_reshaped", il, T, 0, false);
-    dump_qg(ctx, "gate_reshaped", il, T, 1, false);
-    dump_qg(ctx, "gate_sigmoid", il, T, 1, true);
-    dump(ctx, "Vcur", il, s->vr, T, kvd);
-    attn_qk_prepare(c, L, s, T, pos, false);
-    dump_qg(ctx, "Qcur_normed", il, T, 0, false);
-    dump3(ctx, "Kcur_normed", il, s->kr, T, c->n_head_kv, hd);
-    attn_qk_prepare(c, L, s, T, pos, true);
-    dump_qg(ctx, "Qcur", il, T, 0, false);
-    dump3(ctx, "Kcur", il, s->kr, T, c->n_head_kv, hd);
-    for (int t = 0; t < T; t++) {
-        store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
-        store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
-    }
-    AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, preview ? -1 : pos,
-                   ctx->tile_order && T >= 2 && c->head_dim % 4 == 0, dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * c->n_head * hd) : NULL};
-    pool_run(&ctx->pool, attn_task, &at);
-    if (at.pregate) dump(ctx, "attn_pregate", il, at.pregate, T, c->n_head * hd);
-    dump(ctx, "attn_gated", il, s->ao, T, c->n_head * hd);
-    matmul(&ctx->pool, &L->wo, s->ao, T, s->mix, s->xq, s->pack, ctx->tile_order);
-}
-
-/* --- MoE --------------------------------------------------------------------------------------- */
-/* Router: p = softmax(W_r m); take the n_used largest (ties to the lower expert), renormalise. */
-static void route_top_k(const Config *c, const float *p, const bool *allowed, int *sel, float *w) {
-    int k = c->n_expert_used;
-    for (int r = 0; r < k; r++) {
-        int best = -1;
-        for (int e = 0; e < c->n_expert; e++) {
-            if (allowed && !allowed[e]) continue;
-            bool taken = false;
-            for (int q = 0; q < r; q++) taken |= sel[q] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[r] = best;
-        w[r] = best >= 0 ? p[best] : 0;
-    }
-    double total = 0;   /* ggml_sum_rows adds in double (ggml_vec_sum_f32) */
-    for (int r = 0; r < k; r++) total += w[r];
-    float sum = fmaxf((float)total, 6.103515625e-5f);   /* smallest normal fp16, llama.cpp's clamp */
-    for (int r = 0; r < k; r++) {
-        w[r] /= sum;
-        if (c->expert_weights_scale != 0 && c->expert_weights_scale != 1) w[r] *= c->expert_weights_scale;
-    }
-}
-
-/* SwiGLU FFNs over groups of rows, in one pool_run. Group g (an expert, or the shared expert) owns
- * rows j in [first[g], first[g+1]) and has its own matrices:
- *   u_j = up_g x_j,   g_j = gate_g x_j,   h_j = silu(g_j) * u_j,   y_j = down_g h_j
- * Row j's input is one of the T rows of x: slot[t*M + m] = j for the M rows that read x[t] (-1:
- * none; slot NULL: M = 1 and row j = t). The phases, each waiting for the one before:
- *   round    each x[t] once, copied to its rows (up and gate share it where their dot types agree)
- *   up/gate  every group's output rows, in chunks
- *   h        per row, rounded for down
- *   down     every group's output rows, in chunks
- * All threads share every phase however the rows fall into groups: decoding's n_used experts of
- * one row each are as parallel as a prompt's hundreds of experts of a few rows. A row's dot
- * products are those of a matmul of its group's rows (the same kernels on the same inputs). */
-typedef struct {
-    const Mat *up, *gate, *down;     /* stacked [n_expert] tensors, group g using expert[g]; or, expert NULL, one each */
-    const int *expert, *first;
-    int n_groups;
-    const float *x;                  /* [T][n_in] */
-    int T, M;
-    const int *slot;
-    bool batch;                      /* a dense batch of prompt processing (the shared expert), see matmul_rows */
-    float *u, *g, *h, *y;            /* per row j: [n_ff] x3 (h may be g: computed in place), [n_out of down] */
-    uint8_t *xu, *xg, *xh;           /* rounded inputs of up, gate (xu where the types agree), down (may be xu:
-                                        written only once up and gate are done) */
-    uint8_t *pack;                   /* per thread (matmul_rows) */
-    struct { Work round, up_gate, act, down; } work;
-} FfnTask;
-
-static Mat ffn_mat(const FfnTask *f, const Mat *m, int g) { return f->expert ? mat_expert(m, f->expert[g]) : *m; }
-
-/* x (n values) rounded for weights of type wtype into rows js[0..M-1] of xq (-1: none): rounded
- * once, then copied. */
-static void round_to_rows(uint32_t wtype, const float *x, int64_t n, uint8_t *xq, size_t stride, const int *js, int M) {
-    uint8_t *first = NULL;
-    for (int m = 0; m < M; m++) {
-        if (js[m] < 0) continue;
-        uint8_t *row = xq + (size_t)js[m] * stride;
-        if (first) memcpy(row, first, stride);
-        else round_row(wtype, x, first = row, n);
-    }
-}
-
-static void ffn_round(FfnTask *f) {
-    int64_t n = f->up->n_in;
-    for (int t = work_next(&f->work.round); t < f->T; t = work_next(&f->work.round)) {
-        const int *js = f->slot ? f->slot + (size_t)t * f->M : &t;
-        const float *x = f->x + (size_t)t * n;
-        round_to_rows(f->up->type, x, n, f->xu, rounded_bytes(f->up->type, n), js, f->M);
-        if (f->xg != f->xu) round_to_rows(f->gate->type, x, n, f->xg, rounded_bytes(f->gate->type, n), js, f->M);
-        work_done(&f->work.round);
-    }
-    work_wait(&f->work.round, f->T);
-}
-
-/* Items: per group, the chunks of up's output rows, then those of gate's. */
-static void ffn_up_gate(FfnTask *f, int ith, int nth) {
-    int64_t F = f->up->n_out, r = chunk_rows(2 * F * f->n_groups, nth, F);
-    int nch = (int)((F + r - 1) / r), n = 2 * nch * f->n_groups;
-    for (int i = work_next(&f->work.up_gate); i < n; i = work_next(&f->work.up_gate)) {
-        int g = i / (2 * nch), j0 = f->first[g];
-        bool gate = i / nch % 2;
-        int64_t o0 = i % nch * r;
-        Mat w = ffn_mat(f, gate ? f->gate : f->up, g);
-        size_t stride = rounded_bytes(w.type, w.n_in);
-        matmul_rows(&w, f->batch, (gate ? f->xg : f->xu) + (size_t)j0 * stride, stride, f->first[g + 1] - j0,
-                    (gate ? f->g : f->u) + (size_t)j0 * F, (size_t)F, o0, min64(o0 + r, F), f->pack + ith * packed_bytes(w.n_in));
-        work_done(&f->work.up_gate);
-    }
-    work_wait(&f->work.up_gate, n);
-}
-
-static void ffn_act(FfnTask *f) {
-    int64_t F = f->up->n_out;
-    size_t stride = rounded_bytes(f->down->type, F);
-    int rows = f->first[f->n_groups];
-    for (int j = work_next(&f->work.act); j < rows; j = work_next(&f->work.act)) {
-        const float *g = f->g + (size_t)j * F, *u = f->u + (size_t)j * F;
-        float *h = f->h + (size_t)j * F;
-        for (int64_t i = 0; i < F; i++) h[i] = silu(g[i]) * u[i];
-        round_row(f->down->type, h, f->xh + (size_t)j * stride, F);
-        work_done(&f->work.act);
-    }
-    work_wait(&f->work.act, rows);
-}
-
-static void ffn_down(FfnTask *f, int ith, int nth) {
-    int64_t E = f->down->n_out, r = chunk_rows(E * f->n_groups, nth, E);
-    int nch = (int)((E + r - 1) / r), n = nch * f->n_groups;
-    size_t stride = rounded_bytes(f->down->type, f->down->n_in);
-    for (int i = work_next(&f->work.down); i < n; i = work_next(&f->work.down)) {
-        int g = i / nch, j0 = f->first[g];
-        int64_t o0 = i % nch * r;
-        Mat w = ffn_mat(f, f->down, g);
-        matmul_rows(&w, f->batch, f->xh + (size_t)j0 * stride, stride, f->first[g + 1] - j0, f->y + (size_t)j0 * E,
-                    (size_t)E, o0, min64(o0 + r, E), f->pack + ith * packed_bytes(w.n_in));
-    }
-}
-
-static void ffn_task(void *p, int ith, int nth) {
-    FfnTask *f = p;
-    ffn_round(f);
-    ffn_up_gate(f, ith, nth);
-    ffn_act(f);
-    ffn_down(f, ith, nth);
-}
-
-/* Scratch for the rounded input of gate: xq itself where up's rounding serves it too. */
-static uint8_t *gate_input(const Scratch *s, const Mat *up, const Mat *gate) {
-    return dot_type(up->type) == dot_type(gate->type) ? s->xq : s->xq2;
-}
-
-/* Pairs (t, r) routed to the same expert become consecutive rows of the expert buffers, so that an
- * expert's weights are read once for all its rows: group g, expert expert[g], owns rows
- * first[g]..first[g+1]-1, and slot[t*K + r] = j (-1 for rank -1). Returns the number of groups. */
-static int group_by_expert(const Config *c, const int *sel, int T, int *first, int *expert, int *slot) {
-    int n_pairs = T * c->n_expert_used, n = 0, j = 0;
-    int next[c->n_expert];   /* rows per expert, then expert e's next row */
-    for (int e = 0; e < c->n_expert; e++) next[e] = 0;
-    for (int i = 0; i < n_pairs; i++)
-        if (sel[i] >= 0) next[sel[i]]++;
-    for (int e = 0; e < c->n_expert; e++) {
-        if (!next[e]) continue;
-        expert[n] = e;
-        first[n] = j;
-        j += next[e];
-        next[e] = first[n++];
-    }
-    first[n] = j;
-    for (int i = 0; i < n_pairs; i++) slot[i] = sel[i] >= 0 ? next[sel[i]]++ : -1;
-    return n;
-}
-
-typedef struct {
-    const Config *c;
-    const int *slot;
-    const float *w, *y;   /* [T][n_used] weights; expert outputs [rows][n_embd] */
-    float *out;           /* [T][n_embd] */
-    int T;
-    Work rows;
-} MoeSumTask;
-
-/* moe[t] = sum_r w_tr y_slot(t,r) in rank order r = 0, 1, ... (a float sum depends on its order),
- * each term rounded to float before it is added (llama.cpp's ffn_moe_weighted, then the sum). Rank
- * -1 (a coreset smaller than n_used) adds nothing. */
-static void moe_sum_task(void *p, int ith, int nth) {
-    (void)ith, (void)nth;
-    MoeSumTask *ms = p;
-    int K = ms->c->n_expert_used, E = ms->c->n_embd;
-    for (int t = work_next(&ms->rows); t < ms->T; t = work_next(&ms->rows)) {
-        float *out = ms->out + (size_t)t * E;
-        memset(out, 0, (size_t)E * sizeof(float));
-        for (int r = 0; r < K; r++) {
-            int j = ms->slot[(size_t)t * K + r];
-            if (j < 0) continue;
-            const float *y = ms->y + (size_t)j * E;
-            float w = ms->w[(size_t)t * K + r];
-            for (int i = 0; i < E; i++) {
-                float term = y[i] * w;
-                out[i] += term;
-            }
+/* Workers live as long as the process. */
+static _Noreturn void *pool_worker(void *p) {
+    Worker *w = p;
+    Pool *pool = w->pool;
+    for (uint64_t seen = 0;;) {
+        seen = pool_next_task(pool, seen);
+        int nth = pool->active;
+        if (w->ith < nth) pool->fn(pool->arg, w->ith, nth);
+        if (atomic_fetch_sub(&pool->busy, 1) == 1 && atomic_load(&pool->caller_sleeps)) {
+            pthread_mutex_lock(&pool->mu);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->mu);
         }
     }
 }
 
-/* --dump-tensors: an expert buffer's rows (n values each) in llama.cpp's order [T][n_used][n]
- * (rank -1: zeros), each times its routing weight when w is not NULL (ffn_moe_weighted). */
-static void dump_pairs(const Ctx *ctx, const char *name, const float *x, int n, int T, const float *w) {
-    int K = ctx->m->c.n_expert_used;
-    float *d = dump_buf(ctx, 9, (size_t)T * K * n);
-    for (int i = 0; i < T * K; i++) {
-        int j = ctx->sc.slot[i];
-        for (int k = 0; k < n; k++) {
-            float v = j < 0 ? 0 : x[(size_t)j * n + k];
-            d[(size_t)i * n + k] = w ? v * w[i] : v;
-        }
+static Pool *pool_new(int n_threads) {
+    Pool *p = xcalloc(1, sizeof *p);
+    p->n_threads = p->active = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->start, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->threads = xcalloc((size_t)n_threads, sizeof(pthread_t));
+    Worker *w = xcalloc((size_t)n_threads, sizeof(Worker));
+    for (int i = 1; i < n_threads; i++) {
+        w[i] = (Worker){p, i};
+        if (pthread_create(&p->threads[i], NULL, pool_worker, &w[i]) != 0) fatal("cannot start thread %d of %d; use a smaller -t", i, n_threads);
     }
-    dump3(ctx, name, ctx->dump_il, d, T, K, n);
+    return p;
 }
 
-/* Expert FFNs for T rows whose choices are in s->sel/s->w, then
- *   moe[t] = sum_r w_r * down_e(silu(gate_e m) * up_e m),  summed in rank order r = 0, 1, ... */
-static void moe_experts(Ctx *ctx, const Layer *L, int T) {
-    const Config *c = &ctx->m->c;
-    Scratch *s = &ctx->sc;
-    int first[c->n_expert + 1], expert[c->n_expert];
-    int n_groups = group_by_expert(c, s->sel, T, first, expert, s->slot);
-    int F = c->n_ff, K = c->n_expert_used;
-    float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * K * F) : s->ge;   /* keep g for the dump */
-    FfnTask f = {.up = &L->up_exps, .gate = &L->gate_exps, .down = &L->down_exps, .expert = expert, .first = first,
-                 .n_groups = n_groups, .x = s->xn, .T = T, .M = K, .slot = s->slot, .batch = false,
-                 .u = s->ue, .g = s->ge, .h = h, .y = s->ye, .xu = s->xq, .xg = gate_input(s, &L->up_exps, &L->gate_exps), .xh = s->xq,
-                 .pack = s->pack};
-    pool_run(&ctx->pool, ffn_task, &f);
-    MoeSumTask ms = {.c = c, .slot = s->slot, .w = s->w, .y = s->ye, .out = s->mix, .T = T};
-    pool_run(&ctx->pool, moe_sum_task, &ms);
-    if (dumping(ctx)) {
-        dump_pairs(ctx, "ffn_moe_gate", s->ge, F, T, NULL);
-        dump_pairs(ctx, "ffn_moe_up", s->ue, F, T, NULL);
-        dump_pairs(ctx, "ffn_moe_swiglu", h, F, T, NULL);
-        dump_pairs(ctx, "ffn_moe_down", s->ye, c->n_embd, T, NULL);
-        dump_pairs(ctx, "ffn_moe_weighted", s->ye, c->n_embd, T, s->w);
-    }
-}
+static void pool_use(Pool *p, int n_threads) { p->active = n_threads; }
 
-/* Shared expert, gated by a sigmoid scalar: mix += sigmoid(g . m) * down(silu(gate m) * up m). */
-static void moe_shared(Ctx *ctx, const Layer *L, int T) {
-    const Config *c = &ctx->m->c;
-    Scratch *s = &ctx->sc;
-    int E = c->n_embd, F = c->n_ff_shexp;
-    int il = ctx->dump_il;
-    int first[2] = {0, T};
-    float *h = dumping(ctx) ? dump_buf(ctx, 8, (size_t)T * F) : s->ge;   /* keep g for the dump */
-    FfnTask f = {.up = &L->up_shexp, .gate = &L->gate_shexp, .down = &L->down_shexp, .expert = NULL, .first = first,
-                 .n_groups = 1, .x = s->xn, .T = T, .M = 1, .slot = NULL, .batch = ctx->tile_order,
-                 .u = s->ue, .g = s->ge, .h = h, .y = s->sh, .xu = s->xq, .xg = gate_input(s, &L->up_shexp, &L->gate_shexp), .xh = s->xq,
-                 .pack = s->pack};
-    pool_run(&ctx->pool, ffn_task, &f);
-    dump(ctx, "ffn_gate", il, s->ge, T, F);
-    dump(ctx, "ffn_up", il, s->ue, T, F);
-    dump(ctx, "ffn_swiglu", il, h, T, F);
-    dump(ctx, "ffn_shexp", il, s->sh, T, E);
-    float *dgl = dumping(ctx) ? dump_buf(ctx, 6, (size_t)T * (E + 2)) : NULL;   /* logit, sigmoid, gated rows */
-    for (int t = 0; t < T; t++) {
-        /* a one-row mul_mat: tinyBLAS declines it (rows % 4 != 0), so ggml_vec_dot_f32 order */
-        float logit = dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E), gate = sigmoid(logit);
-        for (int i = 0; i < E; i++) s->mix[(size_t)t * E + i] += s->sh[(size_t)t * E + i] * gate;
-        if (!dgl) continue;
-        dgl[t] = logit;
-        dgl[T + t] = gate;
-        for (int i = 0; i < E; i++) dgl[2 * (size_t)T + (size_t)t * E + i] = s->sh[(size_t)t * E + i] * gate;
+static void pool_run(Pool *p, TaskFn fn, void *arg) {
+    if (p->n_threads == 1 || p->active == 1) { fn(arg, 0, 1); return; }
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store(&p->busy, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->start);
+        pthread_mutex_unlock(&p->mu);
     }
-    if (dgl) {
-        dump(ctx, "shared_expert_gate", il, dgl, T, 1);
-        dump(ctx, "shared_expert_gate_sigmoid", il, dgl + T, T, 1);
-        dump(ctx, "ffn_shexp_gated", il, dgl + 2 * (size_t)T, T, E);
+    fn(arg, 0, p->active);
+    for (int i = 0; i < POOL_SPIN && atomic_load(&p->busy) > 0; i++) cpu_relax();
+    if (atomic_load(&p->busy) > 0) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_sleeps, 1);
+        while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->caller_sleeps, 0);
+        pthread_mutex_unlock(&p->mu);
     }
 }
 
-typedef struct {
-    const Config *c;
-    float *p;             /* [T][n_expert] router logits, softmaxed in place */
-    const bool *allowed;  /* the coreset, or NULL */
-    int *sel;
-    float *w;             /* [T][n_used] each */
-    int T;
-    bool softmax, route;
-    Work rows;
-} RouteTask;
+/* Work items (section 7): a shared counter of claimed items and one of finished items. */
+static int work_next(Work *w) { return atomic_fetch_add(&w->next, 1); }
+static void work_done(Work *w) { atomic_fetch_add(&w->done, 1); }
 
-/* Per row: softmax the router logits, and/or choose its experts (route_top_k); rows are
- * independent, so threads take rows. */
-static void route_task(void *p, int ith, int nth) {
-    (void)ith, (void)nth;
-    RouteTask *rt = p;
-    const Config *c = rt->c;
-    for (int t = work_next(&rt->rows); t < rt->T; t = work_next(&rt->rows)) {
-        float *pt = rt->p + (size_t)t * c->n_expert;
-        if (rt->softmax) softmax(pt, c->n_expert);
-        if (rt->route) route_top_k(c, pt, rt->allowed, rt->sel + (size_t)t * c->n_expert_used, rt->w + (size_t)t * c->n_expert_used);
+static void work_wait(Work *w, int n) {
+    for (int i = 0; atomic_load(&w->done) < n; i++) {
+        if (i < POOL_SPIN) cpu_relax();
+        else sched_yield();   /* the thread we wait for may need this CPU */
     }
-}
-
-/* Coreset routing (clover.md 3.4): sum the block rows' router probabilities, sort experts by the
- * sum (ties to the lower index), keep the shortest prefix whose sum reaches top_p * T. */
-static void coreset(const Config *c, const float *p, int T, bool *allowed) {
-    int E = c->n_expert;
-    double total[E];
-    int order[E];
-    for (int e = 0; e < E; e++) {
-        total[e] = 0;
-        for (int t = 0; t < T; t++) total[e] += p[(size_t)t * E + e];
-        order[e] = e;
-        allowed[e] = false;
-    }
-    for (int i = 1; i < E; i++)   /* insertion sort, stable: equal sums keep the lower index first */
-        for (int j = i; j > 0 && total[order[j]] > total[order[j - 1]]; j--) {
-            int tmp = order[j]; order[j] = order[j - 1]; order[j - 1] = tmp;
-        }
-    double cum = 0;
-    for (int i = 0; i < E && cum < (double)c->coreset_top_p * T; i++) {
-        allowed[order[i]] = true;
-        cum += total[order[i]];
-    }
-}
-
-static void moe_layer(Ctx *ctx, int il, int T, bool preview) {
-    const Config *c = &ctx->m->c;
-    const Layer *L = &ctx->m->layers[il];
-    Scratch *s = &ctx->sc;
-    matmul(&ctx->pool, &L->router, s->xn, T, s->router, s->xq, s->pack, ctx->tile_order);
-    dump(ctx, "ffn_moe_logits", il, s->router, T, c->n_expert);
-    /* a coreset needs every row's probabilities before any row is routed */
-    bool use_coreset = preview && c->coreset_top_p > 0;
-    RouteTask rt = {.c = c, .p = s->router, .sel = s->sel, .w = s->w, .T = T, .softmax = true, .route = !use_coreset};
-    pool_run(&ctx->pool, route_task, &rt);
-    if (use_coreset) {
-        coreset(c, s->router, T, s->coreset);
-        RouteTask rc = {.c = c, .p = s->router, .allowed = s->coreset, .sel = s->sel, .w = s->w, .T = T, .route = true};
-        pool_run(&ctx->pool, route_task, &rc);
-    }
-    int K = c->n_expert_used;
-    dump(ctx, "ffn_moe_probs", il, s->router, T, c->n_expert);
-    if (dumping(ctx)) {   /* the routing steps inside route_top_k, recomputed from its inputs and outputs */
-        dump_nd(ctx, "ffn_moe_topk", il, s->sel, true, T, 1, 1, K);
-        float *w = dump_buf(ctx, 0, (size_t)T * (K + 2));
-        for (int t = 0; t < T; t++) {
-            double sum = 0;
-            for (int r = 0; r < K; r++) {
-                int e = s->sel[(size_t)t * K + r];
-                sum += w[(size_t)t * K + r] = e >= 0 ? s->router[(size_t)t * c->n_expert + e] : 0;
-            }
-            w[(size_t)T * K + t] = (float)sum;
-            w[(size_t)T * (K + 1) + t] = fmaxf((float)sum, 6.103515625e-5f);
-        }
-        dump3(ctx, "ffn_moe_weights", il, w, T, K, 1);
-        dump(ctx, "ffn_moe_weights_sum", il, w + (size_t)T * K, T, 1);
-        dump(ctx, "ffn_moe_weights_sum_clamped", il, w + (size_t)T * (K + 1), T, 1);
-    }
-    dump(ctx, "ffn_moe_weights_norm", il, s->w, T, K);
-    ctx->dump_il = il;
-    moe_experts(ctx, L, T);
-    dump(ctx, "ffn_moe_out", il, s->mix, T, c->n_embd);
-    moe_shared(ctx, L, T);
-    dump(ctx, "ffn_out", il, s->mix, T, c->n_embd);
-}
-
-/* --- the whole pass ---------------------------------------------------------------------------- */
-/* Final norm and LM head for the given rows of the residual stream. */
-static void lm_head(Ctx *ctx, const int *rows, int n_rows, float *logits) {
-    const Config *c = &ctx->m->c;
-    Scratch *s = &ctx->sc;
-    for (int r = 0; r < n_rows; r++)
-        rmsnorm(s->xn + (size_t)r * c->n_embd, s->x + (size_t)rows[r] * c->n_embd, ctx->m->output_norm, c->n_embd, c->eps);
-    dump(ctx, "result_norm", -1, s->xn, n_rows, c->n_embd);
-    matmul(&ctx->pool, &ctx->m->output, s->xn, n_rows, logits, s->xq, s->pack, ctx->tile_order);
-    dump(ctx, "result_output", -1, logits, n_rows, c->n_vocab);
-}
-
-/* Evaluate T <= cap tokens at positions n_past..n_past+T-1.
- * Causal (preview false): appends to the state; every row is computed exactly as if the tokens
- * were fed one at a time (in decoding order; prompt prefill may use the batch order, tile_order).
- * Preview (clover.md 3): the block-diffusion pass over the block; reads the state, never writes it.
- * logits: [T][n_vocab] when all_logits, else the last row only; NULL for none. */
-static void forward_batch(Ctx *ctx, const int *tokens, int T, float *logits, bool all_logits, GdnLog *log, bool preview) {
-    const Config *c = &ctx->m->c;
-    Scratch *s = &ctx->sc;
-    int E = c->n_embd, pos = ctx->st.n_past;
-    ctx->pool.active = T == 1 ? ctx->n_threads : ctx->n_threads_batch;
-    for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], s->x + (size_t)t * E);
-    ctx->dump_preview = preview;
-    dump(ctx, "model.input_embed", -1, s->x, T, E);
-    for (int il = 0; il < c->n_layer; il++) {
-        const Layer *L = &ctx->m->layers[il];
-        for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->eps);
-        dump(ctx, "attn_norm", il, s->xn, T, E);
-        if (L->recurrent) gdn_layer(ctx, il, T, log, preview);   /* dumps its own attn_output: the delta-rule o */
-        else {
-            attn_layer(ctx, il, T, pos, preview);
-            dump(ctx, "attn_output", il, s->mix, T, E);
-        }
-        for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
-        dump(ctx, "attn_residual", il, s->x, T, E);
-        for (int t = 0; t < T; t++) rmsnorm(s->xn + (size_t)t * E, s->x + (size_t)t * E, L->post_norm, E, c->eps);
-        dump(ctx, "attn_post_norm", il, s->xn, T, E);
-        moe_layer(ctx, il, T, preview);
-        for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->mix[i];
-        dump(ctx, "l_out", il, s->x, T, E);
-    }
-    if (!preview) ctx->st.n_past += T;
-    if (!logits) return;
-    int rows[T];
-    int n_rows = 0;
-    for (int t = all_logits ? 0 : T - 1; t < T; t++) rows[n_rows++] = t;
-    lm_head(ctx, rows, n_rows, logits);
 }
 
 /* ============================================================================================== */
-/* 10. Tokenizer                                                                                  */
+/* 12. Tokenizer                                                                                  */
 /* ============================================================================================== */
 /* ----------------------------------------------------------------------------------------------
  * Tokenizer: byte-level BPE with the "qwen35" pre-tokenizer, matching llama.cpp's llama_tokenize
@@ -4714,7 +4793,7 @@ static void utf8_stream_flush(Utf8Stream *s, FILE *out) {
 /* end of tokenizer */
 
 /* ============================================================================================== */
-/* 11. Sampler                                                                                    */
+/* 13. Sampler                                                                                    */
 /* ============================================================================================== */
 /* Greedy when --temp <= 0 or --top-k 1 (argmax, ties to the lowest id, as llama.cpp). Otherwise,
  * in llama.cpp's order: keep the top-k logits, keep the smallest set whose probability reaches
@@ -4778,7 +4857,7 @@ static int sample(Sampler *s, const float *logits, int n_vocab) {
 }
 
 /* ============================================================================================== */
-/* 12. Generation and the command line                                                            */
+/* 14. Generation and the command line                                                            */
 /* ============================================================================================== */
 typedef struct {
     const char *model, *prompt_file, *prompt, *tokens, *dump_logits, *spec_type, *preview_block;
@@ -5073,7 +5152,7 @@ static void prefill(Ctx *ctx, const int *tokens, int n, float *logits, FILE *dum
     ctx->tile_order = true;
     for (int i = 0; i < n; i += cap) {
         int T = n - i < cap ? n - i : cap;
-        forward_batch(ctx, tokens + i, T, dump ? logits : (i + T == n ? logits : NULL), dump != NULL, NULL, false);
+        forward_causal(ctx, tokens + i, T, logits, dump ? T : logits && i + T == n ? 1 : 0);
         if (dump && fwrite(logits, sizeof(float) * (size_t)V, (size_t)T, dump) != (size_t)T) fatal("writing logits: %s", strerror(errno));
     }
     ctx->tile_order = false;
@@ -5100,10 +5179,133 @@ static void print_stats(const Args *a, const Stats *s) {
     fprintf(stderr, "draft time = %.3f s, verify time = %.3f s\n", s->t_draft, s->t_verify);
 }
 
+/* What a generation run works with; main sets it up (run_init). */
+typedef struct {
+    Ctx *ctx;
+    const Args *a;
+    EogSet eog;
+    Sampler smp;
+    Printer pr;        /* text to stdout */
+    Stats stats;
+    uint64_t seed;     /* --seed, or the time */
+} Run;
+
+/* The prompt: token ids (--tokens), or text (-p, -f: a prompt file loses one trailing newline, as
+ * upstream), wrapped in the chat template with --chat, then tokenized. */
+static int *read_prompt(const Args *a, const Tokenizer *tok, int n_vocab, int *n_prompt) {
+    if (a->tokens) return parse_ids(a->tokens, n_vocab, n_prompt);
+    size_t len = 0;
+    /* no token is longer than 1 KiB of text, so a prompt that fits in -b is at most that per token */
+    char *text = a->prompt_file ? read_file(a->prompt_file, mul_size((size_t)a->n_batch, 1024, "prompt size"), &len) : strdup(a->prompt);
+    if (!text) fatal("out of memory");
+    if (a->prompt) len = strlen(text);
+    if (a->prompt_file && len > 0 && text[len - 1] == '\n') len--;
+    if (a->chat) {
+        const char *pre = "<|im_start|>user\n", *post = "<|im_end|>\n<|im_start|>assistant\n<think>\n";
+        char *w = xmalloc(strlen(pre) + len + strlen(post) + 1);
+        sprintf(w, "%s%.*s%s", pre, (int)len, text, post);
+        free(text);
+        text = w;
+        len = strlen(w);
+    }
+    int *prompt = tokenizer_encode(tok, text, len, true, n_prompt);
+    if (!prompt) fatal("out of memory tokenizing the prompt");
+    free(text);
+    return prompt;
+}
+
+/* The options against the model and the prompt: the context size (-c 0: the model's), which the
+ * prompt must fit in, as in -b; block diffusion needs a clover_moe file with a mask token. */
+static int check_run(const Args *a, const Config *c, int n_prompt) {
+    if (n_prompt == 0) fatal("the prompt is empty; give some text with -p or -f");
+    int n_ctx = a->n_ctx ? a->n_ctx : c->n_ctx_train;
+    if (n_ctx > c->n_ctx_train) fatal("-c %d is beyond the model's context length %d; use -c %d or less", n_ctx, c->n_ctx_train, c->n_ctx_train);
+    if (n_prompt > a->n_batch) fatal("the prompt has %d tokens, more than the batch size -b %d; raise -b", n_prompt, a->n_batch);
+    if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
+    bool draft_self = !strcmp(a->spec_type, "draft-self");
+    if ((draft_self || a->diffusion || a->preview_block) && c->mask_id < 0)
+        fatal("%s: %s needs a clover_moe model with a mask token (%s); this %s file has none",
+              a->model, a->diffusion ? "--diffusion" : a->preview_block ? "--preview-block" : "--spec-type draft-self", KEY_MASK_ID, c->arch);
+    if ((draft_self || a->diffusion || a->preview_block) && strcmp(c->arch, "clover_moe"))
+        fatal("%s: block diffusion needs a clover_moe model; this is %s (plain causal decoding works with --spec-type none)", a->model, c->arch);
+    return n_ctx;
+}
+
+#ifdef CLOVER_CUDA
+bool gpu_init(char *info, size_t n);   /* clover.cu */
+#endif
+
+/* -ngl: what the GPU does in this build (clover.cu: device bring-up only so far) */
+static void gpu_note(const Args *a) {
+#ifdef CLOVER_CUDA
+    if (a->n_gpu_layers > 0) {   /* layers stay on the CPU */
+        char info[256];
+        if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a->n_gpu_layers, info);
+        fprintf(stderr, "clover: GPU %s found; the GPU kernels are not written yet, all layers run on the CPU\n", info);
+    }
+#else
+    if (a->n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
+#endif
+}
+
+/* Rows per batch: a ubatch, a verify batch, a diffusion block, the preview block. */
+static int batch_rows(const Args *a, const Config *c, int n_block) {
+    bool draft_self = !strcmp(a->spec_type, "draft-self");
+    int cap = a->n_ubatch;
+    if (draft_self && a->draft_n_max + 1 > cap) cap = a->draft_n_max + 1 < c->block_size ? a->draft_n_max + 1 : c->block_size;
+    if ((a->diffusion || draft_self) && c->block_size > cap) cap = c->block_size;
+    return n_block > cap ? n_block : cap;
+}
+
+/* The context for n_ctx positions and batches of cap rows, after the memory plan (logit_rows: the
+ * rows of logits the caller will hold). */
+static void ctx_init(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap, int logit_rows) {
+    ctx->m = m;
+    ctx->n_threads = a->n_threads;
+    ctx->n_threads_batch = a->n_threads_batch;
+    ctx->dump_dir = a->dump_tensors;
+    if (ctx->dump_dir) make_dirs(ctx->dump_dir);
+    static Dumps dumps;
+    ctx->dumps = &dumps;
+    if (regcomp(&ctx->dump_filter, a->dump_filter ? a->dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
+        fatal("--dump-filter '%s' is not a valid regular expression", a->dump_filter);
+    int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
+    memory_plan(m, a, n_ctx, cap, n_threads, mul_size((size_t)logit_rows, (size_t)m->c.n_vocab, "logits"));
+    ctx->pool = pool_new(n_threads);
+    state_init(&ctx->st, m, n_ctx, a->k_type, a->v_type);
+    scratch_init(&ctx->sc, &m->c, cap, n_ctx, n_threads);
+}
+
+/* --dump-logits: the logits of every prompt position, causally; or, with --preview-block, commit the
+ * prompt and write those of one preview pass over the block right after it. */
+static void write_logits(Ctx *ctx, FILE *fp, const int *prompt, int n_prompt, const int *block, int n_block) {
+    size_t V = (size_t)ctx->m->c.n_vocab;
+    float *logits = xmalloc(mul_size(mul_size((size_t)ctx->sc.cap, V, "logits"), sizeof(float), "logits"));
+    if (!block) prefill(ctx, prompt, n_prompt, logits, fp);
+    else {
+        prefill(ctx, prompt, n_prompt, logits, NULL);
+        forward_preview(ctx, block, n_block, logits);
+        if (fwrite(logits, sizeof(float) * V, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
+    }
+    free(logits);
+}
+
+/* The sampler (seeded), the printer, the end-of-generation ids; the prompt printed. */
+static void run_init(Run *r, Ctx *ctx, const Args *a, const Tokenizer *tok, const EogSet *eog, const int *prompt, int n_prompt) {
+    int V = ctx->m->c.n_vocab;
+    *r = (Run){.ctx = ctx, .a = a, .eog = *eog};
+    r->smp = (Sampler){a->temp, a->top_p, a->top_k, 0, xmalloc((size_t)V * sizeof(int)), xmalloc((size_t)V * sizeof(float))};
+    r->seed = a->seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a->seed;
+    r->smp.rng = r->seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    r->pr = (Printer){tok, a->utf8_replace, {{0}, 0}};
+    for (int i = 0; i < n_prompt; i++) print_token(&r->pr, prompt[i]);
+}
+
 /* Plain causal decoding (--spec-type none): one token per step, the loop of
  * llama-speculative-simple with no drafts. */
-static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt,
-                            const Args *a, Stats *stats) {
+static void generate_causal(Run *r, const int *prompt, int n_prompt) {
+    Ctx *ctx = r->ctx;
+    Stats *stats = &r->stats;
     int V = ctx->m->c.n_vocab;
     float *logits = xmalloc((size_t)V * sizeof(float));
     double t0 = now_seconds();
@@ -5112,13 +5314,13 @@ static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *
     stats->n_encoded = n_prompt;
     int id_last = prompt[n_prompt - 1];
     t0 = now_seconds();
-    while ((a->n_predict < 0 || stats->n_predict <= a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
-        forward_batch(ctx, &id_last, 1, logits, false, NULL, false);
-        int id = sample(smp, logits, V);
+    while ((r->a->n_predict < 0 || stats->n_predict <= r->a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
+        forward_causal(ctx, &id_last, 1, logits, 1);
+        int id = sample(&r->smp, logits, V);
         stats->n_predict++;
         stats->n_rounds++;
-        if (is_eog(eog, id)) break;
-        print_token(pr, id);
+        if (is_eog(&r->eog, id)) break;
+        print_token(&r->pr, id);
         id_last = id;
     }
     stats->t_decode = now_seconds() - t0;
@@ -5126,7 +5328,7 @@ static void generate_causal(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *
 }
 
 /* ============================================================================================== */
-/* 13. draft-self: block-diffusion drafts, causal verification, exact rollback                    */
+/* 15. draft-self: block-diffusion drafts, causal verification, exact rollback                    */
 /* ============================================================================================== */
 /* One round (draft-self.md):
  *   1. draft:  preview pass over [id_last, MASK x n] at n_past..n_past+n; row j proposes d_j.
@@ -5166,7 +5368,7 @@ static int draft_block(Ctx *ctx, const Args *a, const EogSet *eog, int id_last, 
     for (int j = 1; j <= n; j++) block[j] = c->mask_id;
     for (int step = 0; step < a->draft_steps; step++) {
         bool last = step == a->draft_steps - 1, leftmost = true;
-        forward_batch(ctx, block, n + 1, logits, true, NULL, true);
+        forward_preview(ctx, block, n + 1, logits);
         for (int j = 1; j <= n; j++) {
             if (block[j] != c->mask_id) continue;
             const float *z = logits + (size_t)(c->shift_logits ? j - 1 : j) * V;
@@ -5202,12 +5404,28 @@ static bool accept_draft(const float *z, int t, const Draft *d, float ratio, flo
 /* The committed GDN state of every recurrent layer, saved before a verify batch. */
 typedef struct { float **ring, **S; } GdnSave;
 
-static void gdn_save(const Model *m, const State *st, GdnSave *sv, bool restore) {
+/* Per recurrent layer: room for cap rows of GDN inputs (the verify batch's log), and for a copy of
+ * the committed ring and S. */
+static void gdn_log_init(GdnLog *log, GdnSave *save, const Model *m, int cap) {
+    const Config *c = &m->c;
+    *log = (GdnLog){xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
+    *save = (GdnSave){xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
+    for (int il = 0; il < c->n_layer; il++) {
+        if (!m->layers[il].recurrent) continue;
+        log->u[il] = xmalloc((size_t)cap * c->conv_dim * sizeof(float));
+        log->g[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
+        log->beta[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
+        save->ring[il] = xmalloc(ring_floats(c) * sizeof(float));
+        save->S[il] = xmalloc(S_floats(c) * sizeof(float));
+    }
+}
+
+/* ring[il] = from_ring[il] and S[il] = from_S[il] for every recurrent layer (a save or a restore) */
+static void gdn_copy(const Model *m, float **ring, float **S, float *const *from_ring, float *const *from_S) {
     for (int il = 0; il < m->c.n_layer; il++) {
         if (!m->layers[il].recurrent) continue;
-        float *r = restore ? st->ring[il] : sv->ring[il], *S = restore ? st->S[il] : sv->S[il];
-        memcpy(r, restore ? sv->ring[il] : st->ring[il], ring_floats(&m->c) * sizeof(float));
-        memcpy(S, restore ? sv->S[il] : st->S[il], S_floats(&m->c) * sizeof(float));
+        memcpy(ring[il], from_ring[il], ring_floats(&m->c) * sizeof(float));
+        memcpy(S[il], from_S[il], S_floats(&m->c) * sizeof(float));
     }
 }
 
@@ -5216,17 +5434,51 @@ static void gdn_save(const Model *m, const State *st, GdnSave *sv, bool restore)
  * logged rows 0..a through gdn_advance, the same function the batch used. */
 static void rollback(Ctx *ctx, const GdnSave *sv, const GdnLog *log, int n_past0, int a) {
     const Model *m = ctx->m;
-    gdn_save(m, &ctx->st, (GdnSave *)sv, true);
+    gdn_copy(m, ctx->st.ring, ctx->st.S, sv->ring, sv->S);
     for (int il = 0; il < m->c.n_layer; il++)
-        if (m->layers[il].recurrent)
-            gdn_advance(&ctx->pool, &m->c, &m->layers[il], ctx->st.ring[il], ctx->st.S[il], a + 1, log->u[il], log->g[il],
-                        log->beta[il], ctx->sc.conv, ctx->sc.o);
+        if (m->layers[il].recurrent) gdn_advance(ctx, il, a + 1, log->u[il], log->g[il], log->beta[il]);
     ctx->st.n_past = n_past0 + a + 1;
+}
+
+/* One round (the README's diagram): the drafts, the verify batch and its rows' logits, what the
+ * acceptance walk found, and what the commit needs. */
+typedef struct {
+    int pos, id_last;      /* id_last: the last committed token, fed at pos (not yet in the state) */
+    int n, m;              /* drafts asked for, drafts verified */
+    Draft *d;              /* [m] drafts */
+    int *batch;            /* [id_last, d_1 .. d_m]; also the preview's block */
+    float *logits;         /* [m + 1][n_vocab]: the verifier's rows (and the preview's) */
+    int *t;                /* [rows] the verifier's token per row walked */
+    bool *relaxed;         /* [rows] accepted by the relaxed rule */
+    int acc, rows;         /* drafts accepted; rows walked (acc + 1, or acc if an accepted EOG ended it) */
+    bool eog_stop;         /* the walk stopped at an accepted end-of-generation draft */
+    int *out, n_out;       /* the tokens the round commits */
+    GdnLog log;            /* the verify batch's GDN inputs */
+    GdnSave save;          /* the GDN state before it */
+} Round;
+
+static void round_init(Round *rd, const Model *m, int n_max, int cap) {
+    size_t n = (size_t)n_max + 1;
+    *rd = (Round){.d = xmalloc(n * sizeof(Draft)), .batch = xmalloc(n * sizeof(int)),
+                  .logits = xmalloc(mul_size(n * (size_t)m->c.n_vocab, sizeof(float), "draft logits")),
+                  .t = xmalloc(n * sizeof(int)), .relaxed = xmalloc(n * sizeof(bool)), .out = xmalloc(n * sizeof(int))};
+    gdn_log_init(&rd->log, &rd->save, m, cap);
 }
 
 /* Test-only drafts (--test-drafts): random tokens, or the true greedy continuation. */
 typedef struct { int kind; const int *truth; int n_truth; uint64_t rng; } TestDrafts;
 enum { DRAFTS_MODEL, DRAFTS_RANDOM, DRAFTS_TRUTH };
+
+/* --test-drafts: n random tokens, or the true continuation after the n_done tokens predicted so far
+ * (as far as it is known); returns how many */
+static int test_drafts(TestDrafts *td, int n, int n_done, int V, Draft *d) {
+    int m = 0;
+    if (td->kind == DRAFTS_RANDOM)
+        for (; m < n; m++) d[m] = (Draft){(int)(random_uniform(&td->rng) * V) % V, 1, 0};
+    else
+        for (; m < n && n_done + m < td->n_truth; m++) d[m] = (Draft){td->truth[n_done + m], 1, 0};
+    return m;
+}
 
 /* Print a token, coloured when it came from an accepted draft (--color on). */
 static void print_colored(Printer *pr, int id, bool drafted, bool color) {
@@ -5240,8 +5492,7 @@ typedef struct { Ctx *ctx; int rounds; } StateCheck;   /* --test-check-state: a 
 
 static void check_state(StateCheck *chk, const Ctx *ctx, const int *tokens, int n) {
     Ctx *sh = chk->ctx;
-    float *unused = NULL;
-    for (int i = 0; i < n; i++) forward_batch(sh, &tokens[i], 1, unused, false, NULL, false);
+    for (int i = 0; i < n; i++) forward_causal(sh, &tokens[i], 1, NULL, 0);
     const Model *m = ctx->m;
     const Config *c = &m->c;
     if (sh->st.n_past != ctx->st.n_past) fatal("state check: n_past %d != plain decoding's %d", ctx->st.n_past, sh->st.n_past);
@@ -5255,6 +5506,44 @@ static void check_state(StateCheck *chk, const Ctx *ctx, const int *tokens, int 
         if (!same) fatal("state check: layer %d differs from plain causal decoding after round %d", il, chk->rounds + 1);
     }
     chk->rounds++;
+}
+
+/* Test only, on a shadow context over the same model (one thread): --test-drafts truth first
+ * decodes the greedy continuation plainly; --test-check-state keeps a plain decoder in lockstep
+ * with the rounds (check_state). */
+static void test_setup(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
+    const Args *a = r->a;
+    Ctx *ctx = r->ctx;
+    const Model *m = ctx->m;
+    int n_ctx = ctx->st.n_ctx, V = m->c.n_vocab;
+    static Ctx shadow;
+    *td = (TestDrafts){DRAFTS_MODEL, NULL, 0, r->seed + 1};
+    *chk = (StateCheck){&shadow, 0};
+    if (!a->test_drafts && !a->test_check_state) return;
+    shadow = *ctx;   /* shares the model; runs on the calling thread only */
+    shadow.n_threads = shadow.n_threads_batch = 1;
+    shadow.pool = pool_new(1);
+    int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
+    state_init(&shadow.st, m, n_ctx, a->k_type, a->v_type);
+    scratch_init(&shadow.sc, &m->c, ctx->sc.cap, n_ctx, n_threads);
+    if (a->test_drafts && !strcmp(a->test_drafts, "random")) td->kind = DRAFTS_RANDOM;
+    if (a->test_drafts && !strcmp(a->test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
+        Sampler greedy = r->smp;
+        greedy.temp = 0;
+        int limit = a->n_predict >= 0 && a->n_predict < n_ctx ? a->n_predict + 1 : n_ctx;   /* -n N runs N+1 */
+        int *truth = xmalloc((size_t)limit * sizeof(int));
+        float *z = xmalloc((size_t)V * sizeof(float));
+        prefill(&shadow, prompt, n_prompt - 1, z, NULL);
+        int last = prompt[n_prompt - 1];
+        while (td->n_truth < limit && shadow.st.n_past < n_ctx) {
+            forward_causal(&shadow, &last, 1, z, 1);
+            last = truth[td->n_truth++] = sample(&greedy, z, V);
+        }
+        td->kind = DRAFTS_TRUTH;
+        td->truth = truth;
+        state_init(&shadow.st, m, n_ctx, a->k_type, a->v_type);
+    }
+    if (a->test_check_state) prefill(&shadow, prompt, n_prompt - 1, NULL, NULL);
 }
 
 /* --trace: a token's text, quoted and escaped so that one token is one cell: printable ASCII and
@@ -5290,22 +5579,11 @@ static const char *trace_pad(const char *s, int w, char *out, size_t cap) {
     return out;
 }
 
-/* What one round did, for --trace (draft-self.md 1-3). */
-typedef struct {
-    int round, pos, id_last;     /* id_last: the last committed token, fed at pos (not yet in the state) */
-    int n, m, acc;               /* n: drafts asked for; m: drafts verified; acc: accepted */
-    const Draft *d;              /* [m] */
-    const int *t;                /* [visited rows] verifier tokens */
-    int rows;                    /* verify rows walked (acc + 1, or acc if an accepted EOG ended it) */
-    const bool *relaxed;         /* [rows] accepted by the relaxed rule */
-    bool eog_stop;
-} TraceRound;
-
 /* One block per round on stderr: a header with the counts, one line per drafted position (the
  * draft, its drafter probability p_q and entropy H_q in nats; the verifier's token at that
  * position, the verifier's entropy H_p, and log p(d)/p(t) = z[d] - z[t]; the decision), the
  * position after the last draft when the last row gave a bonus token, and the committed tokens. */
-static void trace_round(const TraceRound *r, const float *logits, int V, const Tokenizer *tok, const Args *a, const EogSet *eog) {
+static void trace_round(const Round *r, int round, int V, const Tokenizer *tok, const Args *a, const EogSet *eog) {
     char dt[96], tt[96], p1[128], p2[128];
     bool relaxed_rule = a->accept_ratio > 0 && a->accept_ratio < 1 && a->accept_delta >= 0;
     const char *cut = "";
@@ -5315,14 +5593,14 @@ static void trace_round(const TraceRound *r, const float *logits, int V, const T
         else cut = ", cut by --spec-draft-p-min or dropped by --spec-draft-n-min";
     }
     trace_token(tok, r->id_last, tt, sizeof tt);
-    fprintf(stderr, "round %d @pos %d %s: drafted %d (asked %d%s), accepted %d, %s -> %d new token%s\n", r->round, r->pos, tt, r->m, r->n,
+    fprintf(stderr, "round %d @pos %d %s: drafted %d (asked %d%s), accepted %d, %s -> %d new token%s\n", round, r->pos, tt, r->m, r->n,
             cut, r->acc, r->eog_stop ? "stopped at an accepted end-of-generation draft" : r->m == 0 ? "+1 verifier token (no drafts: a plain step)"
             : r->acc == r->m ? "+1 bonus token" : "+1 verifier token",
             r->acc + !r->eog_stop, r->acc + !r->eog_stop == 1 ? "" : "s");
     if (r->m > 0)
         fprintf(stderr, "  %6s  %-24s %5s %6s | %-24s %6s %9s | %s\n", "pos", "draft", "p_q", "H_q", "verifier", "H_p", "z[d]-z[t]", "decision");
     for (int j = 0; r->m > 0 && j <= r->m; j++) {
-        const float *z = logits + (size_t)j * V;
+        const float *z = r->logits + (size_t)j * V;
         if (j < r->m) trace_token(tok, r->d[j].id, dt, sizeof dt);
         if (j >= r->rows) {   /* past the stop: drafted, never compared */
             if (j < r->m) fprintf(stderr, "  %6d  %s %5.2f %6.2f | %-24s %6s %9s | not reached\n", r->pos + 1 + j, trace_pad(dt, 24, p1, sizeof p1), r->d[j].p, r->d[j].H, "", "", "");
@@ -5360,110 +5638,111 @@ static void trace_round(const TraceRound *r, const float *logits, int V, const T
     fputc('\n', stderr);
 }
 
-static void generate_draft_self(Ctx *ctx, Sampler *smp, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt,
-                                const Args *a, Stats *stats, TestDrafts *td, StateCheck *chk) {
-    const Model *m = ctx->m;
-    const Config *c = &m->c;
-    int V = c->n_vocab, cap = ctx->sc.cap;
+/* 3. ACCEPT: walk the verified rows; keep d_j while accept_draft says so; the first rejecting row
+ * commits the verifier's token t_j instead, the last row a bonus token when all m were kept; an
+ * accepted end-of-generation draft ends the round. */
+static void accept_round(Run *r, Round *rd) {
+    const Args *a = r->a;
+    int V = r->ctx->m->c.n_vocab;
+    rd->n_out = rd->acc = rd->rows = 0;
+    rd->eog_stop = false;
+    for (int j = 0; j <= rd->m; j++) {
+        const float *z = rd->logits + (size_t)j * V;
+        int t = sample(&r->smp, z, V);
+        bool relaxed = false;
+        rd->t[j] = t;
+        rd->relaxed[j] = false;
+        rd->rows = j + 1;
+        if (j < rd->m && accept_draft(z, t, &rd->d[j], a->accept_ratio, a->accept_delta, &relaxed)) {
+            rd->out[rd->n_out++] = rd->d[j].id;
+            rd->acc++;
+            rd->relaxed[j] = relaxed;
+            if (relaxed) {
+                r->stats.n_relaxed++;
+                fprintf(stderr, "clover: relaxed accept: row %d draft %d target %d ratio %.3f entropy %.3f\n", j, rd->d[j].id, t,
+                        expf(z[rd->d[j].id] - z[t]), rd->d[j].H);
+            }
+            if (is_eog(&r->eog, rd->d[j].id)) { rd->eog_stop = true; break; }
+            continue;
+        }
+        rd->out[rd->n_out++] = t;
+        break;
+    }
+}
+
+/* Print the round's committed tokens; true when generation is over (an end-of-generation token, or
+ * past -n). */
+static bool print_round(Run *r, const Round *rd) {
+    for (int i = 0; i < rd->n_out; i++) {
+        r->stats.n_predict++;
+        if (is_eog(&r->eog, rd->out[i])) return true;
+        print_colored(&r->pr, rd->out[i], i < rd->acc, r->a->color);
+    }
+    return r->a->n_predict >= 0 && r->stats.n_predict > r->a->n_predict;
+}
+
+/* --spec-type draft-self: rounds of draft, verify, accept, commit (README, "One draft-self round");
+ * td: where the drafts come from (the model, or test drafts); chk: a plain decoder to compare the
+ * committed state with after every round, or NULL. */
+static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
+    Ctx *ctx = r->ctx;
+    const Args *a = r->a;
+    const Config *c = &ctx->m->c;
+    Stats *stats = &r->stats;
+    int cap = ctx->sc.cap;
     int n_max = a->draft_n_max < c->block_size - 1 ? a->draft_n_max : c->block_size - 1;
     if (n_max > cap - 1) n_max = cap - 1;
-    float *logits = xmalloc(mul_size((size_t)(n_max + 1) * V, sizeof(float), "draft logits"));
-    int *batch = xmalloc((size_t)(n_max + 1) * sizeof(int)), *out = xmalloc((size_t)(n_max + 1) * sizeof(int));
-    Draft *d = xmalloc((size_t)(n_max + 1) * sizeof(Draft));
-    int *tv = xmalloc((size_t)(n_max + 1) * sizeof(int));            /* --trace: verifier token per row */
-    bool *rel = xmalloc((size_t)(n_max + 1) * sizeof(bool));         /* --trace: row accepted by the relaxed rule */
-    GdnLog log = {xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
-    GdnSave save = {xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
-    for (int il = 0; il < c->n_layer; il++) {
-        if (!m->layers[il].recurrent) continue;
-        log.u[il] = xmalloc((size_t)cap * c->conv_dim * sizeof(float));
-        log.g[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
-        log.beta[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
-        save.ring[il] = xmalloc(ring_floats(c) * sizeof(float));
-        save.S[il] = xmalloc(S_floats(c) * sizeof(float));
-    }
+    Round rd;
+    round_init(&rd, ctx->m, n_max, cap);
     double t0 = now_seconds();
-    prefill(ctx, prompt, n_prompt - 1, logits, NULL);
+    prefill(ctx, prompt, n_prompt - 1, rd.logits, NULL);
     stats->t_encode = now_seconds() - t0;
     stats->n_encoded = n_prompt;
     int id_last = prompt[n_prompt - 1];
     bool done = false;
     t0 = now_seconds();
     while (!done && ctx->st.n_past < ctx->st.n_ctx) {
-        int n = n_max, room = ctx->st.n_ctx - ctx->st.n_past - 2;
-        if (room < n) n = room;
-        if (a->n_predict >= 0 && a->n_predict - stats->n_predict - 1 < n) n = a->n_predict - stats->n_predict - 1;
-        if (n < 0) n = 0;
-        /* 1. draft */
+        rd.pos = ctx->st.n_past;
+        rd.id_last = id_last;
+        rd.n = n_max;   /* as many as fit before -c and -n */
+        if (ctx->st.n_ctx - ctx->st.n_past - 2 < rd.n) rd.n = ctx->st.n_ctx - ctx->st.n_past - 2;
+        if (a->n_predict >= 0 && a->n_predict - stats->n_predict - 1 < rd.n) rd.n = a->n_predict - stats->n_predict - 1;
+        if (rd.n < 0) rd.n = 0;
+        /* 1. DRAFT: a preview pass over [id_last, MASK x n] (or test drafts) */
         double td0 = now_seconds();
-        int m_drafts = 0;
-        if (n > 0 && td->kind == DRAFTS_MODEL) m_drafts = draft_block(ctx, a, eog, id_last, n, d, batch, logits);
-        else if (n > 0 && td->kind == DRAFTS_RANDOM) {
-            for (int j = 0; j < n; j++) d[j] = (Draft){(int)(random_uniform(&td->rng) * V) % V, 1, 0};
-            m_drafts = n;
-        } else if (n > 0) {
-            for (int j = 0; j < n && stats->n_predict + j < td->n_truth; j++, m_drafts++) d[j] = (Draft){td->truth[stats->n_predict + j], 1, 0};
-        }
+        rd.m = rd.n == 0 ? 0 : td->kind == DRAFTS_MODEL ? draft_block(ctx, a, &r->eog, id_last, rd.n, rd.d, rd.batch, rd.logits)
+                                                        : test_drafts(td, rd.n, stats->n_predict, c->n_vocab, rd.d);
         stats->t_draft += now_seconds() - td0;
-        /* 2. verify, in decoding order, logging the GDN inputs for the rollback */
+        /* 2. VERIFY: save the GDN state; one causal batch [id_last, d_1 .. d_m], in decoding order,
+         * every row's logits, the GDN inputs logged for the rollback */
         double tv0 = now_seconds();
-        int n_past0 = ctx->st.n_past;
-        batch[0] = id_last;
-        for (int j = 0; j < m_drafts; j++) batch[j + 1] = d[j].id;
-        gdn_save(m, &ctx->st, &save, false);
-        forward_batch(ctx, batch, m_drafts + 1, logits, true, &log, false);
-        /* 3. accept */
-        int n_out = 0, acc = 0, rows = 0;
-        bool eog_stop = false;
-        for (int j = 0; j <= m_drafts; j++) {
-            const float *z = logits + (size_t)j * V;
-            int t = sample(smp, z, V);
-            bool relaxed = false;
-            tv[j] = t;
-            rel[j] = false;
-            rows = j + 1;
-            if (j < m_drafts && accept_draft(z, t, &d[j], a->accept_ratio, a->accept_delta, &relaxed)) {
-                out[n_out++] = d[j].id;
-                acc++;
-                rel[j] = relaxed;
-                if (relaxed) {
-                    stats->n_relaxed++;
-                    fprintf(stderr, "clover: relaxed accept: row %d draft %d target %d ratio %.3f entropy %.3f\n", j, d[j].id, t,
-                            expf(z[d[j].id] - z[t]), d[j].H);
-                }
-                if (is_eog(eog, d[j].id)) { eog_stop = true; break; }
-                continue;
-            }
-            out[n_out++] = t;
-            break;
-        }
-        if (a->trace) {
-            TraceRound tr = {stats->n_rounds + 1, n_past0, id_last, n, m_drafts, acc, d, tv, rows, rel, eog_stop};
-            trace_round(&tr, logits, V, pr->tok, a, eog);
-        }
-        /* 4. commit */
-        if (acc < m_drafts) rollback(ctx, &save, &log, n_past0, acc);
+        rd.batch[0] = id_last;
+        for (int j = 0; j < rd.m; j++) rd.batch[j + 1] = rd.d[j].id;
+        gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);
+        forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, &rd.log);
+        /* 3. ACCEPT */
+        accept_round(r, &rd);
+        if (a->trace) trace_round(&rd, stats->n_rounds + 1, c->n_vocab, r->pr.tok, a, &r->eog);
+        /* 4. COMMIT: the KV rows of the a + 1 new tokens stay; the GDN layers roll back and replay them */
+        if (rd.acc < rd.m) rollback(ctx, &rd.save, &rd.log, rd.pos, rd.acc);
         stats->t_verify += now_seconds() - tv0;
-        stats->n_drafted += m_drafts;
-        stats->n_accept += acc;
+        stats->n_drafted += rd.m;
+        stats->n_accept += rd.acc;
         stats->n_rounds++;
-        if (chk) check_state(chk, ctx, batch, acc + 1);
-        for (int i = 0; i < n_out; i++) {
-            stats->n_predict++;
-            if (is_eog(eog, out[i])) { done = true; break; }
-            print_colored(pr, out[i], i < acc, a->color);
-        }
-        id_last = out[n_out - 1];
-        if (a->n_predict >= 0 && stats->n_predict > a->n_predict) done = true;
+        if (chk) check_state(chk, ctx, rd.batch, rd.acc + 1);
+        done = print_round(r, &rd);
+        id_last = rd.out[rd.n_out - 1];
     }
     stats->t_decode = now_seconds() - t0;
-    free(logits);
 }
 
 /* --diffusion (clover.md 4): fill a block of block_size masks by repeated preview passes,
  * unmasking every position whose top-1 probability reaches the threshold (at least the most
  * confident one), then commit the block causally; stop at the first end-of-generation token. */
-static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const int *prompt, int n_prompt, const Args *a, Stats *stats) {
+static void generate_diffusion(Run *r, const int *prompt, int n_prompt) {
+    Ctx *ctx = r->ctx;
+    const Args *a = r->a;
+    Stats *stats = &r->stats;
     const Config *c = &ctx->m->c;
     int V = c->n_vocab, B = c->block_size < ctx->sc.cap ? c->block_size : ctx->sc.cap;
     float *logits = xmalloc(mul_size((size_t)B * V, sizeof(float), "diffusion logits"));
@@ -5483,7 +5762,7 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
         if (n <= 0) break;
         for (int j = 0; j < n; j++) block[j] = c->mask_id;
         for (int masked = n; masked > 0;) {
-            forward_batch(ctx, block, n, logits, true, NULL, true);
+            forward_preview(ctx, block, n, logits);
             passes++;
             int best_j = -1, best_id = 0, ids[n];
             float best_p = -1, p[n], H;
@@ -5499,9 +5778,9 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
         }
         int keep = n;
         for (int j = 0; j < n; j++)
-            if (is_eog(eog, block[j]) || (a->n_predict >= 0 && stats->n_predict + j >= a->n_predict)) { keep = j; done = true; break; }
+            if (is_eog(&r->eog, block[j]) || (a->n_predict >= 0 && stats->n_predict + j >= a->n_predict)) { keep = j; done = true; break; }
         prefill(ctx, block, keep, last, NULL);
-        for (int j = 0; j < keep; j++) print_token(pr, block[j]);
+        for (int j = 0; j < keep; j++) print_token(&r->pr, block[j]);
         stats->n_predict += keep;
         blocks++;
     }
@@ -5513,152 +5792,53 @@ static void generate_diffusion(Ctx *ctx, const EogSet *eog, Printer *pr, const i
     free(last);
 }
 
-#ifdef CLOVER_CUDA
-bool gpu_init(char *info, size_t n);   /* clover.cu */
-#endif
-
 #ifndef TESTING
+/* parse -> load -> run */
 int main(int argc, char **argv) {
     Args a = parse_args(argc, argv);
     static Model m;
     model_load(&m, a.model);
-    const Config *c = &m.c;
     Tokenizer tok;
     EogSet eog;
     tokenizer_load(&tok, &eog, &m);
-
-    /* the prompt: token ids, or text (a prompt file loses one trailing newline, as upstream) */
-    int n_prompt = 0, *prompt;
-    if (a.tokens) prompt = parse_ids(a.tokens, c->n_vocab, &n_prompt);
-    else {
-        size_t len;
-        /* no token is longer than 1 KiB of text, so a prompt that fits in -b is at most that per token */
-        char *text = a.prompt_file ? read_file(a.prompt_file, mul_size((size_t)a.n_batch, 1024, "prompt size"), &len) : strdup(a.prompt);
-        if (!text) fatal("out of memory");
-        if (a.prompt) len = strlen(text);
-        if (a.prompt_file && len > 0 && text[len - 1] == '\n') len--;
-        if (a.chat) {
-            const char *pre = "<|im_start|>user\n", *post = "<|im_end|>\n<|im_start|>assistant\n<think>\n";
-            char *w = xmalloc(strlen(pre) + len + strlen(post) + 1);
-            sprintf(w, "%s%.*s%s", pre, (int)len, text, post);
-            free(text);
-            text = w;
-            len = strlen(w);
-        }
-        prompt = tokenizer_encode(&tok, text, len, true, &n_prompt);
-        if (!prompt) fatal("out of memory tokenizing the prompt");
-        free(text);
-    }
+    int n_prompt = 0, *prompt = read_prompt(&a, &tok, m.c.n_vocab, &n_prompt);
     if (a.tokenize) {
         for (int i = 0; i < n_prompt; i++) printf("%s%d", i ? "," : "", prompt[i]);
         printf("\n");
         return 0;
     }
-    if (n_prompt == 0) fatal("the prompt is empty; give some text with -p or -f");
-    int n_ctx = a.n_ctx ? a.n_ctx : c->n_ctx_train;
-    if (n_ctx > c->n_ctx_train) fatal("-c %d is beyond the model's context length %d; use -c %d or less", n_ctx, c->n_ctx_train, c->n_ctx_train);
-    if (n_prompt > a.n_batch) fatal("the prompt has %d tokens, more than the batch size -b %d; raise -b", n_prompt, a.n_batch);
-    if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
-#ifdef CLOVER_CUDA
-    if (a.n_gpu_layers > 0) {   /* clover.cu: device bring-up only so far; layers stay on the CPU */
-        char info[256];
-        if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a.n_gpu_layers, info);
-        fprintf(stderr, "clover: GPU %s found; the GPU kernels are not written yet, all layers run on the CPU\n", info);
-    }
-#else
-    if (a.n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a.n_gpu_layers);
-#endif
-
-    bool draft_self = !strcmp(a.spec_type, "draft-self");
-    if ((draft_self || a.diffusion || a.preview_block) && c->mask_id < 0)
-        fatal("%s: %s needs a clover_moe model with a mask token (%s); this %s file has none",
-              a.model, a.diffusion ? "--diffusion" : a.preview_block ? "--preview-block" : "--spec-type draft-self", KEY_MASK_ID, c->arch);
-    if ((draft_self || a.diffusion || a.preview_block) && strcmp(c->arch, "clover_moe"))
-        fatal("%s: block diffusion needs a clover_moe model; this is %s (plain causal decoding works with --spec-type none)", a.model, c->arch);
-    int n_block = 0, *block = a.preview_block ? parse_ids(a.preview_block, c->n_vocab, &n_block) : NULL;
+    int n_ctx = check_run(&a, &m.c, n_prompt);
+    int n_block = 0, *block = a.preview_block ? parse_ids(a.preview_block, m.c.n_vocab, &n_block) : NULL;
     if (a.preview_block && (!a.dump_logits || n_block == 0)) fatal("--preview-block needs --dump-logits FILE and at least one id");
     if (n_prompt + n_block > n_ctx) fatal("the prompt and the preview block (%d tokens) do not fit in -c %d", n_prompt + n_block, n_ctx);
-
-    static Ctx ctx;
-    ctx.m = &m;
-    ctx.n_threads = a.n_threads;
-    ctx.n_threads_batch = a.n_threads_batch;
-    ctx.dump_dir = a.dump_tensors;
-    if (ctx.dump_dir) make_dirs(ctx.dump_dir);
-    static Dumps dumps;
-    ctx.dumps = &dumps;
-    if (regcomp(&ctx.dump_filter, a.dump_filter ? a.dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
-        fatal("--dump-filter '%s' is not a valid regular expression", a.dump_filter);
-    int cap = a.n_ubatch;   /* rows per batch: a ubatch, a verify batch, a diffusion block */
-    if (draft_self && a.draft_n_max + 1 > cap) cap = a.draft_n_max + 1 < c->block_size ? a.draft_n_max + 1 : c->block_size;
-    if ((a.diffusion || draft_self) && c->block_size > cap) cap = c->block_size;
-    if (n_block > cap) cap = n_block;
-    int n_threads = a.n_threads > a.n_threads_batch ? a.n_threads : a.n_threads_batch;
+    gpu_note(&a);
     FILE *fp = a.dump_logits ? fopen(a.dump_logits, "wb") : NULL;   /* fail before the big allocations */
     if (a.dump_logits && !fp) fatal("cannot write '%s': %s", a.dump_logits, strerror(errno));
-    size_t logits_floats = mul_size(fp ? (size_t)cap : 1, (size_t)c->n_vocab, "logits");
-    memory_plan(&m, &a, n_ctx, cap, n_threads, logits_floats);
-    pool_init(&ctx.pool, n_threads);
-    state_init(&ctx.st, &m, n_ctx, a.k_type, a.v_type);
-    scratch_init(&ctx.sc, c, cap, n_ctx, ctx.pool.n_threads);
+    int cap = batch_rows(&a, &m.c, n_block);
+    static Ctx ctx;
+    ctx_init(&ctx, &m, &a, n_ctx, cap, fp ? cap : 1);
 
     if (fp) {
-        float *logits = xmalloc(mul_size(logits_floats, sizeof(float), "logits"));
-        if (!block) prefill(&ctx, prompt, n_prompt, logits, fp);
-        else {   /* commit the prompt, then one preview pass over the block right after it */
-            prefill(&ctx, prompt, n_prompt, logits, NULL);
-            forward_batch(&ctx, block, n_block, logits, true, NULL, true);
-            if (fwrite(logits, sizeof(float) * (size_t)c->n_vocab, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
-        }
+        write_logits(&ctx, fp, prompt, n_prompt, block, n_block);
         if (fclose(fp) != 0) fatal("writing '%s': %s", a.dump_logits, strerror(errno));
         dump_index(&ctx);
         return 0;
     }
-
-    Sampler smp = {a.temp, a.top_p, a.top_k, 0, xmalloc((size_t)c->n_vocab * sizeof(int)), xmalloc((size_t)c->n_vocab * sizeof(float))};
-    uint64_t seed = a.seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a.seed;
-    smp.rng = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
-    Printer pr = {&tok, a.utf8_replace, {{0}, 0}};
-    for (int i = 0; i < n_prompt; i++) print_token(&pr, prompt[i]);
-    Stats stats = {0};
-    if (a.diffusion) generate_diffusion(&ctx, &eog, &pr, prompt, n_prompt, &a, &stats);
-    else if (!draft_self) generate_causal(&ctx, &smp, &eog, &pr, prompt, n_prompt, &a, &stats);
+    Run r;
+    run_init(&r, &ctx, &a, &tok, &eog, prompt, n_prompt);
+    if (a.diffusion) generate_diffusion(&r, prompt, n_prompt);
+    else if (strcmp(a.spec_type, "draft-self")) generate_causal(&r, prompt, n_prompt);
     else {
-        TestDrafts td = {DRAFTS_MODEL, NULL, 0, seed + 1};
-        static Ctx shadow;   /* test only: a plain causal decoder over the same model */
-        StateCheck chk = {&shadow, 0};
-        if (a.test_drafts || a.test_check_state) {
-            shadow = ctx;   /* shares the model; runs on the calling thread only */
-            shadow.n_threads = shadow.n_threads_batch = 1;
-            pool_init(&shadow.pool, 1);
-            state_init(&shadow.st, &m, n_ctx, a.k_type, a.v_type);
-            scratch_init(&shadow.sc, c, cap, n_ctx, ctx.pool.n_threads);
-        }
-        if (a.test_drafts && !strcmp(a.test_drafts, "random")) td.kind = DRAFTS_RANDOM;
-        if (a.test_drafts && !strcmp(a.test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
-            Sampler greedy = smp;
-            greedy.temp = 0;
-            int limit = a.n_predict >= 0 && a.n_predict < n_ctx ? a.n_predict + 1 : n_ctx;   /* -n N runs N+1 */
-            int *truth = xmalloc((size_t)limit * sizeof(int));
-            float *z = xmalloc((size_t)c->n_vocab * sizeof(float));
-            prefill(&shadow, prompt, n_prompt - 1, z, NULL);
-            int last = prompt[n_prompt - 1];
-            while (td.n_truth < limit && shadow.st.n_past < n_ctx) {
-                forward_batch(&shadow, &last, 1, z, false, NULL, false);
-                last = truth[td.n_truth++] = sample(&greedy, z, c->n_vocab);
-            }
-            td.kind = DRAFTS_TRUTH;
-            td.truth = truth;
-            state_init(&shadow.st, &m, n_ctx, a.k_type, a.v_type);
-        }
-        if (a.test_check_state) prefill(&shadow, prompt, n_prompt - 1, NULL, NULL);
-        generate_draft_self(&ctx, &smp, &eog, &pr, prompt, n_prompt, &a, &stats, &td, a.test_check_state ? &chk : NULL);
+        TestDrafts td;
+        StateCheck chk;
+        test_setup(&r, prompt, n_prompt, &td, &chk);
+        generate_draft_self(&r, prompt, n_prompt, &td, a.test_check_state ? &chk : NULL);
         if (a.test_check_state) fprintf(stderr, "state check: %d rounds identical to plain causal decoding\n", chk.rounds);
     }
-    utf8_stream_flush(&pr.utf8, stdout);
+    utf8_stream_flush(&r.pr.utf8, stdout);
     printf("\n");
     fflush(stdout);
-    print_stats(&a, &stats);
+    print_stats(&a, &r.stats);
     dump_index(&ctx);
     return 0;
 }

@@ -48,10 +48,10 @@ static Times clover_run(Ctx *ctx, const int *ids, int P, int N, int V, float *lo
     prefill(ctx, ids, P, logits, NULL);
     t.prefill = now_seconds() - t0;
     t0 = now_seconds();
-    for (int i = 0; i < N; i++) forward_batch(ctx, ids + P + i, 1, logits, false, NULL, false);
+    for (int i = 0; i < N; i++) forward_causal(ctx, ids + P + i, 1, logits, 1);
     t.decode = now_seconds() - t0;
     t0 = now_seconds();
-    forward_batch(ctx, ids + P + N, V, logits, true, NULL, false);
+    forward_causal(ctx, ids + P + N, V, logits, V);
     t.verify = now_seconds() - t0;
     return t;
 }
@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
     ctx.m = &m;
     ctx.n_threads = ctx.n_threads_batch = threads;
     int cap = P > V ? P : V;
-    pool_init(&ctx.pool, threads);
+    ctx.pool = pool_new(threads);
     state_init(&ctx.st, &m, n_ctx, T_F16, T_F16);
     scratch_init(&ctx.sc, c, cap, n_ctx, threads);
     float *logits = xmalloc((size_t)cap * c->n_vocab * sizeof(float));
@@ -206,7 +206,7 @@ int main(int argc, char **argv) {
             printf("%-4d %-10s %12.2f %12.2f %12.1f %12.2f\n", r, k ? "llama.cpp" : "clover", *out[k][0], *out[k][1],
                    1e3 * tt[k]->verify, tt[k]->verify / (tt[k]->decode / N));
         }
-        bws[r] = memory_bandwidth(&ctx.pool, stream, n_stream);
+        bws[r] = memory_bandwidth(ctx.pool, stream, n_stream);
         ratio[0][r] = cr[0][r] / lr[0][r];
         ratio[1][r] = cr[1][r] / lr[1][r];
         ratio[2][r] = tc.verify / (tc.decode / N);   /* verify cost in decode steps */

@@ -53,18 +53,18 @@ static void load(const uint8_t *data, size_t size) {
     memset(&ctx, 0, sizeof ctx);
     ctx.m = &m;
     ctx.n_threads = ctx.n_threads_batch = 1;
-    pool_init(&ctx.pool, 1);
+    ctx.pool = pool_new(1);
     state_init(&ctx.st, &m, n_ctx, T_F16, T_BF16);
     scratch_init(&ctx.sc, &m.c, cap, n_ctx, 1);
     int V = m.c.n_vocab, toks[3] = {0, V / 2, V - 1};
     float *logits = xmalloc(mul_size((size_t)cap * V, sizeof(float), "logits"));
     ctx.tile_order = true;
-    forward_batch(&ctx, toks, 3, logits, true, NULL, false);
+    forward_causal(&ctx, toks, 3, logits, 3);
     ctx.tile_order = false;
-    forward_batch(&ctx, toks, 1, logits, false, NULL, false);
+    forward_causal(&ctx, toks, 1, logits, 1);
     if (m.c.mask_id >= 0) {
         int block[2] = {toks[1], m.c.mask_id};
-        forward_batch(&ctx, block, 2, logits, true, NULL, true);
+        forward_preview(&ctx, block, 2, logits);
     }
     Sampler smp = {0.8f, 0.95f, 40, 1, xmalloc((size_t)V * sizeof(int)), xmalloc((size_t)V * sizeof(float))};
     sample(&smp, logits, V);

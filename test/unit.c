@@ -29,6 +29,9 @@ void dequantize_row_q8_K(const void *GGML_RESTRICT x, float *GGML_RESTRICT y, in
 
 static int n_pass, n_fail;
 
+/* whether kernels() chose the SIMD twins (not on a CPU without them, nor with CLOVER_SIMD=scalar) */
+static bool simd_chosen(void) { return kernels() != &KERNELS_PLAIN; }
+
 static void check(bool ok, const char *name, const char *fmt, ...) {
     if (ok) {
         printf("PASS %s\n", name);
@@ -397,8 +400,8 @@ static void test_dots(void) {
 /* Every kernel's SIMD twin against its scalar definition, bit for bit, over lengths with and
  * without tails and activations of every kind (the gemm kernel included). */
 static void test_simd_dots(void) {
-    const DotFn *simd = dots();
-    if (simd == DOT_SCALAR) {
+    const DotFn *simd = kernels()->dot;
+    if (!simd_chosen()) {
         check(true, "SIMD dots vs scalar (no SIMD kernels on this CPU or CLOVER_SIMD=scalar: skipped)", "");
         return;
     }
@@ -424,12 +427,12 @@ static void test_simd_dots(void) {
                     for (int64_t i = 0; i < n; i++) ((uint16_t *)w)[i] = ggml_fp32_to_bf16(rnd_normal() * expf(rnd_uniform(-8, 8))).bits;
                 activation_row(x, n, rep % 5 == 3 ? 0 : rep % 5);
                 quantize_row(type, x, act, n);
-                float a = DOT_SCALAR[k](w, act, n), b = simd[k](w, act, n);
+                float a = KERNELS_PLAIN.dot[k](w, act, n), b = simd[k](w, act, n);
                 n_checks++;
                 if (memcmp(&a, &b, 4) && bad++ == 0)
                     snprintf(detail, sizeof detail, "n=%lld: scalar %.9g, simd %.9g", (long long)n, a, b);
                 /* the multi-row kernel on R rows (row r: this activation scaled by r + 1, requantized) */
-                DotRowsFn rows = dot_rows()[k];
+                DotRowsFn rows = kernels()->dot_rows[k];
                 size_t stride = row_bytes(dot_type(type), n);
                 for (int R = 1; rows && R <= MAX_ROWS; R++) {
                     for (int r = 0; r < R; r++) {
@@ -444,7 +447,7 @@ static void test_simd_dots(void) {
                         rows(w, packed, stride, R, n, out);
                     } else rows(w, rows_act, stride, R, n, out);
                     for (int r = 0; r < R; r++) {
-                        float want = DOT_SCALAR[k](w, rows_act + r * stride, n);
+                        float want = KERNELS_PLAIN.dot[k](w, rows_act + r * stride, n);
                         n_checks++;
                         if (memcmp(&want, &out[r], 4) && bad++ == 0)
                             snprintf(detail, sizeof detail, "n=%lld, %d rows, row %d: scalar %.9g, simd %.9g", (long long)n, R, r, want, out[r]);
@@ -540,8 +543,8 @@ static void test_simd_forward(void) {
             for (int i = 0; i < (K - 1) * c.conv_dim; i++) ring[i] = rnd_normal();
             for (int i = 0; i < T * c.conv_dim; i++) u[i] = rnd_normal();
             L.conv = w;
-            gdn_conv(&c, &L, ring, u, T, 3, 290, y1);
-            gdn_conv_avx2(&c, &L, ring, u, T, 3, 290, y2);
+            gdn_conv(L.conv, c.d_conv, c.conv_dim, ring, u, T, 3, 290, y1);
+            gdn_conv_avx2(L.conv, c.d_conv, c.conv_dim, ring, u, T, 3, 290, y2);
             n_checks++;
             if (memcmp(y1, y2, (size_t)T * c.conv_dim * 4) && bad++ == 0) snprintf(detail, sizeof detail, "conv K=%d T=%d", K, T);
             free(w), free(ring), free(u), free(y1), free(y2);
