@@ -4874,6 +4874,7 @@ typedef struct {
     bool tokenize, chat, color, diffusion;
     bool trace;                /* --trace: one block per draft-self round on stderr */
     bool utf8_replace;         /* --utf8-replace: print valid UTF-8 only (else the tokens' raw bytes) */
+    bool draft_adaptive;       /* --spec-draft-adaptive: each round drafts as many tokens as pay (draft_size) */
     float diffusion_threshold;
 } Args;
 
@@ -4888,6 +4889,7 @@ static void usage(void) {
         "  --temp X --top-k N --top-p X --seed N   sampling (greedy: --temp 0 or --top-k 1)\n"
         "  --spec-type none|draft-self  --spec-draft-n-max N --spec-draft-n-min N --spec-draft-p-min P\n"
         "  --spec-draft-steps N --spec-accept-ratio R --spec-accept-delta D    self-speculative decoding\n"
+        "  --spec-draft-adaptive     draft-self: each round drafts as many tokens (up to n-max) as pay, from measured costs\n"
         "  --diffusion --diffusion-threshold P       native block-diffusion generation\n"
         "  --chat                    wrap the prompt in the chat template (thinking on)\n"
         "  --color on|off            mark accepted drafts in the output\n"
@@ -4986,6 +4988,7 @@ static Args parse_args(int argc, char **argv) {
             else if (!strcmp(f, "--test-check-state")) a.test_check_state = true;
             else if (!strcmp(f, "--trace")) a.trace = true;
             else if (!strcmp(f, "--utf8-replace")) a.utf8_replace = true;
+            else if (!strcmp(f, "--spec-draft-adaptive")) a.draft_adaptive = true;
             else fatal("unknown argument '%s'; see --help", f);
         }
         if (takes) {
@@ -5001,6 +5004,8 @@ static Args parse_args(int argc, char **argv) {
     if (a.n_ubatch > a.n_batch) a.n_ubatch = a.n_batch;
     if (a.test_drafts && strcmp(a.test_drafts, "random") && strcmp(a.test_drafts, "truth"))
         fatal("--test-drafts '%s': use random or truth", a.test_drafts);
+    if (a.draft_adaptive && a.accept_ratio > 0 && a.accept_ratio < 1 && a.accept_delta >= 0)
+        fatal("--spec-draft-adaptive needs the exact rule: with --spec-accept-ratio and --spec-accept-delta the text would depend on timing");
     return a;
 }
 
@@ -5684,6 +5689,58 @@ static bool print_round(Run *r, const Round *rd) {
 /* --spec-type draft-self: rounds of draft, verify, accept, commit (README, "One draft-self round");
  * td: where the drafts come from (the model, or test drafts); chk: a plain decoder to compare the
  * committed state with after every round, or NULL. */
+/* --spec-draft-adaptive: how many tokens a round drafts. A round of n drafts, each accepted with
+ * probability q once the ones before it were, commits 1 + q + ... + q^n tokens on average and costs
+ * a preview and a verify batch of n + 1 rows, modelled as t(n + 1 rows) = step + n row: plain
+ * decoding (n = 0) commits 1 token per step. The round drafts the n <= n_max with the most tokens
+ * per second, from running means of the measured times and of q (accepted over tried: a round that
+ * accepts a of m tried a + 1 drafts, a if all were accepted). Unmeasured costs are measured first:
+ * a plain step, then a probe of PROBE drafts. While plain decoding wins, a probe every `interval`
+ * rounds (doubling up to 256) keeps q current at little cost. Any n keeps the exact rule lossless. */
+enum { PROBE = 2 };
+typedef struct {
+    double step, preview_row, verify_row;   /* seconds; < 0: not measured yet */
+    double accepted, tried;                 /* drafts, over every drafted round */
+    int plain_rounds, interval;             /* rounds since the last drafted one; probe period */
+} Adaptive;
+
+static double running_mean(double mean, double x) { return mean < 0 ? x : 0.75 * mean + 0.25 * x; }
+
+static int draft_size(Adaptive *ad, int n_max) {
+    if (n_max == 0 || ad->step < 0) return 0;
+    if (ad->preview_row < 0 || ad->tried == 0) return n_max < PROBE ? n_max : PROBE;
+    double q = ad->accepted / ad->tried, tokens = 1, qn = 1, best_rate = 1 / ad->step;
+    int best = 0;
+    for (int n = 1; n <= n_max; n++) {
+        qn *= q;
+        tokens += qn;
+        double rate = tokens / (2 * ad->step + n * (ad->preview_row + ad->verify_row));
+        if (rate > best_rate) best_rate = rate, best = n;
+    }
+    if (best > 0) {
+        ad->plain_rounds = 0;
+        ad->interval = 8;
+        return best;
+    }
+    if (++ad->plain_rounds < ad->interval) return 0;
+    ad->plain_rounds = 0;
+    if (ad->interval < 256) ad->interval *= 2;
+    return n_max < PROBE ? n_max : PROBE;
+}
+
+/* What a round measured: its preview and verify times, m drafts of which acc were accepted. */
+static void draft_costs(Adaptive *ad, double t_draft, double t_verify, int m, int acc) {
+    if (m == 0) {
+        ad->step = running_mean(ad->step, t_verify);
+        return;
+    }
+    double row_p = (t_draft - ad->step) / m, row_v = (t_verify - ad->step) / m;
+    ad->preview_row = running_mean(ad->preview_row, row_p > 0 ? row_p : 0);
+    ad->verify_row = running_mean(ad->verify_row, row_v > 0 ? row_v : 0);
+    ad->accepted += acc;
+    ad->tried += acc < m ? acc + 1 : acc;
+}
+
 static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
     Ctx *ctx = r->ctx;
     const Args *a = r->a;
@@ -5700,11 +5757,12 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
     stats->n_encoded = n_prompt;
     int id_last = prompt[n_prompt - 1];
     bool done = false;
+    Adaptive ad = {-1, -1, -1, 0, 0, 0, 8};
     t0 = now_seconds();
     while (!done && ctx->st.n_past < ctx->st.n_ctx) {
         rd.pos = ctx->st.n_past;
         rd.id_last = id_last;
-        rd.n = n_max;   /* as many as fit before -c and -n */
+        rd.n = a->draft_adaptive ? draft_size(&ad, n_max) : n_max;   /* as many as fit before -c and -n */
         if (ctx->st.n_ctx - ctx->st.n_past - 2 < rd.n) rd.n = ctx->st.n_ctx - ctx->st.n_past - 2;
         if (a->n_predict >= 0 && a->n_predict - stats->n_predict - 1 < rd.n) rd.n = a->n_predict - stats->n_predict - 1;
         if (rd.n < 0) rd.n = 0;
@@ -5712,7 +5770,8 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
         double td0 = now_seconds();
         rd.m = rd.n == 0 ? 0 : td->kind == DRAFTS_MODEL ? draft_block(ctx, a, &r->eog, id_last, rd.n, rd.d, rd.batch, rd.logits)
                                                         : test_drafts(td, rd.n, stats->n_predict, c->n_vocab, rd.d);
-        stats->t_draft += now_seconds() - td0;
+        double t_draft = now_seconds() - td0;
+        stats->t_draft += t_draft;
         /* 2. VERIFY: save the GDN state; one causal batch [id_last, d_1 .. d_m], in decoding order,
          * every row's logits, the GDN inputs logged for the rollback */
         double tv0 = now_seconds();
@@ -5725,7 +5784,9 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
         if (a->trace) trace_round(&rd, stats->n_rounds + 1, c->n_vocab, r->pr.tok, a, &r->eog);
         /* 4. COMMIT: the KV rows of the a + 1 new tokens stay; the GDN layers roll back and replay them */
         if (rd.acc < rd.m) rollback(ctx, &rd.save, &rd.log, rd.pos, rd.acc);
-        stats->t_verify += now_seconds() - tv0;
+        double t_verify = now_seconds() - tv0;
+        stats->t_verify += t_verify;
+        draft_costs(&ad, t_draft, t_verify, rd.m, rd.acc);
         stats->n_drafted += rd.m;
         stats->n_accept += rd.acc;
         stats->n_rounds++;

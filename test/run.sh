@@ -1009,6 +1009,24 @@ test_drafts() {
         fail "$name" "$(why)"
     fi
 
+    # 3b. --spec-draft-adaptive drafts only as many tokens as pay, from measured times: whatever it
+    # chooses, the exact rule prints plain decoding's text; true-continuation drafts pay (every
+    # round's cost is then the verify batch alone), so it drafts, and every draft is accepted
+    clover -m "$DM_A" --tokens "$DRAFT_PROMPT" -n 60 --temp 0 -ctk f32 -ctv f32 > "$TMP/ad.want" || fail "drafts/adaptive" "$(why)"
+    for args in "--test-drafts truth" "--test-drafts random" ""; do
+        for n in 3 15; do
+            name="drafts/--spec-draft-adaptive${args:+ $args}, n_max $n: text unchanged"
+            # shellcheck disable=SC2086
+            same_as_none "$name" "$DM_A" "$TMP/ad.want" -n 60 --spec-draft-n-max "$n" --spec-draft-adaptive $args || continue
+            acc=$(stat_of n_accept) drf=$(stat_of n_drafted)
+            if [ "$args" = "--test-drafts truth" ] && ! { [ "${drf:-0}" -gt 0 ] && [ "$acc" = "$drf" ]; }; then
+                fail "$name" "true drafts: n_accept $acc of n_drafted $drf (expected all accepted, some drafted)"
+            else
+                pass "$name ($acc of $drf accepted, $(rounds_of) rounds)"
+            fi
+        done
+    done
+
     # 4. the relaxed rule: deterministic, and every logged relaxed acceptance satisfies it
     for args in "A --spec-accept-ratio 0.02 --spec-accept-delta 6.47" "C --spec-accept-ratio 0.05 --spec-accept-delta 0.5 --test-drafts random --seed 5"; do
         set -- $args
@@ -1397,6 +1415,7 @@ test_errors() {
     expect_error "negative token id" "id|token" -m "$m" --tokens 1,-2,3
     expect_error "malformed token list" "token|id|expected" -m "$m" --tokens 1,2x,3
     expect_error "unwritable --dump-logits" "cannot write|writ" -m "$m" --tokens 1,2 --dump-logits "$TMP/no/such/dir/x.bin"
+    expect_error "--spec-draft-adaptive with the relaxed rule" "needs the exact rule" -m "$m" -p hi --spec-type draft-self --spec-draft-adaptive --spec-accept-ratio 0.9 --spec-accept-delta 0.6
     touch "$TMP/afile"
     expect_error "--dump-tensors on a file" "not a folder" -m "$m" --tokens 1,2 --dump-logits "$TMP/x.bin" --dump-tensors "$TMP/afile/sub"
     expect_error "value out of range (-ub 0)" "range" -m "$m" --tokens 1,2 -ub 0
