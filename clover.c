@@ -5696,8 +5696,9 @@ static bool print_round(Run *r, const Round *rd) {
  * per second, from running means of the measured times and of q (accepted over tried: a round that
  * accepts a of m tried a + 1 drafts, a if all were accepted). Unmeasured costs are measured first:
  * a plain step, then a probe of PROBE drafts. While plain decoding wins, a probe every `interval`
- * rounds (doubling up to 256) keeps q current at little cost. Any n keeps the exact rule lossless. */
-enum { PROBE = 2 };
+ * rounds (16, doubling up to 1024) keeps q current at little cost. Any n keeps the exact rule
+ * lossless. */
+enum { PROBE = 1, FIRST_INTERVAL = 16, LAST_INTERVAL = 1024 };
 typedef struct {
     double step, preview_row, verify_row;   /* seconds; < 0: not measured yet */
     double accepted, tried;                 /* drafts, over every drafted round */
@@ -5719,12 +5720,12 @@ static int draft_size(Adaptive *ad, int n_max) {
     }
     if (best > 0) {
         ad->plain_rounds = 0;
-        ad->interval = 8;
+        ad->interval = FIRST_INTERVAL;
         return best;
     }
     if (++ad->plain_rounds < ad->interval) return 0;
     ad->plain_rounds = 0;
-    if (ad->interval < 256) ad->interval *= 2;
+    if (ad->interval < LAST_INTERVAL) ad->interval *= 2;
     return n_max < PROBE ? n_max : PROBE;
 }
 
@@ -5757,7 +5758,7 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
     stats->n_encoded = n_prompt;
     int id_last = prompt[n_prompt - 1];
     bool done = false;
-    Adaptive ad = {-1, -1, -1, 0, 0, 0, 8};
+    Adaptive ad = {-1, -1, -1, 0, 0, 0, FIRST_INTERVAL};
     t0 = now_seconds();
     while (!done && ctx->st.n_past < ctx->st.n_ctx) {
         rd.pos = ctx->st.n_past;
