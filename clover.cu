@@ -34,6 +34,7 @@
 // Every CUDA call is checked: a failure is one `clover: error:` line naming the call, exit 1.
 static void cuda_check(cudaError_t e, const char *call) {
     if (e == cudaSuccess) return;
+    fflush(stdout);
     fprintf(stderr, "clover: error: %s failed: %s\n", call, cudaGetErrorString(e));
     exit(1);
 }

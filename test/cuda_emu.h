@@ -61,6 +61,7 @@ static void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), 
 static void emu_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    fflush(stdout);   // what the program printed before comes first
     fprintf(stderr, "clover: error: cuda-emu: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
