@@ -66,20 +66,23 @@ N_VOCAB=1024              # build/gen's tiny vocabulary
 TYPES="f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m"
 
 # Where this CPU cannot run llama.cpp's reference variant (zen4), clover's logits are compared with
-# the variant loaded within SPREAD: the largest max-over-vocab |dlogp| between zen4 and any other
-# variant over the suite's logits and batch checks, measured on a machine that runs them all
-# (README "What is verified"), times 2; and an argmax agreement of 0.97.
-#        type    max |dlogp|
+# the variant loaded within SPREAD: twice (+1e-6) the largest median and max over positions of
+# max-over-vocab |dlogp| between zen4 and any of haswell, alderlake, skylakex, icelake,
+# cascadelake and cooperlake, over this suite's logits, batch and shapes checks, measured
+# 2026-12-01 on an Intel Xeon that runs them all (README "What is verified"; llama.cpp's logits
+# depend only on the variant, the model and the prompt, so these are the same on any machine);
+# and an argmax agreement of 0.9 (measured: 93.75% at worst).
+#        type    median   max
 SPREAD="
-         f32     2e-4
-         f16     2e-1
-         bf16    2e-1
-         q8_0    2e-4
-         q4_0    2e-4
-         q4_k    4e-1
-         q5_k    4e-1
-         q6_k    4e-1
-         q4_k_m  4e-1
+         f32     4.8e-6   2e-5
+         f16     3.4e-3   1.4e-2
+         bf16    2e-2     2.1e-1
+         q8_0    8.5e-2   1.23
+         q4_0    1e-6     7.5e-2
+         q4_k    6.4e-2   1.77
+         q5_k    6.8e-2   4.6e-1
+         q6_k    6.4e-2   1.3e-1
+         q4_k_m  2.1e-1   2.9e-1
 "
 # clover with itself: a prompt evaluated in ubatches of 1 and 7 rows vs one batch (-ub 512). Only
 # F32 weights: with quantized or F16/BF16 weights llama.cpp's own logits depend on the ubatch by
@@ -89,8 +92,8 @@ BATCH_TOL="
          f32     1e-4    1e-4   1.0
 "
 
-declare -A SPREAD_MAX
-while read -r t m; do [ -n "$t" ] && SPREAD_MAX[$t]=$m; done <<< "$SPREAD"
+declare -A SPREAD_MEDIAN SPREAD_MAX
+while read -r t m x; do [ -n "$t" ] && SPREAD_MEDIAN[$t]=$m SPREAD_MAX[$t]=$x; done <<< "$SPREAD"
 declare -A BMED BP99 BARG
 while read -r t m p a; do [ -n "$t" ] && BMED[$t]=$m BP99[$t]=$p BARG[$t]=$a; done <<< "$BATCH_TOL"
 
@@ -225,7 +228,7 @@ print("differ at byte %d of %d/%d: clover %r vs llama.cpp %r" % (i, len(a), len(
 # greedy_agreed MODEL TYPE PROMPT_IDS GEN_IDS: how many of the loaded variant's greedy ids GEN_IDS
 # llama.cpp's reference variant also picks (all of them against the reference variant itself). Where
 # this CPU cannot run the reference variant: the ids before the first step whose top-2 logit gap,
-# in the loaded variant, is below 2 SPREAD_MAX (a step the variants might decide differently).
+# in the loaded variant, is below twice SPREAD's max (a step the variants might decide differently).
 greedy_agreed() {
     local m=$1 t=$2 p=$3 g=$4 gr
     if [ "$VARIANT" = "$REFERENCE" ]; then
@@ -256,18 +259,20 @@ print(k)' "$TMP/gl.bin" $N_VOCAB "$p" "$g" "${SPREAD_MAX[$t]}"
 # check_greedy_text NAME MODEL TYPE PROMPT_IDS N: clover -n N (greedy, f32 cache) prints the text of
 # the prompt and llama.cpp's greedy continuation (N + 1 tokens: clover's -n counts as
 # llama-speculative-simple does), byte for byte; against a variant other than the reference one,
-# only as many tokens as greedy_agreed finds (none: nothing to compare, said so in the line)
+# only as many tokens as greedy_agreed finds (none: skipped, said so in a comment line)
 check_greedy_text() {
     local name=$1 m=$2 t=$3 ids=$4 n=$5 g k note=
     if ! g=$(ref -m "$m" --greedy "$ids" $((n + 1))) || ! k=$(greedy_agreed "$m" "$t" "$ids" "$g"); then
         fail "$name" "$(why)"
         return
     fi
+    local as_far="as far as $REFERENCE and $VARIANT agree"
+    [ -n "$REFERENCE_RUNS" ] || as_far="up to the first step within SPREAD of a tie"
     if [ "$k" -eq 0 ]; then
-        pass "$name (not compared: $REFERENCE and $VARIANT differ from the first token)"
+        echo "# skipped $name: nothing to compare $as_far"
         return
     elif [ "$k" -lt $((n + 1)) ]; then
-        note=" (first $k of $((n + 1)) tokens, as far as $REFERENCE and $VARIANT agree)"
+        note=" (first $k of $((n + 1)) tokens, $as_far)"
         n=$((k - 1))
         g=$(echo "$g" | cut -d, -f1-"$k")
     fi
@@ -286,7 +291,7 @@ check_greedy_text() {
 # the loaded variant). Against the reference variant: bit for bit. Against another one: no further
 # from THEIRS than the reference variant's own logits, which `build/ref REF_ARGS` writes to
 # $TMP/theirs_ref.bin (measured median, p99 and max |dlogp|, plus 10% and 1e-6; argmax agreement
-# minus 1%), or within SPREAD_MAX where this CPU cannot run the reference variant.
+# minus 1%), or within SPREAD where this CPU cannot run the reference variant.
 check_logits() {
     local name=$1 t=$2 mine=$3 theirs=$4 lim out spread
     shift 4
@@ -297,7 +302,7 @@ check_logits() {
         spread=$("$CMP" "$TMP/theirs_ref.bin" "$theirs" $N_VOCAB 2>&1) || { fail "$name" "cmp: $spread"; return; }
         lim=$(echo "$spread" | awk '{ printf "--median %.6g --p99 %.6g --max %.6g --argmax %.4f", $4 * 1.1 + 1e-6, $6 * 1.1 + 1e-6, $8 * 1.1 + 1e-6, $10 / 100 - 0.01 }')
     else
-        lim="--max ${SPREAD_MAX[$t]} --argmax 0.97"
+        lim="--median ${SPREAD_MEDIAN[$t]} --max ${SPREAD_MAX[$t]} --argmax 0.9"
     fi
     # shellcheck disable=SC2086
     if out=$("$CMP" "$mine" "$theirs" $N_VOCAB $lim 2>&1); then
@@ -613,23 +618,30 @@ test_draft() {
 # does not write are allowed only if they match DUMP_SKIP (README "Porting checklist" says why).
 DUMP_TOL=1e-4
 DUMP_SKIP='^(norm|conv_states|conv_states_reshaped|qkv_mixed_transposed|conv_state_last|conv_state_update|ffn_moe_argsort|kq|kq_soft_max|kqv)(-[0-9]+)?$|^h_nextn$'
-# check_dumps NAME MODEL IDS_FILE DIR: clover's and llama.cpp's --dump-tensors (DIR/mine, DIR/theirs)
-# and logits (DIR/mine.bin, DIR/theirs.bin) of the prompt in IDS_FILE in one batch, compared name by
-# name as the comment above says
+# check_dumps NAME MODEL TYPE IDS_FILE DIR: clover's and llama.cpp's --dump-tensors (DIR/mine,
+# DIR/theirs) and logits (DIR/mine.bin, DIR/theirs.bin) of the prompt in IDS_FILE in one batch,
+# compared name by name as the comment above says. Where this CPU cannot run the reference variant,
+# only F32 models are compared (measured: other variants' F32 tensors within 3e-6 of zen4's; those
+# of rounded activations drift by 1e-3 and more within a few layers, and routing flips follow).
 check_dumps() {
-    local name=$1 m=$2 ids=$3 d=$4 lim out
+    local name=$1 m=$2 t=$3 ids=$4 d=$5 lim out
     rm -rf "$d" && mkdir -p "$d/theirs" "$d/reference"
     if [ "$VARIANT" = "$REFERENCE" ]; then
         lim="--tol 0"
     elif [ -n "$REFERENCE_RUNS" ]; then
         ref_reference -m "$m" --logits "@$ids" "$d/reference.bin" --dump-tensors "$d/reference" > /dev/null || { fail "$name" "$(why)"; return; }
         lim="--tol $DUMP_TOL --spread $d/reference"
-    else
+    elif [ "$t" = f32 ]; then
         lim="--tol $DUMP_TOL"
+    else
+        echo "# skipped $name: $REFERENCE cannot run here, and $VARIANT's $t tensors differ from it"
+        lim=skip
     fi
     if ! clover -m "$m" --tokens "$(cat "$ids")" --dump-logits "$d/mine.bin" --dump-tensors "$d/mine" -ctk f32 -ctv f32 > /dev/null ||
         ! ref -m "$m" --logits "@$ids" "$d/theirs.bin" --dump-tensors "$d/theirs" > /dev/null; then
         fail "$name" "$(why)"
+    elif [ "$lim" = skip ]; then
+        return
     elif out=$(python3 test/dumpcmp.py "$d/mine" "$d/theirs" $lim --skip "$DUMP_SKIP" 2>&1); then
         pass "$name ($out)"
     else
@@ -643,7 +655,7 @@ test_dumps() {
     for t in f32 q8_0; do
         name="dumps/$t: clover --dump-tensors vs llama.cpp's callback tensors (prompt p1)"
         m=$(model "$t") || { fail "$name" "cannot generate the model"; continue; }
-        check_dumps "$name" "$m" "$TMP/p1.ids" "$TMP/d_$t"
+        check_dumps "$name" "$m" "$t" "$TMP/p1.ids" "$TMP/d_$t"
     done
     name="dumps/the comparison catches a wrong model (f32 dumps vs q8_0 reference must disagree)"
     if [ -f "$TMP/d_f32/mine/index.tsv" ] && [ -f "$TMP/d_q8_0/theirs/index.tsv" ] &&
@@ -705,7 +717,7 @@ test_shapes() {
         m=$(model "$t" 1 --shape "$shape" $opts) || { fail "shapes/$t $shape" "cannot generate the model"; continue; }
         name="shapes/$t $shape${opts:+ ($opts)}"
         n_vocab=$(echo "$opts" | sed -n 's/.*--vocab \([0-9]*\).*/\1/p')
-        check_dumps "$name: dumps" "$m" "$TMP/p2.ids" "$TMP/sh"
+        check_dumps "$name: dumps" "$m" "$t" "$TMP/p2.ids" "$TMP/sh"
         [ -f "$TMP/sh/mine.bin" ] && [ -f "$TMP/sh/theirs.bin" ] &&
             N_VOCAB=${n_vocab:-$N_VOCAB} check_logits "$name: logits" "$t" "$TMP/sh/mine.bin" "$TMP/sh/theirs.bin" -m "$m" --logits "@$TMP/p2.ids" "$TMP/theirs_ref.bin"
         check_greedy_text "$name: greedy" "$m" "$t" "$(cat "$TMP/p2.ids")" $([ "$shape" = real ] && echo 7 || echo 31)
