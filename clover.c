@@ -35,6 +35,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Float expressions are evaluated as written: a * b + c rounds twice, and a fused multiply-add is
+ * written as fmaf where llama.cpp's compiled code has one. GCC in ISO C mode (-std=c11) does not
+ * fuse on its own; clang does within an expression unless told not to. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* ============================================================================================== */
 /* 1. Errors and checked arithmetic                                                               */
 /* ============================================================================================== */
