@@ -1,6 +1,7 @@
 # clover.c — build and test.
 #   make          ./clover (CPU)
 #   make cuda     ./clover-cuda (CPU + GPU, needs nvcc)
+#   make cuda-emu build/clover-emu: clover.cu with clang++ and test/cuda_emu.h, kernels run on the CPU
 #   make test     the whole suite (installs llama.cpp, the oracle, on first use: test/setup-llama.sh)
 #   make bench    speed vs llama.cpp on real-shape slices of the 35B model (test/bench.sh; minutes)
 #   make sanitize the whole suite against ./build/san/clover, built with ASan and UBSan (clang)
@@ -48,9 +49,20 @@ build/bench: test/bench.c test/llama_host.h clover.c | build
 # clover-cuda: the same program with the GPU side (clover.cu), for sm_90 plus PTX for newer GPUs.
 cuda: clover-cuda
 clover-cuda: clover.c clover.cu | build
-	$(NVCC) -O2 -std=c++17 -arch=sm_90 -gencode arch=compute_90,code=[sm_90,compute_90] -c clover.cu -o build/clover-cu.o
+	$(NVCC) -O2 -std=c++17 -fmad=false -arch=sm_90 -gencode arch=compute_90,code=[sm_90,compute_90] -c clover.cu -o build/clover-cu.o
 	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-cuda.o
 	$(NVCC) -o $@ build/clover-cuda.o build/clover-cu.o $(LDLIBS)
+
+# clover-emu: the same two files, clover.cu compiled as plain C++ with the CPU emulation of the CUDA
+# runtime (test/cuda_emu.h): each kernel launch runs on the CPU, its threads as fibers, with barrier,
+# warp and memory checks (test/run.sh gpu). clang++: GCC ignores the section attribute the header
+# puts on static locals in templates (GCC bug 70435). -ffp-contract=off: fused only where written.
+CXX_EMU ?= clang++
+cuda-emu: build/clover-emu
+build/clover-emu: clover.c clover.cu test/cuda_emu.h | build
+	$(CXX_EMU) -O2 -g -std=c++17 -ffp-contract=off -Wall -Wextra -DCLOVER_EMU -x c++ -c clover.cu -o build/clover-emu-cu.o
+	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-emu.o
+	$(CXX_EMU) -o $@ build/clover-emu.o build/clover-emu-cu.o $(LDLIBS)
 
 # Sanitized and fuzzing builds use clang: its libFuzzer, and one compiler for both.
 SAN_CC    ?= clang
@@ -68,9 +80,11 @@ build/fuzz/%: test/%.c test/fuzz.h clover.c | build
 tools: build/gen build/cmp build/ref build/unit build/unit-avx2 build/preview_ref
 
 # test/setup-llama.sh installs llama.cpp (the oracle) once; later runs are a no-op.
+# build/clover-emu (the gpu group) needs clang++; without it the group says it is skipped.
 test: clover
 	test/setup-llama.sh
 	$(MAKE) tools
+	if command -v $(CXX_EMU) > /dev/null 2>&1; then $(MAKE) cuda-emu; fi
 	test/run.sh
 
 bench: build/gen build/bench
@@ -86,4 +100,4 @@ sanitize: build/san/clover tools
 fuzz: build/fuzz/fuzz_gguf build/fuzz/fuzz_tokenizer build/gen
 	test/fuzz.sh $(FUZZ_TIME)
 
-.PHONY: test tools cuda bench sanitize fuzz
+.PHONY: test tools cuda cuda-emu bench sanitize fuzz

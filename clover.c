@@ -4871,7 +4871,7 @@ typedef struct {
     int top_k;
     long long seed;
     uint32_t k_type, v_type;
-    bool tokenize, chat, color, diffusion;
+    bool tokenize, chat, color, diffusion, check_ops;
     bool trace;                /* --trace: one block per draft-self round on stderr */
     bool utf8_replace;         /* --utf8-replace: print valid UTF-8 only (else the tokens' raw bytes) */
     bool draft_adaptive;       /* --spec-draft-adaptive: each round drafts as many tokens as pay (draft_size) */
@@ -4897,6 +4897,7 @@ static void usage(void) {
         "  --trace                   draft-self: print each round (drafts, verifier tokens, why acceptance stopped)\n"
         "  -ngl N, --flash-attn on|off|auto          accepted for compatibility (CPU build: no effect)\n"
         "  --tokenize                print the prompt's token ids and exit\n"
+        "  --check-ops               GPU builds: every GPU kernel vs its CPU twin at the model's shapes, then exit\n"
         "  --dump-logits FILE        write float32 logits of every prompt position and exit\n"
         "  --preview-block IDS       with --dump-logits: logits of one preview pass over IDS after the prompt\n"
         "  --dump-tensors DIR        write every intermediate activation as DIR/<llama.cpp name>.bin (float32;\n"
@@ -4983,6 +4984,7 @@ static Args parse_args(int argc, char **argv) {
         else {
             takes = false;
             if (!strcmp(f, "--tokenize")) a.tokenize = true;
+            else if (!strcmp(f, "--check-ops")) a.check_ops = true;
             else if (!strcmp(f, "--chat")) a.chat = true;
             else if (!strcmp(f, "--diffusion")) a.diffusion = true;
             else if (!strcmp(f, "--test-check-state")) a.test_check_state = true;
@@ -4997,7 +4999,7 @@ static Args parse_args(int argc, char **argv) {
         }
     }
     if (!a.model) fatal("no model given; use -m MODEL.gguf (see --help)");
-    if (!!a.prompt + !!a.prompt_file + !!a.tokens != 1) fatal("give the prompt exactly once: -p TEXT, -f FILE or --tokens IDS");
+    if (!a.check_ops && !!a.prompt + !!a.prompt_file + !!a.tokens != 1) fatal("give the prompt exactly once: -p TEXT, -f FILE or --tokens IDS");
     if (strcmp(a.spec_type, "none") && strcmp(a.spec_type, "draft-self"))
         fatal("--spec-type '%s' is not supported; use none or draft-self", a.spec_type);
     if (a.n_threads_batch < 0) a.n_threads_batch = a.n_threads;
@@ -5236,17 +5238,72 @@ static int check_run(const Args *a, const Config *c, int n_prompt) {
     return n_ctx;
 }
 
+/* --- The GPU side (clover.cu), called through these functions only ------------------------------
+ * gpu_init finds the device; gpu_check_ops runs every GPU kernel against its CPU twin, handed over
+ * in GpuCheck with the model's shapes and matrices. clover.cu declares the same two structs (their
+ * `size` is checked). The GPU forward pass is not written yet: -ngl > 0 runs on the CPU. */
+typedef struct { uint32_t type; int64_t n_in, n_out; const void *data; } GpuMat;
+typedef struct {
+    size_t size;
+    void (*quantize_row)(uint32_t wtype, const float *x, void *y, int64_t n);
+    float (*dot)(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n);   /* row order */
+    void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
+    void (*l2norm)(float *x, int n, float eps);
+    void (*rope)(float *x, int n_rot, int pos, float base);
+    void (*softmax)(float *x, int n);
+    void (*silu_row)(float *y, const float *x, int n);
+    int (*argmax)(const float *x, int n);
+    int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
+    float eps, rope_base;
+    int n_mats;
+    const GpuMat *mats;
+} GpuCheck;
+
 #ifdef CLOVER_CUDA
-bool gpu_init(char *info, size_t n);   /* clover.cu */
+bool gpu_init(char *info, size_t n);
+int gpu_check_ops(const GpuCheck *c);
 #endif
 
-/* -ngl: what the GPU does in this build (clover.cu: device bring-up only so far) */
+/* the single-row dot product of a matrix of n_rows rows (the CPU's matmul for one row) */
+static float dot_row_order(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n) {
+    return dot_fn(wtype, false, n_rows)(w, a, n);
+}
+
+/* --check-ops: the model's matrices (expert 0 of stacked ones) and shapes to clover.cu; exit 1 if a
+ * kernel differs from its CPU twin beyond its limit. */
+static void check_ops(const Model *m) {
+    size_t n_names = sizeof TENSOR_NAMES / sizeof TENSOR_NAMES[0];
+    GpuMat *mats = xcalloc(2 + (size_t)m->c.n_layer * n_names, sizeof *mats);
+    int n = 0;
+    const Mat *top[] = {&m->tok_embd, &m->output};
+    for (int i = 0; i < 2; i++)
+        if (top[i]->data) mats[n++] = (GpuMat){top[i]->type, top[i]->n_in, top[i]->n_out, top[i]->data};
+    for (int il = 0; il < m->c.n_layer; il++)
+        for (size_t k = 0; k < n_names; k++) {
+            const TensorName *tn = &TENSOR_NAMES[k];
+            if (tn->kind != AS_MAT || tn->where == IN_MODEL) continue;
+            const Mat *w = (const Mat *)((const char *)&m->layers[il] + tn->field);
+            if (w->data) mats[n++] = (GpuMat){w->type, w->n_in, w->n_out, w->data};
+        }
+    const Config *c = &m->c;
+    GpuCheck g = {sizeof g, quantize_row, dot_row_order, rmsnorm, l2norm, rope, softmax, silu_row, argmax,
+                  c->n_embd, c->n_head, c->head_dim, c->n_rot, c->n_expert, c->n_ff, c->n_vocab, c->d_state,
+                  c->eps, c->rope_base, n, mats};
+#ifdef CLOVER_CUDA
+    exit(gpu_check_ops(&g) ? 1 : 0);
+#else
+    (void)g;
+    fatal("--check-ops compares the GPU kernels with the CPU, and this is the CPU build (make cuda builds clover-cuda, make cuda-emu build/clover-emu)");
+#endif
+}
+
+/* -ngl: what the GPU does in this build (clover.cu: kernels, no forward pass yet) */
 static void gpu_note(const Args *a) {
 #ifdef CLOVER_CUDA
     if (a->n_gpu_layers > 0) {   /* layers stay on the CPU */
         char info[256];
         if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a->n_gpu_layers, info);
-        fprintf(stderr, "clover: GPU %s found; the GPU kernels are not written yet, all layers run on the CPU\n", info);
+        fprintf(stderr, "clover: GPU %s found; the GPU forward pass is not written yet, all layers run on the CPU\n", info);
     }
 #else
     if (a->n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
@@ -5860,6 +5917,7 @@ int main(int argc, char **argv) {
     Args a = parse_args(argc, argv);
     static Model m;
     model_load(&m, a.model);
+    if (a.check_ops) check_ops(&m);
     Tokenizer tok;
     EogSet eog;
     tokenizer_load(&tok, &eog, &m);

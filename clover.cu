@@ -1,32 +1,918 @@
-// clover.cu — the GPU side of clover.c (built by `make cuda` into ./clover-cuda).
+// clover.cu — the GPU side of clover.c (make cuda builds ./clover-cuda with nvcc; make cuda-emu builds
+// build/clover-emu, the same file with clang++ and test/cuda_emu.h, every launch run on the CPU).
 //
-// Status: this file holds the device bring-up only: finding a CUDA device and reporting it.
-// The kernels that mirror each CPU op of clover.c (same name, same contract: quantized matvec and
-// batched matmul per weight type, RMSNorm, partial RoPE, attention over the KV cache, the GDN conv
-// and recurrence, MoE routing, greedy sampling) are not written yet; until they are, clover-cuda
-// runs every layer on the CPU and says so. See README.md, "GPU".
+// Status: the kernels of clover.c's ops below, each checked against its CPU twin by --check-ops.
+// The forward pass on the device (-ngl > 0) is not written yet: clover refuses -ngl > 0 in this build.
+//
+// Layout, as clover.c's sections: 1. errors and launches; 2. half precision; 3. block layouts;
+// 4. reductions; 5. activation rounding (quantize_row); 6. matmul per weight type; 7. the other ops
+// (rmsnorm, l2norm, rope, softmax, silu_row, argmax); 8. --check-ops.
+//
+// Every kernel is the plain port of its CPU twin, named after it (rmsnorm -> rmsnorm_kernel, launched
+// by rmsnorm_gpu with the CPU function's arguments plus the number of rows T). Numerics:
+//   - activation rounding is byte-identical to the CPU's (same NaN and tie rules);
+//   - matmul's integer block sums equal the CPU's; the float order differs from the CPU's SIMD lanes
+//     (documented at matmul_kernel) and is the same for every row of a batch, so a row's result does
+//     not depend on T or on its place in the batch; no atomics: the same input gives the same bits;
+//   - built with -fmad=false (nvcc) / -ffp-contract=off (clang++): a fused multiply-add only where
+//     the code says fmaf, as in clover.c (C11 mode, no contraction).
+// Kernels are launched with cudaLaunchKernelEx, not <<<>>>, so that clang++ compiles this file too.
+#ifdef CLOVER_EMU
+#include "test/cuda_emu.h"
+#else
 #include <cuda_runtime.h>
+#endif
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-// Every CUDA call is checked; a failure is one line naming the call.
-#define CUDA_OK(call, err, n) cuda_ok((call), #call, err, n)
-static bool cuda_ok(cudaError_t e, const char *what, char *err, size_t n) {
-    if (e == cudaSuccess) return true;
-    snprintf(err, n, "%s failed: %s", what, cudaGetErrorString(e));
-    return false;
+// ================================================================================================
+// 1. Errors and launches
+// ================================================================================================
+// Every CUDA call is checked: a failure is one `clover: error:` line naming the call, exit 1.
+static void cuda_check(cudaError_t e, const char *call) {
+    if (e == cudaSuccess) return;
+    fflush(stdout);
+    fprintf(stderr, "clover: error: %s failed: %s\n", call, cudaGetErrorString(e));
+    exit(1);
+}
+#define CUDA_CHECK(call) cuda_check((call), #call)
+
+static cudaLaunchConfig_t launch_config(dim3 grid, dim3 block) {
+    cudaLaunchConfig_t c;
+    memset(&c, 0, sizeof c);
+    c.gridDim = grid, c.blockDim = block;
+    return c;
 }
 
+static unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block - 1) / per_block); }
+
 // Find device 0 and describe it in `info`. Returns false with a reason in `info` when there is
-// no usable GPU (no driver, no device), so that the caller can refuse -ngl > 0 clearly.
+// no usable GPU (no driver, no device), so that the caller can refuse clearly.
 extern "C" bool gpu_init(char *info, size_t n) {
     int count = 0;
-    if (!CUDA_OK(cudaGetDeviceCount(&count), info, n)) return false;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        snprintf(info, n, "cudaGetDeviceCount failed: %s", cudaGetErrorString(e));
+        return false;
+    }
     if (count == 0) {
         snprintf(info, n, "no CUDA device found");
         return false;
     }
     cudaDeviceProp p;
-    if (!CUDA_OK(cudaGetDeviceProperties(&p, 0), info, n)) return false;
+    e = cudaGetDeviceProperties(&p, 0);
+    if (e != cudaSuccess) {
+        snprintf(info, n, "cudaGetDeviceProperties failed: %s", cudaGetErrorString(e));
+        return false;
+    }
     snprintf(info, n, "%s, %.1f GiB, sm_%d%d", p.name, p.totalGlobalMem / 1073741824.0, p.major, p.minor);
     return true;
+}
+
+// ================================================================================================
+// 2. Half precision: ports of clover.c's bit-exact conversions (not the CUDA intrinsics, whose
+//    NaN payloads differ)
+// ================================================================================================
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_Q8_K = 15, T_BF16 = 30 };
+
+__device__ float fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) bits = sign | 0x7f800000 | (man << 13);           // inf, nan
+    else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13); // normal: rebias 15 -> 127
+    else if (man == 0) bits = sign;                                     // zero
+    else {                                                              // subnormal: normalise
+        int e = -1;
+        do { man <<= 1; e++; } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    return __uint_as_float(bits);
+}
+
+// round to nearest even; NaN stays a quiet NaN with its sign (clover.c's fp32_to_fp16)
+__device__ uint16_t fp32_to_fp16(float f) {
+    uint32_t x = __float_as_uint(f);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000 ? 0x200 : 0));
+    if (ax >= 0x477ff000) return (uint16_t)(sign | 0x7c00);            // rounds past 65504: inf
+    if (ax < 0x38800000) {                                             // below 2^-14: subnormal
+        if (ax < 0x33000000) return (uint16_t)sign;                    // below half the smallest
+        uint32_t man = (ax & 0x7fffff) | 0x800000, shift = 126 - (ax >> 23);
+        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ax - 0x38000000;                                      // rebias 127 -> 15
+    r = (r + 0xfff + ((r >> 13) & 1)) >> 13;
+    return (uint16_t)(sign | r);
+}
+
+__device__ float bf16_to_fp32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ uint16_t fp32_to_bf16(float f) {
+    uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 64); // quiet nan
+    return (uint16_t)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
+}
+
+// ================================================================================================
+// 3. Block layouts (clover.c section 4; the same bytes as in the GGUF file)
+// ================================================================================================
+struct BlockQ4_0 { uint16_t d; uint8_t qs[16]; };                        // w = d*(q-8)
+struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };                         // w = d*q
+struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };   // w = d*sc*q - dmin*m
+struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
+struct BlockQ6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };  // w = d*sc*(q-32)
+struct BlockQ8_K { float d; int8_t qs[256]; int16_t bsums[16]; };         // activations only
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292,
+              "block structs must match the GGUF layout");
+
+// the weight type's activation dot type (clover.c's dot_type)
+static uint32_t dot_type(uint32_t wtype) {
+    switch (wtype) {
+    case T_Q4_0: case T_Q8_0: return T_Q8_0;
+    case T_Q4_K: case T_Q5_K: case T_Q6_K: return T_Q8_K;
+    default: return wtype;
+    }
+}
+
+static const char *type_name(uint32_t t) {
+    switch (t) {
+    case T_F32: return "F32";
+    case T_F16: return "F16";
+    case T_BF16: return "BF16";
+    case T_Q8_0: return "Q8_0";
+    case T_Q4_0: return "Q4_0";
+    case T_Q4_K: return "Q4_K";
+    case T_Q5_K: return "Q5_K";
+    case T_Q6_K: return "Q6_K";
+    case T_Q8_K: return "Q8_K";
+    }
+    return "?";
+}
+
+// bytes of a row of n values of type t
+static size_t row_bytes(uint32_t t, int64_t n) {
+    switch (t) {
+    case T_F32: return (size_t)n * 4;
+    case T_F16: case T_BF16: return (size_t)n * 2;
+    case T_Q8_0: return (size_t)(n / 32) * sizeof(BlockQ8_0);
+    case T_Q4_0: return (size_t)(n / 32) * sizeof(BlockQ4_0);
+    case T_Q4_K: return (size_t)(n / 256) * sizeof(BlockQ4_K);
+    case T_Q5_K: return (size_t)(n / 256) * sizeof(BlockQ5_K);
+    case T_Q6_K: return (size_t)(n / 256) * sizeof(BlockQ6_K);
+    case T_Q8_K: return (size_t)(n / 256) * sizeof(BlockQ8_K);
+    }
+    return 0;
+}
+
+// ================================================================================================
+// 4. Reductions: a warp's 32 values folded by xor butterfly (offsets 16, 8, 4, 2, 1), so every lane
+//    ends with the same bits, in an order fixed by the lane numbers alone. A block of 32*W threads
+//    folds each warp, then warp 0 folds the W warp results the same way.
+// ================================================================================================
+enum { WARP = 32, BLOCK = 256 };
+
+template <typename T> __device__ T warp_sum(T v) {
+    for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ float warp_max(float v) {   // fmaxf: a NaN loses to any number, as in clover.c's amax loops
+    for (int o = 16; o >= 1; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// sum over a block of BLOCK threads; every thread gets the result
+template <typename T> __device__ T block_sum(T v) {
+    __shared__ T part[BLOCK / WARP];
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    v = warp_sum(v);
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    T s = lane < BLOCK / WARP ? part[lane] : (T)0;
+    s = warp_sum(s);
+    __syncthreads();   // part[] is reused by the next call
+    return s;
+}
+
+// ================================================================================================
+// 5. Activation rounding: quantize_row (clover.c section 5), T rows of n values at once
+// ================================================================================================
+// Twin: quantize_q8_0. Per block of 32: d = amax/127 (stored as fp16), q = round(x * 127/amax),
+// nearest with ties to even (__float2int_rn; a NaN gives 0, as (int8_t)lrintf(NaN) on x86).
+// One warp per block, lane j holding x_j.
+__global__ void quantize_q8_0_kernel(const float *x, BlockQ8_0 *y, int64_t n_blocks) {
+    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    float v = b < n_blocks ? x[32 * b + lane] : 0;
+    float amax = warp_max(fmaxf(0.0f, fabsf(v)));
+    if (b >= n_blocks) return;
+    float d = amax / 127, id = amax != 0 ? 127.f / amax : 0;
+    if (lane == 0) y[b].d = fp32_to_fp16(d);
+    y[b].qs[lane] = (int8_t)__float2int_rn(v * id);
+}
+
+// Twin: quantize_q8_K. Per block of 256 the signed extreme max (the first of equal |x|) maps to -127:
+// iscale = -127/max, q = min(round(iscale x), 127), d = 1/iscale, bsums[g] = sum of q over 16.
+// One warp per block, lane l holding elements 8l..8l+7 (so bsum g is lanes 2g and 2g+1).
+__global__ void quantize_q8_K_kernel(const float *x, BlockQ8_K *y, int64_t n_blocks) {
+    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    float v[8], amax = 0;
+    int at = 256;   // index of the extreme; 256: none (all zero or NaN)
+    for (int j = 0; j < 8; j++) {
+        v[j] = b < n_blocks ? x[256 * b + 8 * lane + j] : 0;
+        if (fabsf(v[j]) > amax) amax = fabsf(v[j]), at = 8 * lane + j;
+    }
+    for (int o = 16; o >= 1; o /= 2) {   // the largest |x|, the lower index on ties
+        float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
+        int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+        if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, at = at2;
+    }
+    if (b >= n_blocks) return;
+    BlockQ8_K *yb = &y[b];
+    if (amax == 0) {
+        for (int j = 0; j < 8; j++) yb->qs[8 * lane + j] = 0;
+        if (lane < 16) yb->bsums[lane] = 0;
+        if (lane == 0) yb->d = 0;
+        return;
+    }
+    float iscale = -127.f / x[256 * b + at];
+    int s = 0;
+    for (int j = 0; j < 8; j++) {
+        int q = __float2int_rn(iscale * v[j]);
+        q = q < 127 ? q : 127;
+        yb->qs[8 * lane + j] = (int8_t)q;
+        s += q;
+    }
+    s += __shfl_down_sync(0xffffffffu, s, 1);
+    if (lane % 2 == 0) yb->bsums[lane / 2] = (int16_t)s;
+    if (lane == 0) yb->d = 1 / iscale;
+}
+
+// Twin: quantize_row for F16 and BF16 activations: one element per thread.
+__global__ void quantize_f16_kernel(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) y[i] = fp32_to_fp16(x[i]);
+}
+
+__global__ void quantize_bf16_kernel(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) y[i] = fp32_to_bf16(x[i]);
+}
+
+// Round T rows of n activations (x, device) to the dot type of weights of type wtype (y, device;
+// rows of row_bytes(dot_type(wtype), n)). Twin: quantize_row, row by row.
+static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n, int T) {
+    int64_t all = n * T;
+    switch (dot_type(wtype)) {
+    case T_F32: CUDA_CHECK(cudaMemcpy(y, x, (size_t)all * 4, cudaMemcpyDeviceToDevice)); break;
+    case T_F16: {
+        cudaLaunchConfig_t c = launch_config(blocks_for(all, BLOCK), BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_f16_kernel, x, (uint16_t *)y, all));
+        break;
+    }
+    case T_BF16: {
+        cudaLaunchConfig_t c = launch_config(blocks_for(all, BLOCK), BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_bf16_kernel, x, (uint16_t *)y, all));
+        break;
+    }
+    case T_Q8_0: {
+        cudaLaunchConfig_t c = launch_config(blocks_for(all / 32, BLOCK / WARP), BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_0_kernel, x, (BlockQ8_0 *)y, all / 32));
+        break;
+    }
+    case T_Q8_K: {
+        cudaLaunchConfig_t c = launch_config(blocks_for(all / 256, BLOCK / WARP), BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_K_kernel, x, (BlockQ8_K *)y, all / 256));
+        break;
+    }
+    }
+}
+
+// ================================================================================================
+// 6. Matmul: y[t][o] = sum_i W[o][i] x[t][i] (clover.c's matmul in row order, dot_fn(wtype, false))
+// ================================================================================================
+// Each weight type has a unit function that adds unit u of a row (one element for float weights,
+// one block for quantized ones) to two float accumulators: acc += (d_w d_a) * (integer block sum),
+// accm += (dmin_w d_a) * (integer sum of the mins). The integer sums are the CPU's exactly; only
+// the float order differs: lane l of a warp takes units l, l+32, l+64, ... in order (fmaf into its
+// accumulators), then the lanes are folded by xor butterfly and the result is acc - accm.
+
+// F32 / F16 / BF16 weights against activations rounded to the same type: acc = fma(w_i, x_i, acc)
+// (fp16 and bf16 products are exact in fp32; twins dot_f32_row, dot_f16_row, dot_bf16_row).
+struct UnitF32 {
+    static constexpr int size = 1;
+    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
+        acc = fmaf(((const float *)w)[i], ((const float *)a)[i], acc);
+    }
+};
+struct UnitF16 {
+    static constexpr int size = 1;
+    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
+        acc = fmaf(fp16_to_fp32(((const uint16_t *)w)[i]), fp16_to_fp32(((const uint16_t *)a)[i]), acc);
+    }
+};
+struct UnitBF16 {
+    static constexpr int size = 1;
+    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
+        acc = fmaf(bf16_to_fp32(((const uint16_t *)w)[i]), bf16_to_fp32(((const uint16_t *)a)[i]), acc);
+    }
+};
+
+// Q8_0 . Q8_0: d_w d_a sum_j q_j a_j over 32 (twin dot_q8_0)
+struct UnitQ8_0 {
+    static constexpr int size = 32;
+    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
+        const BlockQ8_0 *x = (const BlockQ8_0 *)w + b, *y = (const BlockQ8_0 *)a + b;
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) s += x->qs[j] * y->qs[j];
+        acc = fmaf(fp16_to_fp32(x->d) * fp16_to_fp32(y->d), (float)s, acc);
+    }
+};
+
+// Q4_0 . Q8_0: d_w d_a sum_j (q_j - 8) a_j; byte j holds q_j (low nibble) and q_j+16 (twin dot_q4_0)
+struct UnitQ4_0 {
+    static constexpr int size = 32;
+    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
+        const BlockQ4_0 *x = (const BlockQ4_0 *)w + b;
+        const BlockQ8_0 *y = (const BlockQ8_0 *)a + b;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) s += ((x->qs[j] & 15) - 8) * y->qs[j] + ((x->qs[j] >> 4) - 8) * y->qs[j + 16];
+        acc = fmaf(fp16_to_fp32(x->d) * fp16_to_fp32(y->d), (float)s, acc);
+    }
+};
+
+// the eight 6-bit scales and mins of Q4_K/Q5_K (clover.c's unpack_scales_k4)
+__device__ void unpack_scales_k4(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+// Q4_K/Q5_K . Q8_K: d_w d_a sum_j sc_j (q_j . a_j) - dmin_w d_a sum_j m_j (bsum_2j + bsum_2j+1), sub-block
+// j = 2p + h of 32 weights: nibble h of bytes qs[32p..32p+31] (Q5_K: plus bit 2p+h of qh as bit 4).
+// Twins dot_q4_K / dot_q4_K_8x8 and dot_q5_K (the same integers, other float orders).
+template <bool Q5> struct UnitK4 {
+    static constexpr int size = 256;
+    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &accm) {
+        const uint8_t *qs, *qh = nullptr, *scales;
+        uint16_t d16, dmin16;
+        if (Q5) {
+            const BlockQ5_K *x = (const BlockQ5_K *)w + b;
+            qs = x->qs, qh = x->qh, scales = x->scales, d16 = x->d, dmin16 = x->dmin;
+        } else {
+            const BlockQ4_K *x = (const BlockQ4_K *)w + b;
+            qs = x->qs, scales = x->scales, d16 = x->d, dmin16 = x->dmin;
+        }
+        const BlockQ8_K *y = (const BlockQ8_K *)a + b;
+        uint8_t sc[8], mn[8];
+        unpack_scales_k4(scales, sc, mn);
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int p = j / 2, h = j % 2, s = 0;
+            for (int l = 0; l < 32; l++) {
+                int q = (qs[32 * p + l] >> (4 * h)) & 15;
+                if (Q5) q |= ((qh[l] >> j) & 1) << 4;
+                s += q * y->qs[32 * j + l];
+            }
+            sumi += sc[j] * s;
+            summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+        }
+        acc = fmaf(fp16_to_fp32(d16) * y->d, (float)sumi, acc);
+        accm = fmaf(fp16_to_fp32(dmin16) * y->d, (float)summ, accm);
+    }
+};
+
+// Q6_K . Q8_K: d_w d_a sum_g sc_g sum_l (q - 32) a over 16 weights per g; q = 4 bits of ql and 2 of
+// qh, in two halves of 128 (clover.c's unpack_q6_K). Twin dot_q6_K.
+struct UnitQ6_K {
+    static constexpr int size = 256;
+    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
+        const BlockQ6_K *x = (const BlockQ6_K *)w + b;
+        const BlockQ8_K *y = (const BlockQ8_K *)a + b;
+        int32_t sumi = 0;
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) {
+                int i = 16 * g + l, n = i / 128, r = i % 128, k = r / 32, m = r % 32;   // y[l + 32k] of half n
+                const uint8_t *ql = x->ql + 64 * n, *qh = x->qh + 32 * n;
+                int lo = k % 2 ? ql[m + 32] : ql[m];
+                lo = k < 2 ? lo & 15 : lo >> 4;
+                int q = (lo | (((qh[m] >> (2 * k)) & 3) << 4)) - 32;
+                s += q * y->qs[i];
+            }
+            sumi += x->scales[g] * s;
+        }
+        acc = fmaf(fp16_to_fp32(x->d) * y->d, (float)sumi, acc);
+    }
+};
+
+// One warp per (output row o, activation row t): grid (n_out / 8 warps per block, T). W's rows are
+// row_bytes apart; xq holds T rounded rows, xq_bytes apart.
+template <typename Unit>
+__global__ void matmul_kernel(const uint8_t *W, size_t w_bytes, const uint8_t *xq, size_t xq_bytes, int64_t n, int64_t n_out, float *y) {
+    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+    int t = blockIdx.y, lane = threadIdx.x % WARP;
+    float acc = 0, accm = 0;
+    if (o < n_out)
+        for (int64_t u = lane; u < n / Unit::size; u += WARP) Unit::add(W + o * w_bytes, xq + t * xq_bytes, u, acc, accm);
+    acc = warp_sum(acc);
+    accm = warp_sum(accm);
+    if (o < n_out && lane == 0) y[(int64_t)t * n_out + o] = acc - accm;
+}
+
+// y[t][o] = W x_t for T activation rows already rounded to W's dot type (quantize_row_gpu).
+// W: device copy of n_out rows of n values of type wtype. Twin: matmul with dot_fn(wtype, false).
+static void matmul_gpu(uint32_t wtype, const void *W, const void *xq, int64_t n, int64_t n_out, int T, float *y) {
+    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)T), BLOCK);
+    const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
+    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n);
+    switch (wtype) {
+    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF32>, w, wb, a, ab, n, n_out, y)); break;
+    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF16>, w, wb, a, ab, n, n_out, y)); break;
+    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitBF16>, w, wb, a, ab, n, n_out, y)); break;
+    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ8_0>, w, wb, a, ab, n, n_out, y)); break;
+    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ4_0>, w, wb, a, ab, n, n_out, y)); break;
+    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<false>>, w, wb, a, ab, n, n_out, y)); break;
+    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<true>>, w, wb, a, ab, n, n_out, y)); break;
+    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ6_K>, w, wb, a, ab, n, n_out, y)); break;
+    default: fprintf(stderr, "clover: error: matmul_gpu: no kernel for weight type %u\n", wtype); exit(1);
+    }
+}
+
+// ================================================================================================
+// 7. The other ops, one row per block of BLOCK threads unless said otherwise
+// ================================================================================================
+// Twin: rmsnorm. y = x / sqrt(mean(x^2) + eps) * w; the squares (rounded to float, as on the CPU)
+// are summed in double, thread i taking elements i, i+BLOCK, ... then block_sum.
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += BLOCK) ss += (double)(xr[i] * xr[i]);
+    ss = block_sum(ss);
+    float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = threadIdx.x; i < n; i += BLOCK) yr[i] = xr[i] * scale * w[i];
+}
+
+// T rows of n; y may be x
+static void rmsnorm_gpu(float *y, const float *x, const float *w, int n, float eps, int T) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, rmsnorm_kernel, y, x, w, n, eps));
+}
+
+// Twin: l2norm. x = x / max(||x||, eps), the squares summed in double as in rmsnorm_kernel.
+__global__ void l2norm_kernel(float *x, int n, float eps) {
+    float *xr = x + (int64_t)blockIdx.x * n;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += BLOCK) ss += (double)(xr[i] * xr[i]);
+    ss = block_sum(ss);
+    float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
+    for (int i = threadIdx.x; i < n; i += BLOCK) xr[i] *= scale;
+}
+
+static void l2norm_gpu(float *x, int n, float eps, int T) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, l2norm_kernel, x, n, eps));
+}
+
+// Twin: rope. NEOX rotation of the first n_rot dims of each head: pair (i, i + n_rot/2) turns by
+// theta_i = pos * s^i, s = base^(-2/n_rot) computed on the host with the CPU's powf, and theta_i by i
+// repeated float multiplications as on the CPU (so the angles are the same bits); then
+// x_i' = fma(x_i, cos, -(x_j sin)), x_j' = fma(x_i, sin, x_j cos). Only cosf/sinf differ (device libm).
+// Block (row t, head h), thread i < n_rot/2.
+__global__ void rope_kernel(float *x, int n_rot, int pos, float theta_scale, int n_head, int head_stride) {
+    int t = blockIdx.x / n_head, h = blockIdx.x % n_head, i = threadIdx.x, half = n_rot / 2;
+    if (i >= half) return;
+    float th = (float)(pos + t);
+    for (int k = 0; k < i; k++) th *= theta_scale;
+    float *xh = x + ((int64_t)t * n_head + h) * head_stride;
+    float cs = cosf(th), sn = sinf(th), x0 = xh[i], x1 = xh[i + half];
+    xh[i] = fmaf(x0, cs, -(x1 * sn));
+    xh[i + half] = fmaf(x0, sn, x1 * cs);
+}
+
+// T rows of n_head heads, head_stride floats apart; row t at position pos + t
+static void rope_gpu(float *x, int n_rot, int pos, float base, int n_head, int head_stride, int T) {
+    cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head), (unsigned)((n_rot / 2 + WARP - 1) / WARP * WARP));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, rope_kernel, x, n_rot, pos, powf(base, -2.0f / n_rot), n_head, head_stride));
+}
+
+// clover.c's expf_ggml (ggml_v_expf): 2^n p(b), n = round(x / ln 2), b = x - n ln 2 in two fused
+// steps, p of degree 5. The same operations, so the same bits.
+__device__ float expf_ggml(float x) {
+    const float r = 0x1.8p23f;
+    float n = fmaf(x, 0x1.715476p+0f, r) - r;
+    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : x + INFINITY;
+    float u = b * b;
+    float p = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                   fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(p, (int)n);
+}
+
+// Twin: softmax (the plain one; softmax_avx2 computes the same bits). Per row: m = max x;
+// e_i = exp(x_i - m), expf_ggml on whole groups of 16 (each group folded by halving in float, as
+// the CPU does), libm expf on the tail; sum of the group sums and tail in double; x_i = e_i * (1/sum).
+// Thread k takes groups k, k+BLOCK, ...; the max is order-free; only the double sum's order differs.
+__global__ void softmax_kernel(float *x, int n) {
+    __shared__ float part[BLOCK / WARP];
+    float *xr = x + (int64_t)blockIdx.x * n;
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += BLOCK)
+        if (xr[i] > m) m = xr[i];
+    for (int o = 16; o >= 1; o /= 2) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        if (m2 > m) m = m2;
+    }
+    if (threadIdx.x % WARP == 0) part[threadIdx.x / WARP] = m;
+    __syncthreads();
+    m = part[0];
+    for (int w = 1; w < BLOCK / WARP; w++)
+        if (part[w] > m) m = part[w];
+    int groups = n / 16;
+    double sum = 0;
+    for (int g = threadIdx.x; g < groups; g += BLOCK) {
+        float e[16];
+        for (int l = 0; l < 16; l++) e[l] = xr[16 * g + l] = expf_ggml(xr[16 * g + l] - m);
+        for (int w = 8; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++) e[l] += e[l + w];
+        sum += e[0];
+    }
+    for (int i = 16 * groups + threadIdx.x; i < n; i += BLOCK) {
+        xr[i] = expf(xr[i] - m);
+        sum += xr[i];
+    }
+    sum = block_sum(sum);
+    float inv = (float)(1.0 / sum);
+    for (int i = threadIdx.x; i < n; i += BLOCK) xr[i] *= inv;
+}
+
+static void softmax_gpu(float *x, int n, int T) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, softmax_kernel, x, n));
+}
+
+// Twin: silu_row. y_i = x_i / (1 + expf_ggml(-x_i)); y may be x. One element per thread.
+__global__ void silu_row_kernel(float *y, const float *x, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) y[i] = x[i] / (1.0f + expf_ggml(-x[i]));
+}
+
+static void silu_row_gpu(float *y, const float *x, int64_t n) {
+    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, silu_row_kernel, y, x, n));
+}
+
+// Twin: argmax. The first index of the largest value, as the CPU's loop `if (x[i] > x[best])`
+// from best = 0 finds it: a NaN is never taken, except that x[0] = NaN makes the answer 0. Thread k
+// scans k, k+BLOCK, ... then (value, index) pairs are folded, the larger value or the lower index.
+__global__ void argmax_kernel(const float *x, int n, int *out) {
+    __shared__ float pv[BLOCK / WARP];
+    __shared__ int pi[BLOCK / WARP];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int at = n;   // n: nothing above -inf yet
+    for (int i = threadIdx.x; i < n; i += BLOCK)
+        if (xr[i] > v) v = xr[i], at = i;
+    for (int o = 16; o >= 1; o /= 2) {
+        float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+        int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+        if (v2 > v || (v2 == v && at2 < at)) v = v2, at = at2;
+    }
+    if (threadIdx.x % WARP == 0) pv[threadIdx.x / WARP] = v, pi[threadIdx.x / WARP] = at;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 1; w < BLOCK / WARP; w++)
+        if (pv[w] > v || (pv[w] == v && pi[w] < at)) v = pv[w], at = pi[w];
+    out[blockIdx.x] = (at == n || xr[0] != xr[0]) ? 0 : at;
+}
+
+static void argmax_gpu(const float *x, int n, int T, int *out) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, argmax_kernel, x, n, out));
+}
+
+// ================================================================================================
+// 8. --check-ops: every kernel against its CPU twin on the same random inputs at the model's shapes
+// ================================================================================================
+// What clover.c hands over (declared identically there, gpu_check_ops's caller; `size` guards the
+// layout): its CPU twins and the model's shapes and matrices.
+struct GpuMat { uint32_t type; int64_t n_in, n_out; const void *data; };
+struct GpuCheck {
+    size_t size;
+    void (*quantize_row)(uint32_t wtype, const float *x, void *y, int64_t n);
+    float (*dot)(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n);   // row order
+    void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
+    void (*l2norm)(float *x, int n, float eps);
+    void (*rope)(float *x, int n_rot, int pos, float base);
+    void (*softmax)(float *x, int n);
+    void (*silu_row)(float *y, const float *x, int n);
+    int (*argmax)(const float *x, int n);
+    int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
+    float eps, rope_base;
+    int n_mats;
+    const GpuMat *mats;
+};
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_next(void) {   // xorshift64*
+    rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+static float rng_uniform(void) { return (float)(rng_next() >> 40) / 16777216.0f; }   // [0, 1)
+static float rng_normal(void) {   // Box-Muller
+    float u = rng_uniform() + 1e-7f, v = rng_uniform();
+    return sqrtf(-2 * logf(u)) * cosf(6.2831853f * v);
+}
+
+static void *dev_alloc(size_t n) {
+    void *p;
+    CUDA_CHECK(cudaMalloc(&p, n));
+    return p;
+}
+static void *dev_copy(const void *h, size_t n) {
+    void *p = dev_alloc(n);
+    CUDA_CHECK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+    return p;
+}
+static void host_copy(void *h, const void *d, size_t n) {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "clover: error: out of memory (%zu bytes)\n", n); exit(1); }
+    return p;
+}
+
+struct Tally { int n, failed; };
+
+// one line per op: the error, its limit (0: exact), PASS or FAIL
+static void report(Tally *t, const char *op, double err, double limit, const char *unit) {
+    bool ok = err <= limit;   // a NaN error fails
+    printf("%-44s max %-10s %-10.3g limit %-8.3g %s\n", op, unit, err, limit, ok ? "PASS" : "FAIL");
+    t->n++, t->failed += !ok;
+}
+
+// max |a - b| / max |b| over n floats (a normwise relative error; NaN or inf where they differ in
+// kind); 0 when equal bit for bit
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double e = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (memcmp(&a[i], &b[i], 4) == 0) continue;
+        if (isnan(a[i]) || isnan(b[i]) || isinf(a[i]) || isinf(b[i])) return INFINITY;
+        e = fmax(e, fabs((double)a[i] - b[i]));
+    }
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)b[i]));
+    return e == 0 ? 0 : e / (scale > 0 ? scale : 1);
+}
+
+// bytes that differ
+static double bytes_differ(const void *a, const void *b, size_t n) {
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += ((const uint8_t *)a)[i] != ((const uint8_t *)b)[i];
+    return (double)d;
+}
+
+static const int BATCHES[] = {1, 7, 16};
+
+// Activations for the rounding checks: normal values with a few edge cases planted (a NaN, +-0,
+// exact ties of every rounding, an inf, a value past fp16's range, subnormals).
+static void fill_activations(float *x, int64_t n, bool edges) {
+    for (int64_t i = 0; i < n; i++) x[i] = rng_normal();
+    if (!edges) return;
+    static const float special[] = {0.0f, -0.0f, 65520.0f, -70000.0f, 1e-6f, -3e-8f, 1.00048828125f, 0.5f, 2.5f};
+    for (int64_t i = 0; i + 40 < n; i += 97) x[i] = special[(i / 97) % 9];
+    if (n > 300) x[300] = NAN, x[301] = -NAN;
+    if (n > 700) x[700] = INFINITY;
+}
+
+// quantize_row vs quantize_q8_0 / q8_K / f16 / bf16: the rounded bytes are equal
+static void check_quantize(Tally *tl, const GpuCheck *cpu, uint32_t wtype, int64_t n) {
+    for (int T : BATCHES) {
+        uint32_t dt = dot_type(wtype);
+        size_t rb = row_bytes(dt, n);
+        float *x = (float *)xmalloc((size_t)(n * T) * 4);
+        uint8_t *want = (uint8_t *)xmalloc(rb * T), *got = (uint8_t *)xmalloc(rb * T);
+        fill_activations(x, n * T, true);
+        for (int t = 0; t < T; t++) cpu->quantize_row(wtype, x + t * n, want + t * rb, n);
+        float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4);
+        void *dy = dev_alloc(rb * T);
+        quantize_row_gpu(wtype, dx, dy, n, T);
+        host_copy(got, dy, rb * T);
+        char op[96];
+        snprintf(op, sizeof op, "quantize_row %s n=%lld T=%d", type_name(dt), (long long)n, T);
+        report(tl, op, bytes_differ(got, want, rb * T), 0, "bytes");
+        CUDA_CHECK(cudaFree(dx));
+        CUDA_CHECK(cudaFree(dy));
+        free(x), free(want), free(got);
+    }
+}
+
+// Random weights whose every product and sum is exact in float (scales powers of two, small
+// values), so that any summation order gives the same bits: the matmul check with these is exact and
+// proves the integer block sums and the unpacking equal to the CPU's.
+static void fill_exact_weights(uint32_t type, uint8_t *w, int64_t n, int64_t rows) {
+    size_t rb = row_bytes(type, n), all = rb * rows;
+    for (size_t i = 0; i < all; i++) w[i] = (uint8_t)rng_next();
+    const uint16_t d16 = 0x1800, dmin16 = 0x1000;   // fp16 2^-9 and 2^-11
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = w + r * rb;
+        switch (type) {
+        case T_F32: for (int64_t i = 0; i < n; i++) ((float *)row)[i] = (float)((int)(rng_next() % 17) - 8) / 16; break;
+        case T_F16: for (int64_t i = 0; i < n; i++) ((uint16_t *)row)[i] = 0x3c00 | (uint16_t)(rng_next() % 4 << 8) | (rng_next() % 2 ? 0x8000 : 0); break;
+        case T_BF16: for (int64_t i = 0; i < n; i++) ((uint16_t *)row)[i] = 0x3f80 | (uint16_t)(rng_next() % 8 << 4) | (rng_next() % 2 ? 0x8000 : 0); break;
+        case T_Q8_0: for (int64_t b = 0; b < n / 32; b++) ((BlockQ8_0 *)row)[b].d = d16; break;
+        case T_Q4_0: for (int64_t b = 0; b < n / 32; b++) ((BlockQ4_0 *)row)[b].d = d16; break;
+        case T_Q4_K: for (int64_t b = 0; b < n / 256; b++) ((BlockQ4_K *)row)[b].d = d16, ((BlockQ4_K *)row)[b].dmin = dmin16; break;
+        case T_Q5_K: for (int64_t b = 0; b < n / 256; b++) ((BlockQ5_K *)row)[b].d = d16, ((BlockQ5_K *)row)[b].dmin = dmin16; break;
+        case T_Q6_K: for (int64_t b = 0; b < n / 256; b++) ((BlockQ6_K *)row)[b].d = d16; break;
+        }
+    }
+}
+
+// activations k/8, |k| <= 3, with each 32-block's first value +-127/8: every rounding is exact
+static void fill_exact_activations(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = i % 32 == 0 ? (rng_next() % 2 ? 127.f : -127.f) / 8 : (float)((int)(rng_next() % 7) - 3) / 8;
+}
+
+// matmul of T rows through quantize_row_gpu + matmul_gpu against quantize_row + dot per row; and
+// each row of the T-row batch against the same row alone on the GPU (bit for bit)
+static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool exact, int64_t n_out) {
+    int64_t n = m->n_in;
+    uint32_t wt = m->type, dt = dot_type(wt);
+    size_t wb = row_bytes(wt, n), ab = row_bytes(dt, n);
+    uint8_t *w = (uint8_t *)m->data;
+    if (exact) {
+        w = (uint8_t *)xmalloc(wb * n_out);
+        fill_exact_weights(wt, w, n, n_out);
+    }
+    void *dw = dev_copy(w, wb * n_out);
+    for (int T : BATCHES) {
+        float *x = (float *)xmalloc((size_t)(n * T) * 4), *want = (float *)xmalloc((size_t)(n_out * T) * 4);
+        float *got = (float *)xmalloc((size_t)(n_out * T) * 4), *one = (float *)xmalloc((size_t)n_out * 4);
+        uint8_t *xq = (uint8_t *)xmalloc(ab);
+        if (exact) fill_exact_activations(x, n * T);
+        else fill_activations(x, n * T, false);
+        for (int t = 0; t < T; t++) {
+            cpu->quantize_row(wt, x + t * n, xq, n);
+            for (int64_t o = 0; o < n_out; o++) want[t * n_out + o] = cpu->dot(wt, m->n_out, w + o * wb, xq, n);
+        }
+        float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4), *dy = (float *)dev_alloc((size_t)(n_out * T) * 4);
+        void *dxq = dev_alloc(ab * T);
+        quantize_row_gpu(wt, dx, dxq, n, T);
+        matmul_gpu(wt, dw, dxq, n, n_out, T, dy);
+        host_copy(got, dy, (size_t)(n_out * T) * 4);
+        char op[128];
+        snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
+        report(tl, op, rel_err(got, want, n_out * T), exact ? 0 : 1e-5, exact ? "abs" : "rel");
+        if (T > 1) {   // row T-1 alone must give the bits it got in the batch
+            matmul_gpu(wt, dw, (uint8_t *)dxq + (T - 1) * ab, n, n_out, 1, dy);
+            host_copy(one, dy, (size_t)n_out * 4);
+            snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d row %d = alone", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T, T - 1);
+            report(tl, op, bytes_differ(one, got + (T - 1) * n_out, (size_t)n_out * 4), 0, "bytes");
+        }
+        CUDA_CHECK(cudaFree(dx));
+        CUDA_CHECK(cudaFree(dy));
+        CUDA_CHECK(cudaFree(dxq));
+        free(x), free(want), free(got), free(one), free(xq);
+    }
+    CUDA_CHECK(cudaFree(dw));
+    if (exact) free(w);
+}
+
+// the row ops: T rows of n, GPU vs the CPU twin row by row
+enum RowOp { OP_RMSNORM, OP_L2NORM, OP_SOFTMAX, OP_SILU };
+static void check_row_op(Tally *tl, const GpuCheck *cpu, RowOp op, int n) {
+    static const char *names[] = {"rmsnorm", "l2norm", "softmax", "silu_row"};
+    static const double limits[] = {1e-6, 1e-6, 1e-6, 0};
+    for (int T : BATCHES) {
+        size_t bytes = (size_t)n * T * 4;
+        float *x = (float *)xmalloc(bytes), *w = (float *)xmalloc((size_t)n * 4), *want = (float *)xmalloc(bytes), *got = (float *)xmalloc(bytes);
+        for (int64_t i = 0; i < (int64_t)n * T; i++) x[i] = 3 * rng_normal();
+        for (int i = 0; i < n; i++) w[i] = 1 + 0.2f * rng_normal();
+        memcpy(want, x, bytes);
+        for (int t = 0; t < T; t++) {
+            float *r = want + (size_t)t * n;
+            switch (op) {
+            case OP_RMSNORM: cpu->rmsnorm(r, r, w, n, cpu->eps); break;
+            case OP_L2NORM: cpu->l2norm(r, n, cpu->eps); break;
+            case OP_SOFTMAX: cpu->softmax(r, n); break;
+            case OP_SILU: cpu->silu_row(r, r, n); break;
+            }
+        }
+        float *dx = (float *)dev_copy(x, bytes), *dw = (float *)dev_copy(w, (size_t)n * 4);
+        switch (op) {
+        case OP_RMSNORM: rmsnorm_gpu(dx, dx, dw, n, cpu->eps, T); break;
+        case OP_L2NORM: l2norm_gpu(dx, n, cpu->eps, T); break;
+        case OP_SOFTMAX: softmax_gpu(dx, n, T); break;
+        case OP_SILU: silu_row_gpu(dx, dx, (int64_t)n * T); break;
+        }
+        host_copy(got, dx, bytes);
+        char name[96];
+        snprintf(name, sizeof name, "%s n=%d T=%d", names[op], n, T);
+        report(tl, name, rel_err(got, want, (int64_t)n * T), limits[op], "rel");
+        CUDA_CHECK(cudaFree(dx));
+        CUDA_CHECK(cudaFree(dw));
+        free(x), free(w), free(want), free(got);
+    }
+}
+
+// rope on T rows of n_head heads at positions pos..pos+T-1
+static void check_rope(Tally *tl, const GpuCheck *cpu, int pos) {
+    int hd = cpu->head_dim, nh = cpu->n_head;
+    for (int T : BATCHES) {
+        size_t n = (size_t)T * nh * hd, bytes = n * 4;
+        float *x = (float *)xmalloc(bytes), *want = (float *)xmalloc(bytes), *got = (float *)xmalloc(bytes);
+        for (size_t i = 0; i < n; i++) x[i] = rng_normal();
+        memcpy(want, x, bytes);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < nh; h++) cpu->rope(want + ((size_t)t * nh + h) * hd, cpu->n_rot, pos + t, cpu->rope_base);
+        float *dx = (float *)dev_copy(x, bytes);
+        rope_gpu(dx, cpu->n_rot, pos, cpu->rope_base, nh, hd, T);
+        host_copy(got, dx, bytes);
+        char name[96];
+        snprintf(name, sizeof name, "rope n_rot=%d heads=%dx%d pos=%d T=%d", cpu->n_rot, nh, hd, pos, T);
+        report(tl, name, rel_err(got, want, (int64_t)n), 1e-6, "rel");
+        CUDA_CHECK(cudaFree(dx));
+        free(x), free(want), free(got);
+    }
+}
+
+// argmax over T rows of n with many ties (values from a small set) and NaNs planted
+static void check_argmax(Tally *tl, const GpuCheck *cpu, int n) {
+    for (int T : BATCHES) {
+        float *x = (float *)xmalloc((size_t)n * T * 4);
+        int *want = (int *)xmalloc(T * sizeof(int)), *got = (int *)xmalloc(T * sizeof(int));
+        for (int64_t i = 0; i < (int64_t)n * T; i++) x[i] = (float)(rng_next() % 50);
+        for (int t = 0; t < T; t++) {
+            float *r = x + (size_t)t * n;
+            if (t % 3 == 1) r[rng_next() % n] = NAN;
+            if (t % 5 == 2) r[0] = NAN;
+            if (t % 4 == 3) r[n - 1] = 1000;
+            want[t] = cpu->argmax(r, n);
+        }
+        float *dx = (float *)dev_copy(x, (size_t)n * T * 4);
+        int *dout = (int *)dev_alloc(T * sizeof(int));
+        argmax_gpu(dx, n, T, dout);
+        host_copy(got, dout, T * sizeof(int));
+        char name[96];
+        snprintf(name, sizeof name, "argmax n=%d T=%d", n, T);
+        report(tl, name, bytes_differ(got, want, T * sizeof(int)), 0, "bytes");
+        CUDA_CHECK(cudaFree(dx));
+        CUDA_CHECK(cudaFree(dout));
+        free(x), free(want), free(got);
+    }
+}
+
+// Runs every check, prints one line per op and the summary; returns the number of failures.
+extern "C" int gpu_check_ops(const GpuCheck *cpu) {
+    if (cpu->size != sizeof(GpuCheck)) {
+        fprintf(stderr, "clover: error: internal: clover.c and clover.cu disagree on struct GpuCheck\n");
+        exit(1);
+    }
+    char info[512];
+    if (!gpu_init(info, sizeof info)) {
+        fprintf(stderr, "clover: error: --check-ops needs a GPU, but %s\n", info);
+        exit(1);
+    }
+    printf("check-ops: %s\n", info);
+    Tally tl = {0, 0};
+    // each distinct (type, shape) once; big matrices by their first rows (the CPU twin is slow there)
+    for (int i = 0; i < cpu->n_mats; i++) {
+        const GpuMat *m = &cpu->mats[i];
+        bool seen_type = false, seen = false;
+        for (int j = 0; j < i; j++) {
+            seen_type |= cpu->mats[j].type == m->type;
+            seen |= cpu->mats[j].type == m->type && cpu->mats[j].n_in == m->n_in && cpu->mats[j].n_out == m->n_out;
+        }
+        if (seen) continue;
+        int64_t rows = m->n_out < 2048 ? m->n_out : 2048;
+        bool seen_n = false;
+        for (int j = 0; j < i; j++) seen_n |= dot_type(cpu->mats[j].type) == dot_type(m->type) && cpu->mats[j].n_in == m->n_in;
+        if (!seen_n) check_quantize(&tl, cpu, m->type, m->n_in);
+        if (!seen_type) check_matmul(&tl, cpu, m, true, rows);
+        check_matmul(&tl, cpu, m, false, rows);
+    }
+    check_row_op(&tl, cpu, OP_RMSNORM, cpu->n_embd);
+    check_row_op(&tl, cpu, OP_RMSNORM, cpu->head_dim);
+    if (cpu->d_state != cpu->head_dim) check_row_op(&tl, cpu, OP_RMSNORM, cpu->d_state);
+    check_row_op(&tl, cpu, OP_L2NORM, cpu->d_state);
+    check_rope(&tl, cpu, 0);
+    check_rope(&tl, cpu, 4000);
+    check_row_op(&tl, cpu, OP_SOFTMAX, cpu->n_expert);
+    check_row_op(&tl, cpu, OP_SOFTMAX, 1000);
+    check_row_op(&tl, cpu, OP_SILU, cpu->n_ff);
+    check_argmax(&tl, cpu, cpu->n_vocab);
+    printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);
+    return tl.failed;
 }

@@ -44,6 +44,8 @@
 #              hard but valid input (invalid UTF-8, -n 0, -c 131072) works; the memory plan and its
 #              refusal; every row of README.md's table "Hostile and mistaken input" is a check here
 #   regressions  test/fuzz-regressions/: inputs the fuzzers found (make fuzz), replayed through clover
+#   gpu        build/clover-emu (clover.cu on the CPU, test/cuda_emu.h): --check-ops on every weight type
+#              in three thread orders; planted bugs (test/gpu_mutants.sh) must fail it
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,6 +56,7 @@ CLOVER=${CLOVER:-./clover}     # CLOVER=./clover-cuda test/run.sh tests the CUDA
 GEN=build/gen
 REF=${REF:-build/ref}
 CMP=build/cmp
+EMU=${EMU:-build/clover-emu}   # the CUDA kernels executed on the CPU (make cuda-emu)
 UNIT=build/unit
 UNIT_AVX2=build/unit-avx2
 EDIT="python3 test/gguf_edit.py"
@@ -1528,6 +1531,54 @@ open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
     readme_rows
 }
 
+# The GPU kernels (clover.cu) executed on the CPU by test/cuda_emu.h (build/clover-emu, make cuda-emu):
+# --check-ops on a tiny model of every weight type in the forward, reverse and random thread orders;
+# the planted bugs of test/gpu_mutants.sh (a missing or divergent __syncthreads, an off-by-one index,
+# a wrong rounding) must each make it fail; the CPU build refuses --check-ops in one line; -ngl 99
+# on clover-emu still prints the CPU build's text (no GPU forward pass yet).
+test_gpu() {
+    local t o m out n last
+    if [ ! -x "$EMU" ]; then
+        echo "# test_gpu: skipped: $EMU is missing (make cuda-emu builds it with clang++; make test does when clang++ is installed)" >&2
+        echo "SKIP gpu: $EMU is missing (no clang++?)"
+        return
+    fi
+    for t in $TYPES; do
+        m=$(model "$t") || { fail "gpu/$t" "cannot generate the model"; continue; }
+        for o in forward reverse random; do
+            out="$TMP/gpu-$t-$o.txt"
+            CLOVER_EMU_ORDER=$o $TO "$EMU" -m "$m" --check-ops > "$out" 2> "$TMP/err"
+            local rc=$?
+            last=$(tail -n 1 "$out")
+            n=$(grep -c ' PASS$' "$out")
+            if [ "$rc" -eq 0 ] && [ "$last" = "check-ops: $n ops, $n passed, 0 failed" ] && [ "$n" -gt 0 ] && ! grep -q FAIL "$out"; then
+                pass "gpu/$t/$o: $last"
+            else
+                fail "gpu/$t/$o" "exit $rc: $(grep -m 1 FAIL "$out" | tr -s ' ')$(first_line "$TMP/err") | $last"
+            fi
+        done
+    done
+    m=$(model q4_0 1 --layers 1) || { fail gpu/mutants "cannot generate the model"; return; }
+    if out=$(FIRST_CATCH=1 CXX_EMU=${CXX_EMU:-clang++} test/gpu_mutants.sh "$m" 2>&1); then
+        pass "gpu/mutants: every planted bug caught: $(echo "$out" | sed 's/: caught.*//' | tr '\n' ';')"
+    else
+        fail gpu/mutants "$(echo "$out" | grep -v ': caught' | tr '\n' ';' | cut -c1-300)"
+    fi
+    m=$(model q8_0 1 --layers 1)
+    if ! ./clover -m "$m" --check-ops > /dev/null 2> "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q '^clover: error: --check-ops' "$TMP/err"; then
+        pass "gpu/cpu-build: ./clover --check-ops is one error line"
+    else
+        fail gpu/cpu-build "$(first_line "$TMP/err")"
+    fi
+    if $TO ./clover -m "$m" -p "hello world" -n 8 --temp 0 > "$TMP/cpu.txt" 2> /dev/null &&
+       $TO "$EMU" -m "$m" -p "hello world" -n 8 --temp 0 -ngl 99 > "$TMP/emu.txt" 2> "$TMP/err" &&
+       cmp -s "$TMP/cpu.txt" "$TMP/emu.txt" && grep -q 'GPU forward pass is not written yet' "$TMP/err"; then
+        pass "gpu/ngl: -ngl 99 on clover-emu says the forward pass runs on the CPU and prints the CPU build's text"
+    else
+        fail gpu/ngl "$(first_line "$TMP/err")"
+    fi
+}
+
 # Inputs the fuzzers (make fuzz) once crashed on, replayed through clover: GGUF files must load or be
 # rejected with one error line; tokenizer inputs are prompt files that must tokenize and generate.
 test_regressions() {
@@ -1560,7 +1611,7 @@ test_regressions() {
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions; do
+for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions gpu; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"

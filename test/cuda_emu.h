@@ -1,0 +1,394 @@
+// test/cuda_emu.h — the subset of the CUDA runtime that clover.cu uses, executed on the CPU, so that
+// the kernels run and are checked on machines without a GPU (make cuda-emu builds build/clover-emu
+// with clang++; see docs in /work/shared/notes/gpu.md section 4 and README.md, "GPU"). Test only:
+// clover.cu includes it instead of <cuda_runtime.h> when CLOVER_EMU is defined.
+//
+// Model: a launch runs its blocks one after another; each thread of a block is a fiber with its own
+// stack that gives up the CPU only at __syncthreads and at warp operations. The scheduler runs the
+// runnable fibers in the order CLOVER_EMU_ORDER names (forward: thread 0 first; reverse; random: a
+// new permutation each round, seeded by CLOVER_EMU_SEED), so code that reads what another thread
+// has not yet written (a missing barrier) sees different values in different orders. It checks:
+//   - __syncthreads: every thread of the block arrives, all at the same call (file:line); a thread
+//     that has returned, or one waiting at another barrier or warp operation, is an error;
+//   - warp operations (__shfl_*_sync): the mask is full, all 32 lanes of the warp take part, at the
+//     same call;
+//   - a block whose threads all wait with nothing to release is a deadlock, reported with who waits where;
+//   - device memory (cudaMalloc) is filled with 0xff bytes (a float NaN) so a read of unwritten memory
+//     shows; __shared__ arrays live in one linker section, set to 0xff before each block; each
+//     allocation has a guard zone after it, checked after each launch (a write past the end);
+//   - cudaMemcpy's direction against where its pointers really are.
+// Any failure is one line `clover: error: cuda-emu: ...` and exit status 1.
+// What it cannot check: races between blocks, the memory model, timing, inline PTX.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <tuple>
+#include <utility>
+
+// ---- types and constants of the runtime API --------------------------------------------------
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9 };
+enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
+struct cudaDeviceProp { char name[256]; size_t totalGlobalMem; int major, minor, multiProcessorCount; };
+struct cudaLaunchAttribute;
+struct cudaLaunchConfig_t {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    void *stream;
+    cudaLaunchAttribute *attrs;
+    unsigned numAttrs;
+};
+typedef void *cudaStream_t;
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+// Static shared arrays become function-static storage in one section (valid: blocks run one at a
+// time), so the scheduler can poison all of it before each block.
+#define __shared__ __attribute__((section("emu_shared"))) static
+extern "C" char __start_emu_shared[], __stop_emu_shared[];
+
+static void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+#include <stdarg.h>
+static void emu_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);   // what the program printed before comes first
+    fprintf(stderr, "clover: error: cuda-emu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+// ---- fibers: a context switch of the callee-saved registers (System V x86-64) ----------------
+// emu_switch(&from_sp, to_sp): pushes rbp, rbx, r12-r15, saves rsp in *from_sp, loads to_sp, pops.
+extern "C" void emu_switch(void **from_sp, void *to_sp);
+asm(".text\n.globl emu_switch\n.type emu_switch,@function\nemu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n"
+    ".size emu_switch, .-emu_switch\n");
+
+enum EmuState { EMU_RUNNABLE, EMU_AT_BARRIER, EMU_AT_WARP, EMU_DONE };
+enum EmuWarpOp { EMU_SHFL_XOR, EMU_SHFL_DOWN, EMU_SHFL_UP, EMU_SHFL_IDX };
+struct EmuThread {
+    void *sp;
+    EmuState state;
+    const char *file;   // where it waits
+    int line;
+    EmuWarpOp op;
+    unsigned mask;
+    int arg, width;
+    uint64_t in, out;   // a warp operation's value and result
+};
+
+enum { EMU_MAX_THREADS = 1024, EMU_STACK = 256 * 1024 };
+struct Emu {
+    int order;                      // 0 forward, 1 reverse, 2 random
+    uint64_t rng;
+    EmuThread th[EMU_MAX_THREADS];
+    char *stacks;
+    int n, cur;                     // threads in the block, the one running
+    void *sched_sp;
+    void (*body)(void *);
+    void *body_arg;
+    const char *kernel;
+};
+static Emu emu;
+// the built-in variables, set by the scheduler before each switch into a fiber
+static dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+static void emu_init(void) {
+    if (emu.stacks) return;
+    const char *o = getenv("CLOVER_EMU_ORDER");
+    if (!o || !strcmp(o, "forward")) emu.order = 0;
+    else if (!strcmp(o, "reverse")) emu.order = 1;
+    else if (!strcmp(o, "random")) emu.order = 2;
+    else emu_fail("CLOVER_EMU_ORDER=%s: expected forward, reverse or random", o);
+    const char *s = getenv("CLOVER_EMU_SEED");
+    emu.rng = s ? strtoull(s, NULL, 10) * 2654435761u + 1 : 88172645463325252ull;
+    emu.stacks = (char *)mmap(NULL, (size_t)EMU_MAX_THREADS * EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (emu.stacks == MAP_FAILED) emu_fail("cannot map %d fiber stacks", EMU_MAX_THREADS);
+}
+
+static uint64_t emu_random(void) {   // xorshift64*
+    emu.rng ^= emu.rng >> 12, emu.rng ^= emu.rng << 25, emu.rng ^= emu.rng >> 27;
+    return emu.rng * 2685821657736338717ull;
+}
+
+static void emu_set_thread(int t) {
+    emu.cur = t;
+    threadIdx = dim3(t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y));
+}
+
+// a fiber's first frame: run the kernel body, then report done and never return
+static void emu_fiber_main(void) {
+    emu.body(emu.body_arg);
+    emu.th[emu.cur].state = EMU_DONE;
+    emu_switch(&emu.th[emu.cur].sp, emu.sched_sp);
+    __builtin_unreachable();
+}
+
+static void emu_yield(void) { emu_switch(&emu.th[emu.cur].sp, emu.sched_sp); }
+
+static const char *emu_state_name(const EmuThread *t) {
+    static char buf[600];
+    switch (t->state) {
+    case EMU_DONE: return "returned";
+    case EMU_RUNNABLE: return "running";
+    case EMU_AT_BARRIER: snprintf(buf, sizeof buf, "at __syncthreads %s:%d", t->file, t->line); return buf;
+    case EMU_AT_WARP: snprintf(buf, sizeof buf, "at a warp operation %s:%d", t->file, t->line); return buf;
+    }
+    return "?";
+}
+
+// the first thread whose state or call site differs from thread `a`'s, or -1
+static int emu_first_unlike(int a, int from, int to) {
+    for (int t = from; t < to; t++) {
+        const EmuThread *x = &emu.th[t], *y = &emu.th[a];
+        if (x->state != y->state || x->line != y->line || strcmp(x->file, y->file)) return t;
+    }
+    return -1;
+}
+
+// All 32 lanes of warp w wait at one warp operation: check it and compute every lane's result.
+static bool emu_resolve_warp(int w) {
+    int t0 = 32 * w;
+    for (int l = 0; l < 32; l++)
+        if (emu.th[t0 + l].state != EMU_AT_WARP) return false;
+    int u = emu_first_unlike(t0, t0, t0 + 32);
+    if (u >= 0)
+        emu_fail("%s block (%u,%u): warp %d diverged: thread %d %s, thread %d %s", emu.kernel, blockIdx.x, blockIdx.y, w, t0,
+                 emu_state_name(&emu.th[t0]), u, emu_state_name(&emu.th[u]));
+    for (int l = 0; l < 32; l++) {
+        EmuThread *x = &emu.th[t0 + l];
+        if (x->mask != 0xffffffffu) emu_fail("%s: warp operation at %s:%d with mask %#x: clover.cu's warp operations take the full mask", emu.kernel, x->file, x->line, x->mask);
+        if (x->op != emu.th[t0].op || x->arg != emu.th[t0].arg || x->width != 32)
+            emu_fail("%s: warp operation at %s:%d: lanes disagree on its offset or width", emu.kernel, x->file, x->line);
+    }
+    for (int l = 0; l < 32; l++) {
+        EmuThread *x = &emu.th[t0 + l];
+        int src = l;
+        switch (x->op) {
+        case EMU_SHFL_XOR: src = l ^ x->arg; break;
+        case EMU_SHFL_DOWN: src = l + x->arg < 32 ? l + x->arg : l; break;
+        case EMU_SHFL_UP: src = l - x->arg >= 0 ? l - x->arg : l; break;
+        case EMU_SHFL_IDX: src = x->arg & 31; break;
+        }
+        x->out = emu.th[t0 + src].in;
+    }
+    for (int l = 0; l < 32; l++) emu.th[t0 + l].state = EMU_RUNNABLE;
+    return true;
+}
+
+// Run one block to completion: sweep the runnable fibers in the chosen order until none is left,
+// then release a warp operation or the barrier, or report why the block cannot go on.
+static void emu_run_block(void) {
+    int n = emu.n;
+    memset(__start_emu_shared, 0xff, (size_t)(__stop_emu_shared - __start_emu_shared));
+    for (int t = 0; t < n; t++) {
+        void **sp = (void **)(emu.stacks + (size_t)(t + 1) * EMU_STACK);
+        *--sp = NULL;                          // keeps the entry's stack aligned as after a call
+        *--sp = (void *)emu_fiber_main;        // where the first switch "returns" to
+        for (int r = 0; r < 6; r++) *--sp = NULL;
+        emu.th[t].sp = sp;
+        emu.th[t].state = EMU_RUNNABLE;
+    }
+    int order[EMU_MAX_THREADS];
+    for (;;) {
+        for (int t = 0; t < n; t++) order[t] = emu.order == 1 ? n - 1 - t : t;
+        if (emu.order == 2)
+            for (int t = n - 1; t > 0; t--) {
+                int j = (int)(emu_random() % (uint64_t)(t + 1)), s = order[t];
+                order[t] = order[j], order[j] = s;
+            }
+        bool ran = false;
+        for (int i = 0; i < n; i++) {
+            int t = order[i];
+            if (emu.th[t].state != EMU_RUNNABLE) continue;
+            emu_set_thread(t);
+            emu_switch(&emu.sched_sp, emu.th[t].sp);
+            ran = true;
+        }
+        if (ran) continue;
+        bool released = false;
+        for (int w = 0; w < n / 32; w++) released |= emu_resolve_warp(w);
+        if (released) continue;
+        int at_barrier = 0, done = 0, first = -1;
+        for (int t = 0; t < n; t++) {
+            if (emu.th[t].state == EMU_DONE) done++;
+            if (emu.th[t].state == EMU_AT_BARRIER) at_barrier++, first = first < 0 ? t : first;
+        }
+        if (done == n) return;
+        if (at_barrier == 0 || at_barrier + done < n || done > 0) {
+            int a = first >= 0 ? first : 0, u = emu_first_unlike(a, 0, n);
+            for (int t = 0; t < n && u < 0; t++) if (emu.th[t].state != emu.th[a].state) u = t;
+            if (u < 0) u = a;
+            char sa[600];
+            snprintf(sa, sizeof sa, "%s", emu_state_name(&emu.th[a]));
+            emu_fail("%s block (%u,%u): deadlock or divergent barrier: thread %d %s, thread %d %s (%d of %d threads at a barrier, %d returned)",
+                     emu.kernel, blockIdx.x, blockIdx.y, a, sa, u, emu_state_name(&emu.th[u]), at_barrier, n, done);
+        }
+        int u = emu_first_unlike(first, 0, n);
+        if (u >= 0) {
+            char sa[600];
+            snprintf(sa, sizeof sa, "%s", emu_state_name(&emu.th[first]));
+            emu_fail("%s block (%u,%u): divergent __syncthreads: thread %d %s, thread %d %s", emu.kernel, blockIdx.x, blockIdx.y, first, sa, u, emu_state_name(&emu.th[u]));
+        }
+        for (int t = 0; t < n; t++) emu.th[t].state = EMU_RUNNABLE;
+    }
+}
+
+// ---- the device-side functions ----------------------------------------------------------------
+static inline void emu_syncthreads(const char *file, int line) {
+    EmuThread *t = &emu.th[emu.cur];
+    t->state = EMU_AT_BARRIER, t->file = file, t->line = line;
+    emu_yield();
+}
+#define __syncthreads() emu_syncthreads(__FILE__, __LINE__)
+
+template <typename T>
+static T emu_shfl(EmuWarpOp op, unsigned mask, T v, int arg, int width, const char *file, int line) {
+    static_assert(sizeof(T) <= 8, "warp operations on values of at most 8 bytes");
+    if (blockDim.x * blockDim.y * blockDim.z % 32) emu_fail("%s: warp operation at %s:%d in a block of %u threads (not whole warps)", emu.kernel, file, line, blockDim.x * blockDim.y * blockDim.z);
+    EmuThread *t = &emu.th[emu.cur];
+    t->state = EMU_AT_WARP, t->file = file, t->line = line, t->op = op, t->mask = mask, t->arg = arg, t->width = width;
+    t->in = 0;
+    memcpy(&t->in, &v, sizeof v);
+    emu_yield();
+    T r;
+    memcpy(&r, &emu.th[emu.cur].out, sizeof r);
+    return r;
+}
+#define __shfl_xor_sync(mask, v, lane_mask) emu_shfl(EMU_SHFL_XOR, mask, v, lane_mask, 32, __FILE__, __LINE__)
+#define __shfl_down_sync(mask, v, delta) emu_shfl(EMU_SHFL_DOWN, mask, v, delta, 32, __FILE__, __LINE__)
+#define __shfl_up_sync(mask, v, delta) emu_shfl(EMU_SHFL_UP, mask, v, delta, 32, __FILE__, __LINE__)
+#define __shfl_sync(mask, v, src) emu_shfl(EMU_SHFL_IDX, mask, v, src, 32, __FILE__, __LINE__)
+
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+// as the device's cvt.rni.s32.f32: nearest, ties to even; NaN gives 0; out of range saturates
+static inline int __float2int_rn(float x) {
+    if (x != x) return 0;
+    if (x >= 2147483648.0f) return 2147483647;
+    if (x < -2147483648.0f) return (-2147483647 - 1);
+    return (int)rintf(x);
+}
+
+// ---- device memory: tagged, poisoned, guarded ---------------------------------------------------
+enum { EMU_GUARD = 64, EMU_MAX_ALLOCS = 4096 };
+struct EmuAlloc { char *p; size_t n; };
+static EmuAlloc emu_allocs[EMU_MAX_ALLOCS];
+static int emu_n_allocs;
+
+static const EmuAlloc *emu_find(const void *p, size_t n) {
+    for (int i = 0; i < emu_n_allocs; i++) {
+        const EmuAlloc *a = &emu_allocs[i];
+        if ((const char *)p >= a->p && (const char *)p < a->p + a->n) {
+            if ((const char *)p + n > a->p + a->n) emu_fail("a copy of %zu bytes runs past the end of a device allocation of %zu bytes", n, a->n);
+            return a;
+        }
+    }
+    return NULL;
+}
+
+static void emu_check_guards(const char *after) {
+    for (int i = 0; i < emu_n_allocs; i++)
+        for (int g = 0; g < EMU_GUARD; g++)
+            if ((unsigned char)emu_allocs[i].p[emu_allocs[i].n + g] != 0xa5)
+                emu_fail("%s wrote past the end of a device allocation of %zu bytes (byte %d after it)", after, emu_allocs[i].n, g);
+}
+
+static cudaError_t cudaMalloc(void **p, size_t n) {
+    if (emu_n_allocs == EMU_MAX_ALLOCS) return cudaErrorMemoryAllocation;
+    char *m = (char *)aligned_alloc(256, (n + EMU_GUARD + 255) / 256 * 256);
+    if (!m) return cudaErrorMemoryAllocation;
+    memset(m, 0xff, n);
+    memset(m + n, 0xa5, EMU_GUARD);
+    emu_allocs[emu_n_allocs++] = {m, n};
+    *p = m;
+    return cudaSuccess;
+}
+template <typename T> static cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+
+static cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    for (int i = 0; i < emu_n_allocs; i++)
+        if (emu_allocs[i].p == p) {
+            emu_check_guards("a kernel");
+            free(p);
+            emu_allocs[i] = emu_allocs[--emu_n_allocs];
+            return cudaSuccess;
+        }
+    emu_fail("cudaFree of a pointer that cudaMalloc did not return");
+}
+
+static cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    bool dd = emu_find(dst, n) != NULL, sd = emu_find(src, n) != NULL;
+    bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    static const char *names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice"};
+    if (dd != want_dd || sd != want_sd)
+        emu_fail("cudaMemcpy%s from %s memory to %s memory", names[kind], sd ? "device" : "host", dd ? "device" : "host");
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+// ---- the rest of the runtime: one synchronous device ---------------------------------------------
+static cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+static cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuda-emu (CUDA executed on the CPU, %s thread order)", emu.order == 0 ? "forward" : emu.order == 1 ? "reverse" : "random");
+    p->totalGlobalMem = (size_t)8 << 30, p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+static cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    }
+    return "unknown error";
+}
+
+template <typename... P> struct EmuCall {
+    void (*kernel)(P...);
+    std::tuple<P...> args;
+};
+template <typename... P> static void emu_call(void *p) {
+    EmuCall<P...> *c = (EmuCall<P...> *)p;
+    std::apply(c->kernel, c->args);
+}
+
+// cudaLaunchKernelEx(&config, kernel, args...): the arguments converted to the kernel's parameter
+// types, as the real template does; then every block, one after another.
+template <typename... P, typename... A>
+static cudaError_t emu_launch(const cudaLaunchConfig_t *c, void (*kernel)(P...), const char *name, A &&...args) {
+    emu_init();
+    unsigned nt = c->blockDim.x * c->blockDim.y * c->blockDim.z;
+    if (nt == 0 || nt > EMU_MAX_THREADS || c->gridDim.x == 0 || c->gridDim.y == 0 || c->gridDim.z == 0 || c->gridDim.y > 65535 || c->gridDim.z > 65535)
+        return cudaErrorInvalidConfiguration;
+    EmuCall<P...> call{kernel, std::tuple<P...>(std::forward<A>(args)...)};
+    emu.body = emu_call<P...>, emu.body_arg = &call, emu.kernel = name, emu.n = (int)nt;
+    gridDim = c->gridDim, blockDim = c->blockDim;
+    for (unsigned z = 0; z < gridDim.z; z++)
+        for (unsigned y = 0; y < gridDim.y; y++)
+            for (unsigned x = 0; x < gridDim.x; x++) {
+                blockIdx = dim3(x, y, z);
+                emu_run_block();
+            }
+    emu_check_guards(name);
+    return cudaSuccess;
+}
+#define cudaLaunchKernelEx(config, kernel, ...) emu_launch(config, kernel, #kernel, __VA_ARGS__)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# test/gpu_mutants.sh MODEL — shows that the GPU checks bite: builds mutants of clover.cu (each one
+# planted bug, applied by sed to a temporary copy) into clover-emu and runs --check-ops on MODEL in the
+# three thread orders of test/cuda_emu.h. Prints one line per mutant and order: `caught` with the first
+# failure line (a check-ops FAIL or a cuda-emu error), or `missed`. Exit status 1 when a mutant does
+# not apply (the sed changed nothing) or is missed in all three orders. Needs build/clover-emu.o (make
+# cuda-emu) and clang++ (CXX_EMU). FIRST_CATCH=1: stop at the first order that catches a mutant.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MODEL=$1
+CXX_EMU=${CXX_EMU:-clang++}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/clover-mutants.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+
+# name | sed script: each plants one bug
+MUTANTS='missing-syncthreads|/pi\[threadIdx.x \/ WARP\] = at;/{n;/__syncthreads();/d}
+divergent-syncthreads|/part\[threadIdx.x \/ WARP\] = m;/{n;s/__syncthreads();/if (threadIdx.x < BLOCK \/ 2) __syncthreads();/}
+off-by-one-index|s/for (int64_t u = lane; u < n \/ Unit::size;/for (int64_t u = lane; u <= n \/ Unit::size;/
+wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/'
+
+status=0
+while IFS='|' read -r name script; do
+    sed "$script" "$ROOT/clover.cu" > "$TMP/clover.cu"
+    if cmp -s "$ROOT/clover.cu" "$TMP/clover.cu"; then
+        echo "mutant $name: does not apply (clover.cu changed?)"
+        status=1
+        continue
+    fi
+    if ! $CXX_EMU -O1 -std=c++17 -ffp-contract=off -DCLOVER_EMU -I"$ROOT" -x c++ -c "$TMP/clover.cu" -o "$TMP/cu.o" 2> "$TMP/cc.err" ||
+       ! $CXX_EMU -o "$TMP/clover-emu" "$ROOT/build/clover-emu.o" "$TMP/cu.o" -lm -lpthread 2>> "$TMP/cc.err"; then
+        echo "mutant $name: does not build: $(head -n 1 "$TMP/cc.err")"
+        status=1
+        continue
+    fi
+    caught=0
+    for order in forward reverse random; do
+        CLOVER_EMU_ORDER=$order timeout 120 "$TMP/clover-emu" -m "$MODEL" --check-ops > "$TMP/out" 2>&1
+        rc=$?
+        first=$(grep -m 1 'FAIL\|clover: error' "$TMP/out" | tr -s ' ' | cut -c1-160)
+        if [ "$rc" -ne 0 ] && [ -n "$first" ]; then
+            echo "mutant $name, $order order: caught (exit $rc): $first"
+            caught=$((caught + 1))
+            [ -z "${FIRST_CATCH:-}" ] || break
+        else
+            echo "mutant $name, $order order: missed (exit $rc)"
+        fi
+    done
+    [ "$caught" -gt 0 ] || status=1
+done <<< "$MUTANTS"
+exit $status
