@@ -2,7 +2,8 @@
 // build/clover-emu, the same file with clang++ and test/cuda_emu.h, every launch run on the CPU).
 //
 // Status: the kernels of clover.c's ops below, each checked against its CPU twin by --check-ops.
-// The forward pass on the device (-ngl > 0) is not written yet: clover refuses -ngl > 0 in this build.
+// The forward pass on the device is not written yet: with -ngl > 0 clover finds the device, says
+// that every layer still runs on the CPU, and does so (no GPU: one clear error).
 //
 // Layout, as clover.c's sections: 1. errors and launches; 2. half precision; 3. block layouts;
 // 4. reductions; 5. activation rounding (quantize_row); 6. matmul per weight type; 7. the other ops
