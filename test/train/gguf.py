@@ -114,7 +114,10 @@ def write(path, cfg, tok, tensors, qtype, name):
     kv.add("tokenizer.chat_template", STR, CHAT_TEMPLATE)
 
     infos, datas, off = [], [], 0
-    for n, t in tensors.items():
+    # the clover_moe extras last: a qwen35moe twin for llama.cpp is then this file without their
+    # infos (test/gguf_edit.py --arch qwen35moe --drop-tensor ...), the remaining data contiguous
+    extra = lambda n: "_rev" in n or "ssm_conv1d_right" in n
+    for n, t in sorted(tensors.items(), key=lambda kv: extra(kv[0])):
         ne = list(reversed(t.shape))  # ggml order: ne[0] is the contiguous dimension
         ty = Q8_0 if (qtype == Q8_0 and is_quantized(n) and ne[0] % 32 == 0) else F32
         data = quantize_q8_0(t) if ty == Q8_0 else t.float().contiguous().numpy().tobytes()
