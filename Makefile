@@ -101,3 +101,16 @@ fuzz: build/fuzz/fuzz_gguf build/fuzz/fuzz_tokenizer build/gen
 	test/fuzz.sh $(FUZZ_TIME)
 
 .PHONY: test tools cuda cuda-emu bench sanitize fuzz
+
+# The tiny trained Clover of test/tiny/ (test/train/, PyTorch from Debian, about an hour on 2 cores,
+# apt-get as root): not part of `make test`, which uses the committed files.
+#   make tiny-clover        the whole recipe: corpus, tokenizer, training, GGUF export, references
+#   make tiny-clover-refs   only the PyTorch references of test/tiny/refs/ from the committed GGUFs
+tiny-clover: clover
+	test/train/make.sh
+
+tiny-clover-refs:
+	test/train/setup.sh
+	/usr/bin/python3 test/train/refs.py test/tiny
+
+.PHONY: tiny-clover tiny-clover-refs

@@ -16,6 +16,7 @@ first three (re-padding to the alignment) and copies the data section unchanged,
   --tensor NAME FIELD VAL  FIELD: name, type (ggml type id), offset (relative to the data section),
                            dims (comma-separated, ne0 first), add-offset (add VAL to the offset)
   --drop-tensor NAME       remove a tensor's info (its bytes stay in the data section)
+  --arch NAME              set general.architecture to NAME and rename every '<old arch>.' key to 'NAME.'
   --version N  --magic STR --n-tensors N  --n-kv N   write these header fields as given (raw)
   --key-len N              write N as the length field of the first key (raw)
   --str-len KEY N          write N as the length field of string value KEY (raw)
@@ -200,6 +201,14 @@ def edit(g, ops):
                 raise SystemExit('gguf_edit: unknown tensor field %s' % field)
         elif op == '--drop-tensor':
             g.tensors.remove(g.tensor(arg()))
+        elif op == '--arch':
+            new = arg().encode()
+            e = g.find('general.architecture')
+            old = e[2] + b'.'
+            e[2] = new
+            for kv in g.kv:
+                if kv[0].startswith(old):
+                    kv[0] = new + b'.' + kv[0][len(old):]
         elif op == '--version':
             g.raw['version'] = int(arg(), 0)
         elif op == '--magic':

@@ -46,6 +46,9 @@
 #   regressions  test/fuzz-regressions/: inputs the fuzzers found (make fuzz), replayed through clover
 #   gpu        build/clover-emu (clover.cu on the CPU, test/cuda_emu.h): --check-ops on every weight type
 #              in three thread orders; planted bugs (test/gpu_mutants.sh) must fail it
+#   tiny       the trained tiny Clover (test/tiny/, `make tiny-clover`): clover's causal and preview
+#              logits vs the PyTorch implementation's float64 references (test/train/refs.py), F32 and
+#              Q8_0; llama.cpp vs the same references; tokenizer; draft-self accepts drafts, losslessly
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -1610,8 +1613,110 @@ test_regressions() {
 }
 
 # ------------------------------------------------------------------------------------------------
+# The tiny trained Clover of test/tiny/ against the references its PyTorch implementation
+# (test/train/model.py, written from the notes, not from clover.c) computed in float64 from the
+# weights in each file (test/train/refs.py; `make tiny-clover-refs` recomputes them where torch is
+# installed): held-out text, causal logits of every position and preview passes (draft-self blocks
+# [id_last, MASK x n], a mixed 32-row block, 31 masks after a 1-token prompt). Limits on
+# max |delta log-softmax| per row (build/cmp): F32 1e-4 on every row. Q8_0: the reference rounds
+# each activation row entering a Q8_0 matrix as llama.cpp's CPU path does, so most rows agree to
+# ~1e-6 too, but a float64 value landing on the other side of a rounding boundary than clover's
+# float32 one moves a row by ~1e-3: median 1e-4, every row 1e-2.
+TINY=test/tiny
+TINY_VOCAB=3072
+#        type    median  max
+TINY_TOL="
+         f32     1e-4    1e-4
+         q8_0    1e-4    1e-2
+"
+declare -A TMED TMAX
+while read -r t m x; do [ -n "$t" ] && TMED[$t]=$m TMAX[$t]=$x; done <<< "$TINY_TOL"
+
+# tiny_cmp NAME A.bin REF.bin TYPE: max and median of |delta log-softmax| within TINY_TOL
+tiny_cmp() {
+    local name=$1 a=$2 b=$3 t=$4 out mx
+    if ! out=$("$CMP" "$a" "$b" $TINY_VOCAB --median "${TMED[$t]}" 2>&1); then
+        fail "$name" "$out (limits: median ${TMED[$t]}, max ${TMAX[$t]})"
+        return
+    fi
+    mx=$(echo "$out" | sed -n 's/.* max \([^ ]*\) .*/\1/p')
+    if [ -n "$mx" ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "$mx" "${TMAX[$t]}"; then
+        pass "$name ($out)"
+    else
+        fail "$name" "$out (limits: median ${TMED[$t]}, max ${TMAX[$t]})"
+    fi
+}
+
+test_tiny() {
+    local name t p b f m drops ids acc
+    if [ ! -f "$TINY/refs/manifest.tsv" ] || [ ! -f "$TINY/tiny-clover-f32.gguf" ]; then
+        fail tiny "$TINY/ has no model or references (make tiny-clover)"
+        return
+    fi
+    m=$TINY/tiny-clover-f32.gguf
+    # tokenizer: clover and llama.cpp against the Python tokenizer's ids (test/train/bpe.py)
+    ids=$(cat "$TINY/refs/sample.ids")
+    python3 -c 'import sys; s = open(sys.argv[1]).read(); open(sys.argv[2], "w").write(s[:-1])' "$TINY/refs/sample.txt" "$TMP/tiny-sample.txt"
+    if ! clover -m "$m" --tokenize -f "$TINY/refs/sample.txt" > "$TMP/tiny.ids"; then
+        fail "tiny/tokenizer/clover" "$(why)"
+    elif [ "$(cat "$TMP/tiny.ids")" = "$ids" ]; then
+        pass "tiny/tokenizer/clover == bpe.py on held-out text ($(tr ',' '\n' <<< "$ids" | wc -l) tokens)"
+    else
+        fail "tiny/tokenizer/clover" "clover $(cut -c1-120 "$TMP/tiny.ids") vs bpe.py $(cut -c1-120 <<< "$ids")"
+    fi
+    # llama.cpp reads the causal part: the file as qwen35moe without the clover_moe extras (stored last)
+    drops=$($EDIT tensors "$m" | awk '$1 ~ /_rev|ssm_conv1d_right/ {printf "--drop-tensor %s ", $1}')
+    for t in f32 q8_0; do
+        $EDIT edit "$TINY/tiny-clover-$t.gguf" "$TMP/tiny-twin-$t.gguf" --arch qwen35moe $drops > /dev/null 2>&1 ||
+            { fail "tiny/llama.cpp/$t" "gguf_edit failed"; continue; }
+    done
+    if ! ref -m "$TMP/tiny-twin-f32.gguf" --tokenize "$TMP/tiny-sample.txt" > "$TMP/tiny.ids"; then
+        fail "tiny/tokenizer/llama.cpp" "$(why)"
+    elif [ "$(cat "$TMP/tiny.ids")" = "$ids" ]; then
+        pass "tiny/tokenizer/llama.cpp == bpe.py on held-out text"
+    else
+        fail "tiny/tokenizer/llama.cpp" "llama.cpp $(cut -c1-120 "$TMP/tiny.ids") vs bpe.py $(cut -c1-120 <<< "$ids")"
+    fi
+    # clover vs the PyTorch references, every case of the manifest
+    while IFS=$'\t' read -r name t p b f; do
+        [ -n "$name" ] || continue
+        if [ "$b" = "-" ]; then
+            clover -m "$TINY/tiny-clover-$t.gguf" --tokens "$p" --dump-logits "$TMP/tiny.bin" -ctk f32 -ctv f32 > /dev/null
+        else
+            clover -m "$TINY/tiny-clover-$t.gguf" --tokens "$p" --preview-block "$b" --dump-logits "$TMP/tiny.bin" -ctk f32 -ctv f32 > /dev/null
+        fi || { fail "tiny/$t/$name" "$(why)"; continue; }
+        tiny_cmp "tiny/$t/$name vs pytorch" "$TMP/tiny.bin" "$TINY/refs/$f" "$t"
+        if [ "$b" = "-" ]; then   # llama.cpp's causal logits vs the same reference
+            if ref -m "$TMP/tiny-twin-$t.gguf" --logits "$p" "$TMP/tiny-ref.bin" > /dev/null; then
+                tiny_cmp "tiny/$t/$name: llama.cpp vs pytorch" "$TMP/tiny-ref.bin" "$TINY/refs/$f" "$t"
+            else
+                fail "tiny/$t/$name: llama.cpp" "$(why)"
+            fi
+        fi
+    done < "$TINY/refs/manifest.tsv"
+    # draft-self on held-out text: the exact rule prints plain greedy decoding's text and accepts drafts
+    for t in f32 q8_0; do
+        m=$TINY/tiny-clover-$t.gguf
+        name="tiny/$t/draft-self --spec-draft-n-max 7 == greedy and accepts drafts"
+        if ! clover -m "$m" -f "$TINY/refs/sample.txt" -n 64 --temp 0 > "$TMP/tiny.want" ||
+            ! clover -m "$m" -f "$TINY/refs/sample.txt" -n 64 --temp 0 --spec-type draft-self --spec-draft-n-max 7 > "$TMP/tiny.got"; then
+            fail "$name" "$(why)"
+        elif ! cmp -s "$TMP/tiny.got" "$TMP/tiny.want"; then
+            fail "$name" "$(text_diff "$TMP/tiny.got" "$TMP/tiny.want")"
+        else
+            acc=$(sed -n 's/^accept *= *\([0-9.]*\)%.*/\1/p' "$TMP/err")
+            if [ -n "$acc" ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 10 else 1)" "$acc"; then
+                pass "$name (accept $acc%)"
+            else
+                fail "$name" "accept ${acc:-?}% < 10%"
+            fi
+        fi
+    done
+}
+
+# ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions gpu; do
+for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions tiny gpu; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
