@@ -5751,23 +5751,25 @@ static bool print_round(Run *r, const Round *rd) {
  * a preview and a verify batch of n + 1 rows, modelled as t(n + 1 rows) = step + n row: plain
  * decoding (n = 0) commits 1 token per step. The round drafts the n <= n_max with the most tokens
  * per second, from running means of the measured times and of q (accepted over tried: a round that
- * accepts a of m tried a + 1 drafts, a if all were accepted). Unmeasured costs are measured first:
- * a plain step, then a probe of PROBE drafts. While plain decoding wins, a probe every `interval`
- * rounds (16, doubling up to 1024) keeps q current at little cost. Any n keeps the exact rule
- * lossless. */
-enum { PROBE = 1, FIRST_INTERVAL = 16, LAST_INTERVAL = 1024 };
+ * accepts a of m tried a + 1 drafts, a if all were accepted), if that beats plain decoding by 10%.
+ * Unmeasured costs are measured first: a plain step, then a probe of one draft. While plain
+ * decoding wins, a probe of one draft keeps q current once the plain rounds since the last
+ * drafted one have cost PROBE_SHARE^-1 times what it costs beyond a step: at most 2% of the time.
+ * Any n keeps the exact rule lossless. */
+static const double MARGIN = 1.1, PROBE_SHARE = 0.02;
 typedef struct {
     double step, preview_row, verify_row;   /* seconds; < 0: not measured yet */
     double accepted, tried;                 /* drafts, over every drafted round */
-    int plain_rounds, interval;             /* rounds since the last drafted one; probe period */
+    int plain_rounds;                       /* rounds since the last drafted one */
 } Adaptive;
 
 static double running_mean(double mean, double x) { return mean < 0 ? x : 0.75 * mean + 0.25 * x; }
 
 static int draft_size(Adaptive *ad, int n_max) {
     if (n_max == 0 || ad->step < 0) return 0;
-    if (ad->preview_row < 0 || ad->tried == 0) return n_max < PROBE ? n_max : PROBE;
-    double q = ad->accepted / ad->tried, tokens = 1, qn = 1, best_rate = 1 / ad->step;
+    if (ad->preview_row < 0) return 1;
+    /* q shrunk towards 0 while there is little evidence (one accepted probe is not q = 1) */
+    double q = ad->accepted / (ad->tried + 2), tokens = 1, qn = 1, best_rate = MARGIN / ad->step;
     int best = 0;
     for (int n = 1; n <= n_max; n++) {
         qn *= q;
@@ -5775,15 +5777,8 @@ static int draft_size(Adaptive *ad, int n_max) {
         double rate = tokens / (2 * ad->step + n * (ad->preview_row + ad->verify_row));
         if (rate > best_rate) best_rate = rate, best = n;
     }
-    if (best > 0) {
-        ad->plain_rounds = 0;
-        ad->interval = FIRST_INTERVAL;
-        return best;
-    }
-    if (++ad->plain_rounds < ad->interval) return 0;
-    ad->plain_rounds = 0;
-    if (ad->interval < LAST_INTERVAL) ad->interval *= 2;
-    return n_max < PROBE ? n_max : PROBE;
+    if (best > 0 || ++ad->plain_rounds * ad->step * PROBE_SHARE < ad->step + ad->preview_row + ad->verify_row) return best;
+    return 1;
 }
 
 /* What a round measured: its preview and verify times, m drafts of which acc were accepted. */
@@ -5792,6 +5787,7 @@ static void draft_costs(Adaptive *ad, double t_draft, double t_verify, int m, in
         ad->step = running_mean(ad->step, t_verify);
         return;
     }
+    ad->plain_rounds = 0;
     double row_p = (t_draft - ad->step) / m, row_v = (t_verify - ad->step) / m;
     ad->preview_row = running_mean(ad->preview_row, row_p > 0 ? row_p : 0);
     ad->verify_row = running_mean(ad->verify_row, row_v > 0 ? row_v : 0);
@@ -5815,7 +5811,7 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
     stats->n_encoded = n_prompt;
     int id_last = prompt[n_prompt - 1];
     bool done = false;
-    Adaptive ad = {-1, -1, -1, 0, 0, 0, FIRST_INTERVAL};
+    Adaptive ad = {-1, -1, -1, 0, 0, 0};
     t0 = now_seconds();
     while (!done && ctx->st.n_past < ctx->st.n_ctx) {
         rd.pos = ctx->st.n_past;
@@ -5835,8 +5831,8 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
         double tv0 = now_seconds();
         rd.batch[0] = id_last;
         for (int j = 0; j < rd.m; j++) rd.batch[j + 1] = rd.d[j].id;
-        gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);
-        forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, &rd.log);
+        if (rd.m > 0) gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);   /* no drafts: nothing to roll back */
+        forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, rd.m > 0 ? &rd.log : NULL);
         /* 3. ACCEPT */
         accept_round(r, &rd);
         if (a->trace) trace_round(&rd, stats->n_rounds + 1, c->n_vocab, r->pr.tok, a, &r->eog);
