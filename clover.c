@@ -5748,14 +5748,15 @@ static bool print_round(Run *r, const Round *rd) {
  * committed state with after every round, or NULL. */
 /* --spec-draft-adaptive: how many tokens a round drafts. A round of n drafts, each accepted with
  * probability q once the ones before it were, commits 1 + q + ... + q^n tokens on average and costs
- * a preview and a verify batch of n + 1 rows, modelled as t(n + 1 rows) = step + n row: plain
- * decoding (n = 0) commits 1 token per step. The round drafts the n <= n_max with the most tokens
- * per second, from running means of the measured times and of q (accepted over tried: a round that
- * accepts a of m tried a + 1 drafts, a if all were accepted), if that beats plain decoding by 10%.
- * Unmeasured costs are measured first: a plain step, then a probe of one draft. While plain
- * decoding wins, a probe of one draft keeps q current once the plain rounds since the last
- * drafted one have cost PROBE_SHARE^-1 times what it costs beyond a step: at most 2% of the time.
- * Any n keeps the exact rule lossless. */
+ * a preview and a verify batch of n + 1 rows, modelled as t(n + 1 rows) = step + n row (the running
+ * means of the measured times); plain decoding (n = 0) commits 1 token per step. With q estimated
+ * from the drafts tried so far (a round that accepts a of m tried a + 1 drafts, a if all were
+ * accepted), the round drafts the n <= n_max with the most tokens per second if that beats plain
+ * decoding by MARGIN: exploitation, q = accepted / (tried + 1). Otherwise it may probe: the best n
+ * under the optimistic q = (accepted + 1) / (tried + 1), once the plain rounds since the last
+ * drafted one have cost 1 / PROBE_SHARE times what that probe costs beyond a step (before any
+ * probe: guessed as 3 steps), so at most 2% of the time goes to probes and short runs (under about
+ * 150 tokens) may never draft. Any n keeps the exact rule lossless. */
 static const double MARGIN = 1.1, PROBE_SHARE = 0.02;
 typedef struct {
     double step, preview_row, verify_row;   /* seconds; < 0: not measured yet */
@@ -5765,20 +5766,29 @@ typedef struct {
 
 static double running_mean(double mean, double x) { return mean < 0 ? x : 0.75 * mean + 0.25 * x; }
 
-static int draft_size(Adaptive *ad, int n_max) {
-    if (n_max == 0 || ad->step < 0) return 0;
-    if (ad->preview_row < 0) return 1;
-    /* q shrunk towards 0 while there is little evidence (one accepted probe is not q = 1) */
-    double q = ad->accepted / (ad->tried + 2), tokens = 1, qn = 1, best_rate = MARGIN / ad->step;
+/* The n <= n_max with the most tokens per second at acceptance q; its rate in *rate. */
+static int best_draft(const Adaptive *ad, int n_max, double q, double *rate) {
+    double row = ad->preview_row < 0 ? 0 : ad->preview_row + ad->verify_row, tokens = 1, qn = 1;
     int best = 0;
+    *rate = 1 / ad->step;
     for (int n = 1; n <= n_max; n++) {
         qn *= q;
         tokens += qn;
-        double rate = tokens / (2 * ad->step + n * (ad->preview_row + ad->verify_row));
-        if (rate > best_rate) best_rate = rate, best = n;
+        double r = tokens / (2 * ad->step + n * row);
+        if (r > *rate) *rate = r, best = n;
     }
-    if (best > 0 || ++ad->plain_rounds * ad->step * PROBE_SHARE < ad->step + ad->preview_row + ad->verify_row) return best;
-    return 1;
+    return best;
+}
+
+static int draft_size(Adaptive *ad, int n_max) {
+    if (n_max == 0 || ad->step < 0) return 0;
+    double rate;
+    int n = best_draft(ad, n_max, ad->accepted / (ad->tried + 1), &rate);
+    if (n > 0 && rate >= MARGIN / ad->step) return n;
+    int probe = best_draft(ad, n_max, (ad->accepted + 1) / (ad->tried + 1), &rate);
+    double extra = ad->preview_row < 0 ? 3 * ad->step : ad->step + probe * (ad->preview_row + ad->verify_row);
+    if (probe == 0 || ++ad->plain_rounds * ad->step * PROBE_SHARE < extra) return 0;
+    return probe;
 }
 
 /* What a round measured: its preview and verify times, m drafts of which acc were accepted. */

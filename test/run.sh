@@ -1016,14 +1016,15 @@ test_drafts() {
     fi
 
     # 3b. --spec-draft-adaptive drafts only as many tokens as pay, from measured times: whatever it
-    # chooses, the exact rule prints plain decoding's text; true-continuation drafts pay (every
-    # round's cost is then the verify batch alone), so it drafts, and every draft is accepted
-    clover -m "$DM_A" --tokens "$DRAFT_PROMPT" -n 60 --temp 0 -ctk f32 -ctv f32 > "$TMP/ad.want" || fail "drafts/adaptive" "$(why)"
+    # chooses, the exact rule prints plain decoding's text (300 tokens, before this model's first
+    # end of generation); with true-continuation drafts, whose only cost is the verify batch, long
+    # drafts pay (n_max 15), so it drafts, and every draft is accepted
+    clover -m "$DM_A" --tokens "$DRAFT_PROMPT" -n 300 --temp 0 -ctk f32 -ctv f32 > "$TMP/ad.want" || fail "drafts/adaptive" "$(why)"
     for args in "--test-drafts truth" "--test-drafts random" ""; do
         for n in 3 15; do
             name="drafts/--spec-draft-adaptive${args:+ $args}, n_max $n: text unchanged"
             # shellcheck disable=SC2086
-            same_as_none "$name" "$DM_A" "$TMP/ad.want" -n 60 --spec-draft-n-max "$n" --spec-draft-adaptive $args || continue
+            same_as_none "$name" "$DM_A" "$TMP/ad.want" -n 300 --spec-draft-n-max "$n" --spec-draft-adaptive $args || continue
             acc=$(stat_of n_accept) drf=$(stat_of n_drafted)
             if [ "$args" = "--test-drafts truth" ] && ! { [ "${drf:-0}" -gt 0 ] && [ "$acc" = "$drf" ]; }; then
                 fail "$name" "true drafts: n_accept $acc of n_drafted $drf (expected all accepted, some drafted)"
