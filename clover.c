@@ -5753,10 +5753,10 @@ static bool print_round(Run *r, const Round *rd) {
  * from the drafts tried so far (a round that accepts a of m tried a + 1 drafts, a if all were
  * accepted), the round drafts the n <= n_max with the most tokens per second if that beats plain
  * decoding by MARGIN: exploitation, q = accepted / (tried + 1). Otherwise it may probe: the best n
- * under the optimistic q = (accepted + 1) / (tried + 1), once the plain rounds since the last
- * drafted one have cost 1 / PROBE_SHARE times what that probe costs beyond a step (before any
- * probe: guessed as 3 steps), so at most 2% of the time goes to probes and short runs (under about
- * 150 tokens) may never draft. Any n keeps the exact rule lossless. */
+ * under the optimistic q = (accepted + 1) / (tried + 1) (the first probe: one draft, whose cost is
+ * guessed as 3 steps), once the plain rounds since the last drafted one have cost 1 / PROBE_SHARE
+ * times what that probe costs beyond a step, so at most 2% of the time goes to probes and short
+ * runs (under about 150 tokens) may never draft. Any n keeps the exact rule lossless. */
 static const double MARGIN = 1.1, PROBE_SHARE = 0.02;
 typedef struct {
     double step, preview_row, verify_row;   /* seconds; < 0: not measured yet */
@@ -5785,7 +5785,7 @@ static int draft_size(Adaptive *ad, int n_max) {
     double rate;
     int n = best_draft(ad, n_max, ad->accepted / (ad->tried + 1), &rate);
     if (n > 0 && rate >= MARGIN / ad->step) return n;
-    int probe = best_draft(ad, n_max, (ad->accepted + 1) / (ad->tried + 1), &rate);
+    int probe = ad->preview_row < 0 ? 1 : best_draft(ad, n_max, (ad->accepted + 1) / (ad->tried + 1), &rate);
     double extra = ad->preview_row < 0 ? 3 * ad->step : ad->step + probe * (ad->preview_row + ad->verify_row);
     if (probe == 0 || ++ad->plain_rounds * ad->step * PROBE_SHARE < extra) return 0;
     return probe;
