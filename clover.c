@@ -2599,7 +2599,7 @@ static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x,
 static void make_dirs(const char *path) {
     char p[1024];
     if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) fatal("--dump-tensors: the path '%.40s...' is too long", path);
-    for (char *c = p + 1; ; c++) {
+    for (char *c = p + (p[0] == '/'); ; c++) {   /* each prefix ending before a '/', then the whole */
         if (*c != '/' && *c) continue;
         char was = *c;
         *c = 0;
@@ -5768,7 +5768,7 @@ static double running_mean(double mean, double x) { return mean < 0 ? x : 0.75 *
 
 /* The n <= n_max with the most tokens per second at acceptance q; its rate in *rate. */
 static int best_draft(const Adaptive *ad, int n_max, double q, double *rate) {
-    double row = ad->preview_row < 0 ? 0 : ad->preview_row + ad->verify_row, tokens = 1, qn = 1;
+    double row = ad->preview_row + ad->verify_row, tokens = 1, qn = 1;
     int best = 0;
     *rate = 1 / ad->step;
     for (int n = 1; n <= n_max; n++) {
@@ -5782,11 +5782,15 @@ static int best_draft(const Adaptive *ad, int n_max, double q, double *rate) {
 
 static int draft_size(Adaptive *ad, int n_max) {
     if (n_max == 0 || ad->step < 0) return 0;
-    double rate;
-    int n = best_draft(ad, n_max, ad->accepted / (ad->tried + 1), &rate);
-    if (n > 0 && rate >= MARGIN / ad->step) return n;
-    int probe = ad->preview_row < 0 ? 1 : best_draft(ad, n_max, (ad->accepted + 1) / (ad->tried + 1), &rate);
-    double extra = ad->preview_row < 0 ? 3 * ad->step : ad->step + probe * (ad->preview_row + ad->verify_row);
+    int probe = 1;                  /* the first probe: one draft, its cost guessed as 3 steps */
+    double extra = 3 * ad->step;
+    if (ad->preview_row >= 0) {     /* row costs measured: exploit, or size the probe */
+        double rate;
+        int n = best_draft(ad, n_max, ad->accepted / (ad->tried + 1), &rate);
+        if (n > 0 && rate >= MARGIN / ad->step) return n;
+        probe = best_draft(ad, n_max, (ad->accepted + 1) / (ad->tried + 1), &rate);
+        extra = ad->step + probe * (ad->preview_row + ad->verify_row);
+    }
     if (probe == 0 || ++ad->plain_rounds * ad->step * PROBE_SHARE < extra) return 0;
     return probe;
 }
@@ -5821,7 +5825,7 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
     stats->n_encoded = n_prompt;
     int id_last = prompt[n_prompt - 1];
     bool done = false;
-    Adaptive ad = {-1, -1, -1, 0, 0, 0};
+    Adaptive ad = {.step = -1, .preview_row = -1, .verify_row = -1};
     t0 = now_seconds();
     while (!done && ctx->st.n_past < ctx->st.n_ctx) {
         rd.pos = ctx->st.n_past;

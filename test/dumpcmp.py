@@ -94,18 +94,15 @@ def main():
                 continue
             s = relative_diff(load(po, dt[name]), b, dt[name])
             lim = max(tol, 1.25 * s)
-        if a.tobytes() == b.tobytes():
-            n_exact += 1
-            rel = 0.0
-        elif dt[name] == "i32" and not lim == float("inf"):
-            k = next(j for j in range(len(a)) if a[j] != b[j])
-            bad.append("%s: int32 differs at element %d: %d vs %d" % (name, k, a[k], b[k]))
-            continue
-        else:
-            rel = relative_diff(a, b, dt[name])
-            if not rel <= lim:
+        rel = relative_diff(a, b, dt[name])
+        if not rel <= lim:
+            if dt[name] == "i32":
+                k = next(j for j in range(len(a)) if a[j] != b[j])
+                bad.append("%s: int32 differs at element %d: %d vs %d" % (name, k, a[k], b[k]))
+            else:
                 bad.append("%s: max|diff| = %.3g of max|ref| (limit %.3g)" % (name, rel, lim))
-                continue
+            continue
+        n_exact += a.tobytes() == b.tobytes()
         if rel >= worst:
             worst, worst_name = rel, name
         if verbose:
