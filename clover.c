@@ -5253,6 +5253,8 @@ typedef struct {
     void (*softmax)(float *x, int n);
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
+    /* GDN twins (clover.cu section 8) */
+    /* attention and MoE twins (clover.cu sections 9, 10) */
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
     int n_mats;
@@ -5286,9 +5288,13 @@ static void check_ops(const Model *m) {
             if (w->data) mats[n++] = (GpuMat){w->type, w->n_in, w->n_out, w->data};
         }
     const Config *c = &m->c;
-    GpuCheck g = {sizeof g, quantize_row, dot_row_order, rmsnorm, l2norm, rope, softmax, silu_row, argmax,
-                  c->n_embd, c->n_head, c->head_dim, c->n_rot, c->n_expert, c->n_ff, c->n_vocab, c->d_state,
-                  c->eps, c->rope_base, n, mats};
+    GpuCheck g = {.size = sizeof g, .quantize_row = quantize_row, .dot = dot_row_order, .rmsnorm = rmsnorm, .l2norm = l2norm,
+                  .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax,
+                  /* GDN twins (clover.cu section 8) */
+                  /* attention and MoE twins (clover.cu sections 9, 10) */
+                  .n_embd = c->n_embd, .n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->n_rot,
+                  .n_expert = c->n_expert, .n_ff = c->n_ff, .n_vocab = c->n_vocab, .d_state = c->d_state,
+                  .eps = c->eps, .rope_base = c->rope_base, .n_mats = n, .mats = mats};
 #ifdef CLOVER_CUDA
     exit(gpu_check_ops(&g) ? 1 : 0);
 #else

@@ -7,7 +7,8 @@
 //
 // Layout, as clover.c's sections: 1. errors and launches; 2. half precision; 3. block layouts;
 // 4. reductions; 5. activation rounding (quantize_row); 6. matmul per weight type; 7. the other ops
-// (rmsnorm, l2norm, rope, softmax, silu_row, argmax); 8. --check-ops.
+// (rmsnorm, l2norm, rope, softmax, silu_row, argmax); 8. Gated DeltaNet; 9. gated attention; 10. MoE;
+// 11. the model, state and scratch on the device; 12. the forward pass; 13. --check-ops.
 //
 // Every kernel is the plain port of its CPU twin, named after it (rmsnorm -> rmsnorm_kernel, launched
 // by rmsnorm_gpu with the CPU function's arguments plus the number of rows T). Numerics:
@@ -603,7 +604,31 @@ static void argmax_gpu(const float *x, int n, int T, int *out) {
 }
 
 // ================================================================================================
-// 8. --check-ops: every kernel against its CPU twin on the same random inputs at the model's shapes
+// 8. Gated DeltaNet (clover.c section 9, "Gated DeltaNet")
+// ================================================================================================
+// (GDN kernels: gdn_gates, gdn_conv, gdn_conv_right, gdn_qk_norm, gdn_ring_push, delta_rule,
+//  gdn_rev_mix, gdn_gated_norm)
+
+// ================================================================================================
+// 9. Gated attention (clover.c section 9, "gated attention")
+// ================================================================================================
+// (attention kernels: attn_qk_norm, attn_rope, store_as, attention)
+
+// ================================================================================================
+// 10. MoE (clover.c section 9, "MoE")
+// ================================================================================================
+// (MoE kernels: route, coreset, matmul_id, swiglu, moe_sum, moe_shared_gate)
+
+// ================================================================================================
+// 11. The model, state and scratch on the device, and the memory plan (clover.c section 7)
+// ================================================================================================
+
+// ================================================================================================
+// 12. The forward pass on the device (clover.c section 9, "the whole pass")
+// ================================================================================================
+
+// ================================================================================================
+// 13. --check-ops: every kernel against its CPU twin on the same random inputs at the model's shapes
 // ================================================================================================
 // What clover.c hands over (declared identically there, gpu_check_ops's caller; `size` guards the
 // layout): its CPU twins and the model's shapes and matrices.
@@ -618,6 +643,8 @@ struct GpuCheck {
     void (*softmax)(float *x, int n);
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
+    // GDN twins (section 8)
+    // attention and MoE twins (sections 9, 10)
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
     int n_mats;
@@ -914,6 +941,8 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_row_op(&tl, cpu, OP_SOFTMAX, 1000);
     check_row_op(&tl, cpu, OP_SILU, cpu->n_ff);
     check_argmax(&tl, cpu, cpu->n_vocab);
+    // GDN checks (section 8)
+    // attention and MoE checks (sections 9, 10)
     printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);
     return tl.failed;
 }
