@@ -1455,10 +1455,14 @@ static int work_next(Work *w);
 static void work_done(Work *w);
 static void work_wait(Work *w, int n);
 
+typedef struct Gpu Gpu;   /* the model, state and scratch on the device (clover.cu), behind gpu_* (section 14) */
+
 typedef struct {
     Model *m;
     State st;
     Scratch sc;
+    Gpu *gpu;                       /* -ngl: every layer on the GPU (NULL: the CPU); then st and sc hold only
+                                       n_past / n_ctx and the host's embedding rows */
     Pool *pool;
     int n_threads, n_threads_batch;
     bool tile_order;                /* dense matmuls add in batch (tile) order: prompt processing only;
@@ -2423,28 +2427,41 @@ static void forward_layers(Ctx *ctx, Pass pass, const int *tokens, int T, GdnLog
     }
 }
 
+/* The same pass on the GPU (section 14): the host looks up the embeddings, the device does the rest
+ * (log: record the GDN inputs); logits of rows first..first+n_logits-1. */
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits);
+
 /* The causal pass: appends T tokens to the state, every row computed exactly as if the tokens were
- * fed one at a time (in decoding order; prompt prefill may use the batch order, tile_order);
- * logits of the last n_logits rows, [n_logits][n_vocab] (0: none). */
+ * fed one at a time (in decoding order; on the CPU, prompt prefill may use the batch order,
+ * tile_order); logits of the last n_logits rows, [n_logits][n_vocab] (0: none). */
 static void forward_causal(Ctx *ctx, const int *tokens, int T, float *logits, int n_logits) {
-    forward_layers(ctx, CAUSAL, tokens, T, NULL);
+    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, false, logits, T - n_logits, n_logits);
+    else {
+        forward_layers(ctx, CAUSAL, tokens, T, NULL);
+        if (n_logits > 0) lm_head(ctx, T - n_logits, n_logits, logits);
+    }
     ctx->st.n_past += T;
-    if (n_logits > 0) lm_head(ctx, T - n_logits, n_logits, logits);
 }
 
 /* draft-self's verification: the causal pass with every row's logits, the GDN inputs logged so
  * that a partly accepted batch can be rolled back and replayed (rollback). */
 static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, GdnLog *log) {
-    forward_layers(ctx, CAUSAL, tokens, T, log);
+    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, log != NULL, logits, 0, T);
+    else {
+        forward_layers(ctx, CAUSAL, tokens, T, log);
+        lm_head(ctx, 0, T, logits);
+    }
     ctx->st.n_past += T;
-    lm_head(ctx, 0, T, logits);
 }
 
 /* The preview pass (clover.md 3) over a block of T rows after the committed prefix: reads the
  * state, never writes it; logits of every row. */
 static void forward_preview(Ctx *ctx, const int *block, int T, float *logits) {
-    forward_layers(ctx, PREVIEW, block, T, NULL);
-    lm_head(ctx, 0, T, logits);
+    if (ctx->gpu) gpu_pass(ctx, PREVIEW, block, T, false, logits, 0, T);
+    else {
+        forward_layers(ctx, PREVIEW, block, T, NULL);
+        lm_head(ctx, 0, T, logits);
+    }
 }
 
 /* ============================================================================================== */
@@ -5239,10 +5256,40 @@ static int check_run(const Args *a, const Config *c, int n_prompt) {
 }
 
 /* --- The GPU side (clover.cu), called through these functions only ------------------------------
- * gpu_init finds the device; gpu_check_ops runs every GPU kernel against its CPU twin, handed over
- * in GpuCheck with the model's shapes and matrices. clover.cu declares the same two structs (their
- * `size` is checked). The GPU forward pass is not written yet: -ngl > 0 runs on the CPU. */
+ * gpu_init finds the device; gpu_load uploads the model (GpuModel: every tensor as stored, by the
+ * field names of Config / Layer / Model) after planning the device memory; gpu_forward runs a
+ * causal or preview pass; gpu_gdn_save and gpu_rollback are draft-self's save and replay of the GDN
+ * state; gpu_check_ops runs every GPU kernel against its CPU twin, handed over in GpuCheck with the
+ * model's shapes and matrices. clover.cu declares the same structs (their `size` is checked). */
 typedef struct { uint32_t type; int64_t n_in, n_out; const void *data; } GpuMat;
+typedef struct {
+    int n_embd, n_layer, n_vocab;
+    int n_head, n_head_kv, head_dim, n_rot;
+    float eps, rope_base, kq_scale;
+    int n_expert, n_expert_used, n_ff, n_ff_shexp;
+    float expert_weights_scale;
+    int d_conv, n_k_heads, n_v_heads, d_state, key_dim, value_dim, conv_dim;
+    float coreset_top_p;
+} GpuConfig;
+typedef struct {
+    bool recurrent;
+    const float *attn_norm, *post_norm;
+    GpuMat qkv, gate, beta, alpha, ssm_out;
+    const float *conv, *dt, *a, *ssm_norm;
+    const float *conv_right, *a_rev, *dt_rev, *rev_mix;
+    GpuMat alpha_rev, beta_rev;
+    GpuMat wq, wk, wv, wo;
+    const float *q_norm, *k_norm;
+    GpuMat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
+    const float *shexp_gate;
+} GpuLayer;
+typedef struct {
+    size_t size;
+    GpuConfig c;
+    GpuMat output;
+    const float *output_norm;
+    const GpuLayer *layers;
+} GpuModel;
 typedef struct {
     size_t size;
     void (*quantize_row)(uint32_t wtype, const float *x, void *y, int64_t n);
@@ -5264,6 +5311,10 @@ typedef struct {
 #ifdef CLOVER_CUDA
 bool gpu_init(char *info, size_t n);
 int gpu_check_ops(const GpuCheck *c);
+Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type);
+void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits);
+void gpu_gdn_save(Gpu *gpu);
+void gpu_rollback(Gpu *gpu, int rows);
 #endif
 
 /* the single-row dot product of a matrix of n_rows rows (the CPU's matmul for one row) */
@@ -5303,18 +5354,74 @@ static void check_ops(const Model *m) {
 #endif
 }
 
-/* -ngl: what the GPU does in this build (clover.cu: kernels, no forward pass yet) */
-static void gpu_note(const Args *a) {
 #ifdef CLOVER_CUDA
-    if (a->n_gpu_layers > 0) {   /* layers stay on the CPU */
-        char info[256];
-        if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a->n_gpu_layers, info);
-        fprintf(stderr, "clover: GPU %s found; the GPU forward pass is not written yet, all layers run on the CPU\n", info);
+static GpuMat gpu_mat(const Mat *w) { return (GpuMat){w->type, w->n_in, w->n_out, w->data}; }
+
+/* The model as gpu_load takes it: pointers into the mapped file (layers: n_layer of them). */
+static GpuModel gpu_model(const Model *m, GpuLayer *layers) {
+    const Config *c = &m->c;
+    for (int il = 0; il < c->n_layer; il++) {
+        const Layer *L = &m->layers[il];
+        layers[il] = (GpuLayer){
+            .recurrent = L->recurrent, .attn_norm = L->attn_norm, .post_norm = L->post_norm,
+            .qkv = gpu_mat(&L->qkv), .gate = gpu_mat(&L->gate), .beta = gpu_mat(&L->beta), .alpha = gpu_mat(&L->alpha),
+            .ssm_out = gpu_mat(&L->ssm_out), .conv = L->conv, .dt = L->dt, .a = L->a, .ssm_norm = L->ssm_norm,
+            .conv_right = L->conv_right, .a_rev = L->a_rev, .dt_rev = L->dt_rev, .rev_mix = L->rev_mix,
+            .alpha_rev = gpu_mat(&L->alpha_rev), .beta_rev = gpu_mat(&L->beta_rev),
+            .wq = gpu_mat(&L->wq), .wk = gpu_mat(&L->wk), .wv = gpu_mat(&L->wv), .wo = gpu_mat(&L->wo),
+            .q_norm = L->q_norm, .k_norm = L->k_norm,
+            .router = gpu_mat(&L->router), .gate_exps = gpu_mat(&L->gate_exps), .up_exps = gpu_mat(&L->up_exps),
+            .down_exps = gpu_mat(&L->down_exps), .gate_shexp = gpu_mat(&L->gate_shexp), .up_shexp = gpu_mat(&L->up_shexp),
+            .down_shexp = gpu_mat(&L->down_shexp), .shexp_gate = L->shexp_gate};
     }
-#else
-    if (a->n_gpu_layers > 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
-#endif
+    GpuConfig g = {c->n_embd, c->n_layer, c->n_vocab, c->n_head, c->n_head_kv, c->head_dim, c->n_rot, c->eps, c->rope_base,
+                   c->kq_scale, c->n_expert, c->n_expert_used, c->n_ff, c->n_ff_shexp, c->expert_weights_scale, c->d_conv,
+                   c->n_k_heads, c->n_v_heads, c->d_state, c->key_dim, c->value_dim, c->conv_dim, c->coreset_top_p};
+    return (GpuModel){sizeof(GpuModel), g, gpu_mat(&m->output), m->output_norm, layers};
 }
+
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits) {
+    int E = ctx->m->c.n_embd;
+    for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], ctx->sc.x + (size_t)t * E);
+    gpu_forward(ctx->gpu, pass == PREVIEW, ctx->sc.x, T, ctx->st.n_past, log, logits, first, n_logits);
+}
+
+/* -ngl N: the whole model on the GPU when N is at least the layer count (or -1), the CPU for 0; a
+ * split between the two is not supported. On the GPU the device holds the state and scratch, and
+ * the host keeps only n_past / n_ctx and the rows of embeddings it looks up. Returns whether the
+ * GPU runs the model. */
+static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
+    const Config *c = &m->c;
+    if (a->n_gpu_layers == 0) return false;
+    if (a->n_gpu_layers > 0 && a->n_gpu_layers < c->n_layer)
+        fatal("-ngl %d: splitting the %d layers between GPU and CPU is not supported; use -ngl %d (all on the GPU) or -ngl 0 (the CPU)",
+              a->n_gpu_layers, c->n_layer, c->n_layer);
+    char info[256];
+    if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a->n_gpu_layers, info);
+    if (a->dump_tensors) fatal("--dump-tensors reads the CPU's forward pass; it does not work with -ngl yet (use -ngl 0)");
+    if (a->test_check_state) fatal("--test-check-state compares the CPU's state; it does not work with -ngl (use -ngl 0)");
+    fprintf(stderr, "clover: GPU %s: all %d layers on the GPU\n", info, c->n_layer);
+    ctx->st = (State){.n_ctx = n_ctx, .k_type = a->k_type, .v_type = a->v_type};
+    ctx->sc = (Scratch){.cap = cap, .x = xmalloc(mul_size(mul_size((size_t)cap, (size_t)c->n_embd, "scratch"), sizeof(float), "scratch"))};
+    GpuLayer *layers = xcalloc((size_t)c->n_layer, sizeof(GpuLayer));
+    GpuModel gm = gpu_model(m, layers);
+    ctx->gpu = gpu_load(&gm, n_ctx, cap, a->k_type, a->v_type);
+    free(layers);
+    return true;
+}
+
+#else   /* the CPU build: gpu_setup leaves ctx->gpu NULL, so the other three are never reached */
+static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
+    (void)ctx, (void)m, (void)n_ctx, (void)cap;
+    if (a->n_gpu_layers != 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
+    return false;
+}
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits) {
+    (void)ctx, (void)pass, (void)tokens, (void)T, (void)log, (void)logits, (void)first, (void)n_logits;
+}
+static void gpu_gdn_save(Gpu *gpu) { (void)gpu; }
+static void gpu_rollback(Gpu *gpu, int rows) { (void)gpu, (void)rows; }
+#endif
 
 /* Rows per batch: a ubatch, a verify batch, a diffusion block, the preview block. */
 static int batch_rows(const Args *a, const Config *c, int n_block) {
@@ -5337,6 +5444,7 @@ static void ctx_init(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap, int 
     ctx->dumps = &dumps;
     if (regcomp(&ctx->dump_filter, a->dump_filter ? a->dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
         fatal("--dump-filter '%s' is not a valid regular expression", a->dump_filter);
+    if (gpu_setup(ctx, m, a, n_ctx, cap)) return;
     int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
     memory_plan(m, a, n_ctx, cap, n_threads, mul_size((size_t)logit_rows, (size_t)m->c.n_vocab, "logits"));
     ctx->pool = pool_new(n_threads);
@@ -5502,9 +5610,12 @@ static void gdn_copy(const Model *m, float **ring, float **S, float *const *from
  * logged rows 0..a through gdn_advance, the same function the batch used. */
 static void rollback(Ctx *ctx, const GdnSave *sv, const GdnLog *log, int n_past0, int a) {
     const Model *m = ctx->m;
-    gdn_copy(m, ctx->st.ring, ctx->st.S, sv->ring, sv->S);
-    for (int il = 0; il < m->c.n_layer; il++)
-        if (m->layers[il].recurrent) gdn_advance(ctx, il, a + 1, log->u[il], log->g[il], log->beta[il]);
+    if (ctx->gpu) gpu_rollback(ctx->gpu, a + 1);   /* the same on the device, with its own save and log */
+    else {
+        gdn_copy(m, ctx->st.ring, ctx->st.S, sv->ring, sv->S);
+        for (int il = 0; il < m->c.n_layer; il++)
+            if (m->layers[il].recurrent) gdn_advance(ctx, il, a + 1, log->u[il], log->g[il], log->beta[il]);
+    }
     ctx->st.n_past = n_past0 + a + 1;
 }
 
@@ -5588,7 +5699,8 @@ static void test_setup(Run *r, const int *prompt, int n_prompt, TestDrafts *td, 
     *td = (TestDrafts){DRAFTS_MODEL, NULL, 0, r->seed + 1};
     *chk = (StateCheck){&shadow, 0};
     if (!a->test_drafts && !a->test_check_state) return;
-    shadow = *ctx;   /* shares the model; runs on the calling thread only */
+    shadow = *ctx;   /* shares the model; runs on the calling thread only, on the CPU */
+    shadow.gpu = NULL;
     shadow.n_threads = shadow.n_threads_batch = 1;
     shadow.pool = pool_new(1);
     int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
@@ -5851,7 +5963,8 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
         double tv0 = now_seconds();
         rd.batch[0] = id_last;
         for (int j = 0; j < rd.m; j++) rd.batch[j + 1] = rd.d[j].id;
-        if (rd.m > 0) gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);   /* no drafts: nothing to roll back */
+        if (rd.m > 0 && ctx->gpu) gpu_gdn_save(ctx->gpu);   /* no drafts: nothing to roll back */
+        else if (rd.m > 0) gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);
         forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, rd.m > 0 ? &rd.log : NULL);
         /* 3. ACCEPT */
         accept_round(r, &rd);
@@ -5947,7 +6060,6 @@ int main(int argc, char **argv) {
     int n_block = 0, *block = a.preview_block ? parse_ids(a.preview_block, m.c.n_vocab, &n_block) : NULL;
     if (a.preview_block && (!a.dump_logits || n_block == 0)) fatal("--preview-block needs --dump-logits FILE and at least one id");
     if (n_prompt + n_block > n_ctx) fatal("the prompt and the preview block (%d tokens) do not fit in -c %d", n_prompt + n_block, n_ctx);
-    gpu_note(&a);
     FILE *fp = a.dump_logits ? fopen(a.dump_logits, "wb") : NULL;   /* fail before the big allocations */
     if (a.dump_logits && !fp) fatal("cannot write '%s': %s", a.dump_logits, strerror(errno));
     int cap = batch_rows(&a, &m.c, n_block);

@@ -51,6 +51,27 @@ static cudaLaunchConfig_t launch_config(dim3 grid, dim3 block) {
 
 static unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block - 1) / per_block); }
 
+// Device memory: allocations, copies (checked), and host memory that must not fail silently.
+static void *dev_alloc(size_t n) {
+    void *p;
+    CUDA_CHECK(cudaMalloc(&p, n));
+    return p;
+}
+static void *dev_copy(const void *h, size_t n) {
+    void *p = dev_alloc(n);
+    CUDA_CHECK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+    return p;
+}
+static void host_copy(void *h, const void *d, size_t n) {   // waits for the kernels before it
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "clover: error: out of memory (%zu bytes)\n", n); exit(1); }
+    return p;
+}
+
 // Find device 0 and describe it in `info`. Returns false with a reason in `info` when there is
 // no usable GPU (no driver, no device), so that the caller can refuse clearly.
 extern "C" bool gpu_init(char *info, size_t n) {
@@ -622,17 +643,504 @@ static void argmax_gpu(const float *x, int n, int T, int *out) {
 // ================================================================================================
 // 11. The model, state and scratch on the device, and the memory plan (clover.c section 7)
 // ================================================================================================
+// What clover.c hands over (declared identically there, beside gpu_load; GpuModel's `size` guards
+// the layout): the hyper-parameters, and every tensor as the file stores it, by the field names of
+// clover.c's Config, Layer and Model. A matrix is n_out rows of n_in values of `type` at `data`
+// (host memory: the mapped file); the stacked expert tensors hold n_expert such matrices; data NULL:
+// the file has no such tensor.
+struct GpuMat { uint32_t type; int64_t n_in, n_out; const void *data; };
+struct GpuConfig {
+    int n_embd, n_layer, n_vocab;
+    int n_head, n_head_kv, head_dim, n_rot;
+    float eps, rope_base, kq_scale;
+    int n_expert, n_expert_used, n_ff, n_ff_shexp;
+    float expert_weights_scale;
+    int d_conv, n_k_heads, n_v_heads, d_state, key_dim, value_dim, conv_dim;
+    float coreset_top_p;
+};
+struct GpuLayer {
+    bool recurrent;
+    const float *attn_norm, *post_norm;
+    GpuMat qkv, gate, beta, alpha, ssm_out;
+    const float *conv, *dt, *a, *ssm_norm;
+    const float *conv_right, *a_rev, *dt_rev, *rev_mix;
+    GpuMat alpha_rev, beta_rev;
+    GpuMat wq, wk, wv, wo;
+    const float *q_norm, *k_norm;
+    GpuMat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
+    const float *shexp_gate;
+};
+struct GpuModel {
+    size_t size;
+    GpuConfig c;
+    GpuMat output;
+    const float *output_norm;
+    const GpuLayer *layers;
+};
+
+// The device copies: the same structs with device pointers (Mat, Layer, State and Scratch of
+// clover.c, field for field where the GPU needs the field).
+struct Mat { uint32_t type; int64_t n_in, n_out; const uint8_t *data; size_t row_bytes; };
+struct Layer {
+    bool recurrent;
+    float *attn_norm, *post_norm;
+    Mat qkv, gate, beta, alpha, ssm_out;
+    float *conv, *dt, *a, *ssm_norm;
+    float *conv_right, *a_rev, *dt_rev, *rev_mix;
+    Mat alpha_rev, beta_rev;
+    Mat wq, wk, wv, wo;
+    float *q_norm, *k_norm;
+    Mat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
+    Mat shexp_gate;   // the file's vector g_sh, as a matrix of one row (sh_logit = g_sh . m is a matmul)
+};
+
+// The committed state (clover.c's State): KV rows per attention layer; conv ring and S per GDN layer.
+// Beside it, for draft-self's rollback: the state saved before a verify batch (save_ring, save_S) and
+// the batch's logged GDN inputs (log_u, log_g, log_beta), per GDN layer.
+struct State {
+    int n_ctx;
+    uint32_t k_type, v_type;
+    uint8_t **k, **v;
+    float **ring, **S;
+    float **save_ring, **save_S;
+    float **log_u, **log_g, **log_beta;
+};
+
+// Scratch for one batch of up to cap rows: clover.c's Scratch, plus the rounded inputs of the expert
+// gate (xq2: its dot type may not be up's) and the logits of the batch's rows.
+struct Scratch {
+    int cap;
+    float *x, *xn, *qkv, *z, *o, *o_normed, *beta_logit, *alpha, *beta, *g, *conv;
+    float *qg, *kr, *vr, *ao, *ao_gated, *att;
+    size_t att_stride;
+    float *router_logits, *probs, *w;
+    int *sel;
+    float *ge, *ue, *he, *ye, *sh, *sh_logit, *mix;
+    uint8_t *xq, *xq2;
+    float *S, *S_rev, *beta_rev_logit, *alpha_rev, *beta_rev, *g_rev, *o_rev;
+    uint8_t *coreset;
+    float *logits;
+};
+
+struct Gpu {
+    GpuConfig c;
+    Mat output;
+    float *output_norm;
+    Layer *layers;
+    State st;
+    Scratch sc;
+};
+
+// Bytes of a matrix as stored (n_stack matrices of n_out rows).
+static size_t mat_bytes(const GpuMat *m, int n_stack) { return row_bytes(m->type, m->n_in) * (size_t)m->n_out * (size_t)n_stack; }
+
+// The device memory a run needs, in the order it is allocated: weights (every tensor once), the KV
+// cache at n_ctx rows, the GDN state (committed, saved, and the verify batch's log), the scratch
+// of a cap-row batch. Computed before anything is allocated, in double (no product can wrap).
+struct Plan { double weights, kv, gdn, scratch; };
+
+static double vec_floats(const GpuConfig *c, const GpuLayer *L) {   // the small f32 vectors of a layer
+    double n = 2.0 * c->n_embd;
+    if (L->recurrent)
+        n += (double)c->conv_dim * c->d_conv + 2.0 * c->n_v_heads + c->d_state +
+             (L->conv_right ? (double)c->conv_dim * (c->d_conv - 1) : 0) + (L->a_rev ? 3.0 * c->n_v_heads : 0);
+    else n += 2.0 * c->head_dim;
+    return n + (L->shexp_gate ? c->n_embd : 0);
+}
+
+static double layer_mat_bytes(const GpuConfig *c, const GpuLayer *L) {
+    const GpuMat *one[] = {&L->qkv, &L->gate, &L->beta, &L->alpha, &L->ssm_out, &L->alpha_rev, &L->beta_rev, &L->wq, &L->wk,
+                           &L->wv, &L->wo, &L->router, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+    const GpuMat *stacked[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    double b = 0;
+    for (const GpuMat *m : one) if (m->data) b += (double)mat_bytes(m, 1);
+    for (const GpuMat *m : stacked) if (m->data) b += (double)mat_bytes(m, c->n_expert);
+    return b;
+}
+
+static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
+
+static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type) {
+    const GpuConfig *c = &m->c;
+    Plan p = {(double)mat_bytes(&m->output, 1) + 4.0 * c->n_embd, 0, 0, 0};
+    double kvd = (double)c->n_head_kv * c->head_dim, ring = (double)(c->d_conv - 1) * c->conv_dim,
+           S = (double)c->n_v_heads * c->d_state * c->d_state;
+    for (int il = 0; il < c->n_layer; il++) {
+        const GpuLayer *L = &m->layers[il];
+        p.weights += layer_mat_bytes(c, L) + 4 * vec_floats(c, L);
+        if (L->recurrent) p.gdn += 4 * (2 * (ring + S) + (double)cap * (c->conv_dim + 2.0 * c->n_v_heads));
+        else p.kv += (double)n_ctx * kvd * ((k_type == T_F32 ? 4 : 2) + (v_type == T_F32 ? 4 : 2));
+    }
+    double T = cap, K = c->n_expert_used, ff = c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp;
+    double maxin = c->n_embd;
+    double ins[] = {(double)c->value_dim, (double)c->n_head * c->head_dim, ff};
+    for (double n : ins) maxin = n > maxin ? n : maxin;
+    double per_row = 4.0 * c->n_embd + 2.0 * c->conv_dim + 4.0 * c->value_dim + 8.0 * c->n_v_heads + 4.0 * c->n_head * c->head_dim +
+                     2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + 1 + c->n_vocab +
+                     (double)c->n_head * att_stride(n_ctx);
+    p.scratch = 4 * (T * per_row + 2 * S) + 4 * (T * K * maxin + T * maxin) + c->n_expert;
+    return p;
+}
+
+static void human(char *out, size_t n, double b) {
+    if (b >= 1073741824.0) snprintf(out, n, "%.2f GiB", b / 1073741824.0);
+    else snprintf(out, n, "%.1f MiB", b / 1048576.0);
+}
+
+// --- allocation and upload ---------------------------------------------------------------------
+static float *dev_floats(size_t n) { return (float *)dev_alloc(n * sizeof(float)); }
+
+static float *upload_vec(const float *h, size_t n) { return h ? (float *)dev_copy(h, n * sizeof(float)) : nullptr; }
+
+static Mat upload_mat(const GpuMat *m, int n_stack) {
+    Mat d = {m->type, m->n_in, m->n_out, nullptr, row_bytes(m->type, m->n_in)};
+    if (m->data) d.data = (const uint8_t *)dev_copy(m->data, mat_bytes(m, n_stack));
+    return d;
+}
+
+static Layer upload_layer(const GpuConfig *c, const GpuLayer *h) {
+    Layer L;
+    memset(&L, 0, sizeof L);
+    L.recurrent = h->recurrent;
+    L.attn_norm = upload_vec(h->attn_norm, c->n_embd);
+    L.post_norm = upload_vec(h->post_norm, c->n_embd);
+    if (h->recurrent) {
+        L.qkv = upload_mat(&h->qkv, 1), L.gate = upload_mat(&h->gate, 1), L.beta = upload_mat(&h->beta, 1);
+        L.alpha = upload_mat(&h->alpha, 1), L.ssm_out = upload_mat(&h->ssm_out, 1);
+        L.conv = upload_vec(h->conv, (size_t)c->conv_dim * c->d_conv);
+        L.dt = upload_vec(h->dt, c->n_v_heads), L.a = upload_vec(h->a, c->n_v_heads);
+        L.ssm_norm = upload_vec(h->ssm_norm, c->d_state);
+        L.conv_right = upload_vec(h->conv_right, (size_t)c->conv_dim * (c->d_conv - 1));
+        L.a_rev = upload_vec(h->a_rev, c->n_v_heads), L.dt_rev = upload_vec(h->dt_rev, c->n_v_heads);
+        L.rev_mix = upload_vec(h->rev_mix, c->n_v_heads);
+        L.alpha_rev = upload_mat(&h->alpha_rev, 1), L.beta_rev = upload_mat(&h->beta_rev, 1);
+    } else {
+        L.wq = upload_mat(&h->wq, 1), L.wk = upload_mat(&h->wk, 1), L.wv = upload_mat(&h->wv, 1), L.wo = upload_mat(&h->wo, 1);
+        L.q_norm = upload_vec(h->q_norm, c->head_dim), L.k_norm = upload_vec(h->k_norm, c->head_dim);
+    }
+    L.router = upload_mat(&h->router, 1);
+    L.gate_exps = upload_mat(&h->gate_exps, c->n_expert), L.up_exps = upload_mat(&h->up_exps, c->n_expert);
+    L.down_exps = upload_mat(&h->down_exps, c->n_expert);
+    L.gate_shexp = upload_mat(&h->gate_shexp, 1), L.up_shexp = upload_mat(&h->up_shexp, 1), L.down_shexp = upload_mat(&h->down_shexp, 1);
+    L.shexp_gate = {T_F32, c->n_embd, 1, (const uint8_t *)upload_vec(h->shexp_gate, c->n_embd), (size_t)c->n_embd * 4};
+    return L;
+}
+
+static void state_init(State *s, const GpuConfig *c, const Layer *layers, int n_ctx, int cap, uint32_t k_type, uint32_t v_type) {
+    size_t kvd = (size_t)c->n_head_kv * c->head_dim, ring = (size_t)(c->d_conv - 1) * c->conv_dim,
+           S = (size_t)c->n_v_heads * c->d_state * c->d_state;
+    s->n_ctx = n_ctx, s->k_type = k_type, s->v_type = v_type;
+    uint8_t ***bytes[] = {&s->k, &s->v};
+    for (uint8_t ***b : bytes) *b = (uint8_t **)xmalloc((size_t)c->n_layer * sizeof(uint8_t *));
+    float ***floats[] = {&s->ring, &s->S, &s->save_ring, &s->save_S, &s->log_u, &s->log_g, &s->log_beta};
+    for (float ***f : floats) *f = (float **)xmalloc((size_t)c->n_layer * sizeof(float *));
+    for (int il = 0; il < c->n_layer; il++) {
+        s->k[il] = s->v[il] = nullptr;
+        for (float ***f : floats) (*f)[il] = nullptr;
+        if (layers[il].recurrent) {   // the state starts at zero, as on the CPU (calloc)
+            s->ring[il] = dev_floats(ring), s->S[il] = dev_floats(S);
+            CUDA_CHECK(cudaMemset(s->ring[il], 0, ring * 4));
+            CUDA_CHECK(cudaMemset(s->S[il], 0, S * 4));
+            s->save_ring[il] = dev_floats(ring), s->save_S[il] = dev_floats(S);
+            s->log_u[il] = dev_floats((size_t)cap * c->conv_dim);
+            s->log_g[il] = dev_floats((size_t)cap * c->n_v_heads), s->log_beta[il] = dev_floats((size_t)cap * c->n_v_heads);
+        } else {
+            s->k[il] = (uint8_t *)dev_alloc((size_t)n_ctx * kvd * (k_type == T_F32 ? 4 : 2));
+            s->v[il] = (uint8_t *)dev_alloc((size_t)n_ctx * kvd * (v_type == T_F32 ? 4 : 2));
+        }
+    }
+}
+
+static void scratch_init(Scratch *s, const GpuConfig *c, int cap, int n_ctx) {
+    size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used, H = (size_t)c->n_v_heads;
+    size_t ff = (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), q = (size_t)c->n_head * c->head_dim,
+           kvd = (size_t)c->n_head_kv * c->head_dim, S = H * c->d_state * c->d_state;
+    size_t maxin = E;
+    size_t ins[] = {(size_t)c->value_dim, q, ff};
+    for (size_t n : ins) maxin = n > maxin ? n : maxin;
+    s->cap = cap;
+    s->x = dev_floats(T * E), s->xn = dev_floats(T * E), s->mix = dev_floats(T * E), s->sh = dev_floats(T * E);
+    s->sh_logit = dev_floats(T);
+    s->qkv = dev_floats(T * c->conv_dim), s->conv = dev_floats(T * c->conv_dim);
+    s->z = dev_floats(T * c->value_dim), s->o = dev_floats(T * c->value_dim), s->o_normed = dev_floats(T * c->value_dim);
+    s->o_rev = dev_floats(T * c->value_dim);
+    float **heads[] = {&s->beta_logit, &s->alpha, &s->beta, &s->g, &s->beta_rev_logit, &s->alpha_rev, &s->beta_rev, &s->g_rev};
+    for (float **h : heads) *h = dev_floats(T * H);
+    s->qg = dev_floats(T * 2 * q), s->ao = dev_floats(T * q), s->ao_gated = dev_floats(T * q);
+    s->kr = dev_floats(T * kvd), s->vr = dev_floats(T * kvd);
+    s->att_stride = att_stride(n_ctx);
+    s->att = dev_floats(T * c->n_head * s->att_stride);
+    s->router_logits = dev_floats(T * c->n_expert), s->probs = dev_floats(T * c->n_expert);
+    s->w = dev_floats(T * K), s->sel = (int *)dev_alloc(T * K * sizeof(int));
+    s->ge = dev_floats(T * K * ff), s->ue = dev_floats(T * K * ff), s->he = dev_floats(T * K * ff), s->ye = dev_floats(T * K * E);
+    s->xq = (uint8_t *)dev_alloc(T * K * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * maxin * 4);
+    s->S = dev_floats(S), s->S_rev = dev_floats(S);
+    s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
+    s->logits = dev_floats(T * c->n_vocab);
+}
+
+// Plan the device memory for n_ctx positions and batches of cap rows, print the plan, refuse
+// clearly when it does not fit the free memory, then upload the weights and allocate the rest.
+extern "C" Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type) {
+    if (m->size != sizeof(GpuModel)) {
+        fprintf(stderr, "clover: error: internal: clover.c and clover.cu disagree on struct GpuModel\n");
+        exit(1);
+    }
+    const GpuConfig *c = &m->c;
+    Plan p = plan(m, n_ctx, cap, k_type, v_type);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    double need = p.weights + p.kv + p.gdn + p.scratch;
+    char w[32], k[32], g[32], sc[32], t[32], f[32];
+    human(w, sizeof w, p.weights), human(k, sizeof k, p.kv), human(g, sizeof g, p.gdn);
+    human(sc, sizeof sc, p.scratch), human(t, sizeof t, need), human(f, sizeof f, (double)free_b);
+    if (need > 0.97 * (double)free_b) {   // a little room for the CUDA context's own allocations
+        fprintf(stderr, "clover: error: the GPU needs %s (weights %s, KV cache %s for -c %d, GDN state %s, scratch %s for -ub %d) "
+                        "but %s is free; use a smaller -c or -ub, a smaller quantization, or -ngl 0 for the CPU\n",
+                t, w, k, n_ctx, g, sc, cap, f);
+        exit(1);
+    }
+    fprintf(stderr, "clover: GPU memory: weights %s, KV cache %s (-c %d), GDN state %s, scratch %s (-ub %d): %s of %s free\n",
+            w, k, n_ctx, g, sc, cap, t, f);
+    Gpu *gpu = (Gpu *)xmalloc(sizeof(Gpu));
+    gpu->c = *c;
+    gpu->output = upload_mat(&m->output, 1);
+    gpu->output_norm = upload_vec(m->output_norm, c->n_embd);
+    gpu->layers = (Layer *)xmalloc((size_t)c->n_layer * sizeof(Layer));
+    for (int il = 0; il < c->n_layer; il++) gpu->layers[il] = upload_layer(c, &m->layers[il]);
+    state_init(&gpu->st, c, gpu->layers, n_ctx, cap, k_type, v_type);
+    scratch_init(&gpu->sc, c, cap, n_ctx);
+    return gpu;
+}
+
 
 // ================================================================================================
 // 12. The forward pass on the device (clover.c section 9, "the whole pass")
 // ================================================================================================
+// The same steps in the same order as clover.c's forward pass, each a kernel (or a few) on the
+// device; the host only launches. A row's result never depends on the batch around it: every
+// kernel computes each row (or head, or expert row) in one fixed order, so a verify batch's rows
+// equal single-token decoding's bit for bit, and exact draft-self prints what plain decoding prints.
+enum Pass { CAUSAL, PREVIEW };
+
+// y[t] = W x[t] for T rows: the activations rounded to W's dot type, then the matmul (clover.c's matmul)
+static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) {
+    quantize_row_gpu(w->type, x, gpu->sc.xq, w->n_in, T);
+    matmul_gpu(w->type, w->data, gpu->sc.xq, w->n_in, w->n_out, T, y);
+}
+
+// x += y over n floats (the residual adds)
+__global__ void add_kernel(float *x, const float *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) x[i] += y[i];
+}
+
+static void add_gpu(float *x, const float *y, int64_t n) {
+    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, add_kernel, x, y, n));
+}
+
+static void copy_floats(float *dst, const float *src, size_t n) {
+    CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice));
+}
+
+// --- Gated DeltaNet ------------------------------------------------------------------------------
+// The recurrent part for T rows of pre-conv input u: the conv over [ring | u], SiLU and the q/k L2
+// norms, the ring advanced, the delta rule from S (clover.c's gdn_advance; also the rollback's replay).
+static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g, const float *beta) {
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    float *ring = gpu->st.ring[il];
+    gdn_conv_gpu(gpu->layers[il].conv, c->d_conv, c->conv_dim, ring, u, T, s->conv);
+    gdn_qk_norm_gpu(s->conv, T, c->conv_dim, c->d_state, 2 * c->n_k_heads, c->eps);
+    gdn_ring_push_gpu(ring, u, T, c->d_conv, c->conv_dim);
+    delta_rule_gpu(gpu->st.S[il], s->conv, g, beta, s->o, T, false, c->n_v_heads, c->n_k_heads, c->d_state, c->conv_dim,
+                   c->key_dim, c->value_dim);
+}
+
+// The preview mixer (clover.md 3.2), never writing the committed state: the causal conv plus the
+// right taps, a forward scan from a copy of S, and, where the layer has it, a reverse scan from zero
+// state mixed in per value head: o_t = o_fwd_t + gamma_h o_rev_t.
+static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    int H = c->n_v_heads, d = c->d_state;
+    size_t S_floats = (size_t)H * d * d;
+    copy_floats(s->S, gpu->st.S[il], S_floats);
+    gdn_conv_gpu(L->conv, c->d_conv, c->conv_dim, gpu->st.ring[il], s->qkv, T, s->conv);
+    if (L->conv_right) gdn_conv_right_gpu(L->conv_right, c->d_conv, c->conv_dim, s->qkv, T, s->conv);
+    gdn_qk_norm_gpu(s->conv, T, c->conv_dim, d, 2 * c->n_k_heads, c->eps);
+    delta_rule_gpu(s->S, s->conv, s->g, s->beta, s->o, T, false, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
+    if (!L->a_rev) return;
+    matmul(gpu, &L->beta_rev, s->xn, T, s->beta_rev_logit);
+    matmul(gpu, &L->alpha_rev, s->xn, T, s->alpha_rev);
+    gdn_gates_gpu(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, H, s->g_rev, s->beta_rev);
+    CUDA_CHECK(cudaMemset(s->S_rev, 0, S_floats * sizeof(float)));
+    delta_rule_gpu(s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
+    gdn_rev_mix_gpu(s->o, s->o_rev, L->rev_mix, T, H, d);
+}
+
+// A Gated DeltaNet layer, the mixer output in s->mix; log: record the recurrence's inputs (rollback).
+static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
+    const GpuConfig *c = &gpu->c;
+    const Layer *L = &gpu->layers[il];
+    Scratch *s = &gpu->sc;
+    int H = c->n_v_heads;
+    matmul(gpu, &L->qkv, s->xn, T, s->qkv);           // u = W_qkv a
+    matmul(gpu, &L->gate, s->xn, T, s->z);            // z = W_gate a
+    matmul(gpu, &L->beta, s->xn, T, s->beta_logit);   // W_beta a
+    matmul(gpu, &L->alpha, s->xn, T, s->alpha);       // W_alpha a
+    gdn_gates_gpu(L->a, L->dt, s->alpha, s->beta_logit, T, H, s->g, s->beta);
+    if (log) {
+        copy_floats(gpu->st.log_u[il], s->qkv, (size_t)T * c->conv_dim);
+        copy_floats(gpu->st.log_g[il], s->g, (size_t)T * H);
+        copy_floats(gpu->st.log_beta[il], s->beta, (size_t)T * H);
+    }
+    if (pass == CAUSAL) gdn_advance(gpu, il, T, s->qkv, s->g, s->beta);
+    else gdn_preview(gpu, L, il, T);
+    gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, c->d_state, c->eps, s->o_normed);   // RMSNorm(o_h) * SiLU(z_h)
+    matmul(gpu, &L->ssm_out, s->o_normed, T, s->mix);                                    // out = W_out [...]_h
+}
+
+// --- gated attention -----------------------------------------------------------------------------
+// Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
+// committed prefix (nothing there is committed) and every row sees the prefix and the whole block.
+static void attn_layer(Gpu *gpu, Pass pass, int il, int T, int pos) {
+    const GpuConfig *c = &gpu->c;
+    const Layer *L = &gpu->layers[il];
+    Scratch *s = &gpu->sc;
+    State *st = &gpu->st;
+    int hd = c->head_dim, kvd = c->n_head_kv * hd;
+    matmul(gpu, &L->wq, s->xn, T, s->qg);   // [q_h | gate_h] = W_q a
+    matmul(gpu, &L->wk, s->xn, T, s->kr);   // k = W_k a
+    matmul(gpu, &L->wv, s->xn, T, s->vr);   // v = W_v a
+    attn_qk_norm_gpu(s->qg, s->kr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps);
+    attn_rope_gpu(s->qg, s->kr, T, pos, c->n_head, c->n_head_kv, hd, c->n_rot, c->rope_base);
+    size_t kb = st->k_type == T_F32 ? 4 : 2, vb = st->v_type == T_F32 ? 4 : 2;   // K and V rows into the cache
+    store_as_gpu(st->k_type, st->k[il] + (size_t)pos * kvd * kb, s->kr, (int64_t)T * kvd);
+    store_as_gpu(st->v_type, st->v[il] + (size_t)pos * kvd * vb, s->vr, (int64_t)T * kvd);
+    attention_gpu(s->qg, st->k[il], st->v[il], st->k_type, st->v_type, T, pos + T, pass == PREVIEW ? -1 : pos, c->n_head,
+                  c->n_head_kv, hd, c->kq_scale, s->att, s->att_stride, s->ao, s->ao_gated);
+    matmul(gpu, &L->wo, s->ao_gated, T, s->mix);   // out = W_o o
+}
+
+// --- MoE -----------------------------------------------------------------------------------------
+// Expert FFNs for T rows routed in s->sel / s->w: pair p = t*K + r runs expert sel[p] on row t,
+//   moe[t] = sum_r w_r down_e(silu(gate_e m) * up_e m), summed in rank order r = 0, 1, ...
+// The expert ids stay on the device: each expert matmul reads them (matmul_id_gpu).
+static void moe_experts(Gpu *gpu, const Layer *L, int T) {
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
+    quantize_row_gpu(L->up_exps.type, s->xn, s->xq, E, T);
+    quantize_row_gpu(L->gate_exps.type, s->xn, s->xq2, E, T);
+    matmul_id_gpu(L->up_exps.type, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, s->xq, E, F, s->ue);
+    matmul_id_gpu(L->gate_exps.type, L->gate_exps.data, L->gate_exps.row_bytes * F, s->sel, T * K, K, s->xq2, E, F, s->ge);
+    swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
+    quantize_row_gpu(L->down_exps.type, s->he, s->xq, F, T * K);
+    matmul_id_gpu(L->down_exps.type, L->down_exps.data, L->down_exps.row_bytes * E, s->sel, T * K, 1, s->xq, F, E, s->ye);
+    moe_sum_gpu(s->sel, s->w, s->ye, T, K, E, s->mix);
+}
+
+// Shared expert, gated by a sigmoid scalar: mix += sigmoid(g_sh . m) down_sh(silu(gate_sh m) * up_sh m).
+static void moe_shared(Gpu *gpu, const Layer *L, int T) {
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    int E = c->n_embd;
+    matmul(gpu, &L->up_shexp, s->xn, T, s->ue);
+    matmul(gpu, &L->gate_shexp, s->xn, T, s->ge);
+    swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * c->n_ff_shexp);
+    matmul(gpu, &L->down_shexp, s->he, T, s->sh);
+    matmul(gpu, &L->shexp_gate, s->xn, T, s->sh_logit);
+    moe_shared_gate_gpu(s->mix, s->sh, s->sh_logit, T, E);
+}
+
+// The MoE FFN, its output in s->mix: route each row to its experts (in the preview, within the
+// block's coreset), the experts, the shared expert.
+static void moe_layer(Gpu *gpu, Pass pass, int il, int T) {
+    const GpuConfig *c = &gpu->c;
+    const Layer *L = &gpu->layers[il];
+    Scratch *s = &gpu->sc;
+    int K = c->n_expert_used;
+    matmul(gpu, &L->router, s->xn, T, s->router_logits);   // W_router m
+    bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
+    route_gpu(s->router_logits, s->probs, nullptr, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, true, !use_coreset);
+    if (use_coreset) {
+        coreset_gpu(s->probs, T, c->n_expert, c->coreset_top_p, s->coreset);
+        route_gpu(nullptr, s->probs, s->coreset, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, false, true);
+    }
+    moe_experts(gpu, L, T);
+    moe_shared(gpu, L, T);
+}
+
+// --- the whole pass ------------------------------------------------------------------------------
+// Every layer over T <= cap rows whose embeddings x (host, [T][n_embd]) the host looked up, at
+// positions n_past..n_past+T-1; the residual stream ends in s->x.
+static void forward_layers(Gpu *gpu, Pass pass, const float *x, int T, int n_past, bool log) {
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    int E = c->n_embd;
+    CUDA_CHECK(cudaMemcpy(s->x, x, (size_t)T * E * sizeof(float), cudaMemcpyHostToDevice));
+    for (int il = 0; il < c->n_layer; il++) {
+        const Layer *L = &gpu->layers[il];
+        rmsnorm_gpu(s->xn, s->x, L->attn_norm, E, c->eps, T);
+        if (L->recurrent) gdn_layer(gpu, pass, il, T, log);
+        else attn_layer(gpu, pass, il, T, n_past);
+        add_gpu(s->x, s->mix, (int64_t)T * E);
+        rmsnorm_gpu(s->xn, s->x, L->post_norm, E, c->eps, T);
+        moe_layer(gpu, pass, il, T);
+        add_gpu(s->x, s->mix, (int64_t)T * E);
+    }
+}
+
+// Final norm and LM head for rows first..first+n-1, the logits copied to the host ([n][n_vocab]).
+static void lm_head(Gpu *gpu, int first, int n, float *logits) {
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    rmsnorm_gpu(s->xn, s->x + (size_t)first * c->n_embd, gpu->output_norm, c->n_embd, c->eps, n);
+    matmul(gpu, &gpu->output, s->xn, n, s->logits);
+    host_copy(logits, s->logits, (size_t)n * c->n_vocab * sizeof(float));
+}
+
+// What clover.c calls (section 14). A causal or preview pass over T rows of embeddings at n_past,
+// logging the GDN inputs if asked (a verify batch), with the logits of rows first..first+n_logits-1.
+extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits) {
+    forward_layers(gpu, preview ? PREVIEW : CAUSAL, x, T, n_past, log);
+    if (n_logits > 0) lm_head(gpu, first, n_logits, logits);
+    else CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Before a verify batch: the committed GDN state of every recurrent layer, saved on the device.
+extern "C" void gpu_gdn_save(Gpu *gpu) {
+    const GpuConfig *c = &gpu->c;
+    size_t ring = (size_t)(c->d_conv - 1) * c->conv_dim, S = (size_t)c->n_v_heads * c->d_state * c->d_state;
+    for (int il = 0; il < c->n_layer; il++) {
+        if (!gpu->layers[il].recurrent) continue;
+        copy_floats(gpu->st.save_ring[il], gpu->st.ring[il], ring);
+        copy_floats(gpu->st.save_S[il], gpu->st.S[il], S);
+    }
+}
+
+// Rollback after a partly accepted verify batch: the saved state back, then the first `rows` logged
+// rows replayed through gdn_advance, the function the batch used (clover.c's rollback).
+extern "C" void gpu_rollback(Gpu *gpu, int rows) {
+    const GpuConfig *c = &gpu->c;
+    size_t ring = (size_t)(c->d_conv - 1) * c->conv_dim, S = (size_t)c->n_v_heads * c->d_state * c->d_state;
+    for (int il = 0; il < c->n_layer; il++) {
+        if (!gpu->layers[il].recurrent) continue;
+        copy_floats(gpu->st.ring[il], gpu->st.save_ring[il], ring);
+        copy_floats(gpu->st.S[il], gpu->st.save_S[il], S);
+        gdn_advance(gpu, il, rows, gpu->st.log_u[il], gpu->st.log_g[il], gpu->st.log_beta[il]);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 
 // ================================================================================================
 // 13. --check-ops: every kernel against its CPU twin on the same random inputs at the model's shapes
 // ================================================================================================
 // What clover.c hands over (declared identically there, gpu_check_ops's caller; `size` guards the
 // layout): its CPU twins and the model's shapes and matrices.
-struct GpuMat { uint32_t type; int64_t n_in, n_out; const void *data; };
 struct GpuCheck {
     size_t size;
     void (*quantize_row)(uint32_t wtype, const float *x, void *y, int64_t n);
@@ -662,25 +1170,6 @@ static float rng_normal(void) {   // Box-Muller
     return sqrtf(-2 * logf(u)) * cosf(6.2831853f * v);
 }
 
-static void *dev_alloc(size_t n) {
-    void *p;
-    CUDA_CHECK(cudaMalloc(&p, n));
-    return p;
-}
-static void *dev_copy(const void *h, size_t n) {
-    void *p = dev_alloc(n);
-    CUDA_CHECK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
-    return p;
-}
-static void host_copy(void *h, const void *d, size_t n) {
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
-}
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) { fprintf(stderr, "clover: error: out of memory (%zu bytes)\n", n); exit(1); }
-    return p;
-}
 
 struct Tally { int n, failed; };
 

@@ -308,8 +308,24 @@ static void emu_check_guards(const char *after) {
                 emu_fail("%s wrote past the end of a device allocation of %zu bytes (byte %d after it)", after, emu_allocs[i].n, g);
 }
 
+// Its memory: CLOVER_EMU_MEMORY bytes (default 8 GiB), so that a test can ask for a small GPU; the
+// free memory is that less what cudaMalloc handed out, and cudaMalloc fails past it.
+static size_t emu_total_memory(void) {
+    const char *m = getenv("CLOVER_EMU_MEMORY");
+    return m ? (size_t)strtoull(m, NULL, 10) : (size_t)8 << 30;
+}
+static cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+    size_t used = 0;
+    for (int i = 0; i < emu_n_allocs; i++) used += emu_allocs[i].n;
+    *total_b = emu_total_memory();
+    *free_b = used < *total_b ? *total_b - used : 0;
+    return cudaSuccess;
+}
+
 static cudaError_t cudaMalloc(void **p, size_t n) {
-    if (emu_n_allocs == EMU_MAX_ALLOCS) return cudaErrorMemoryAllocation;
+    size_t free_b, total_b;
+    cudaMemGetInfo(&free_b, &total_b);
+    if (emu_n_allocs == EMU_MAX_ALLOCS || n > free_b) return cudaErrorMemoryAllocation;
     char *m = (char *)aligned_alloc(256, (n + EMU_GUARD + 255) / 256 * 256);
     if (!m) return cudaErrorMemoryAllocation;
     memset(m, 0xff, n);
@@ -343,12 +359,18 @@ static cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKi
     return cudaSuccess;
 }
 
+static cudaError_t cudaMemset(void *p, int v, size_t n) {
+    if (!emu_find(p, n)) emu_fail("cudaMemset of %zu bytes of host memory", n);
+    memset(p, v, n);
+    return cudaSuccess;
+}
+
 // ---- the rest of the runtime: one synchronous device ---------------------------------------------
 static cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 static cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda-emu (CUDA executed on the CPU, %s thread order)", emu.order == 0 ? "forward" : emu.order == 1 ? "reverse" : "random");
-    p->totalGlobalMem = (size_t)8 << 30, p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
+    p->totalGlobalMem = emu_total_memory(), p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
     return cudaSuccess;
 }
 static cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
