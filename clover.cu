@@ -1,9 +1,11 @@
 // clover.cu — the GPU side of clover.c (make cuda builds ./clover-cuda with nvcc; make cuda-emu builds
 // build/clover-emu, the same file with clang++ and test/cuda_emu.h, every launch run on the CPU).
 //
-// Status: the kernels of clover.c's ops below, each checked against its CPU twin by --check-ops.
-// The forward pass on the device is not written yet: with -ngl > 0 clover finds the device, says
-// that every layer still runs on the CPU, and does so (no GPU: one clear error).
+// What runs here: with -ngl >= the layer count, the whole forward pass (sections 11-12: weights
+// uploaded once as stored, KV cache and GDN state on the device, causal batches, verify batches with
+// the GDN log, the preview pass, the rollback replay); clover.c keeps the tokenizer, the embedding
+// lookup, the sampler and the draft-self loop. Every kernel is checked against its CPU twin by
+// --check-ops.
 //
 // Layout, as clover.c's sections: 1. errors and launches; 2. half precision; 3. block layouts;
 // 4. reductions; 5. activation rounding (quantize_row); 6. matmul per weight type; 7. the other ops

@@ -1538,8 +1538,7 @@ open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
 # The GPU kernels (clover.cu) executed on the CPU by test/cuda_emu.h (build/clover-emu, make cuda-emu):
 # --check-ops on a tiny model of every weight type in the forward, reverse and random thread orders;
 # the planted bugs of test/gpu_mutants.sh (a missing or divergent __syncthreads, an off-by-one index,
-# a wrong rounding) must each make it fail; the CPU build refuses --check-ops in one line; -ngl 99
-# on clover-emu still prints the CPU build's text (no GPU forward pass yet).
+# a wrong rounding) must each make it fail; the CPU build refuses --check-ops in one line.
 test_gpu() {
     local t o m out n last
     if [ ! -x "$EMU" ]; then
@@ -1574,13 +1573,107 @@ test_gpu() {
     else
         fail gpu/cpu-build "$(first_line "$TMP/err")"
     fi
-    if $TO ./clover -m "$m" -p "hello world" -n 8 --temp 0 > "$TMP/cpu.txt" 2> /dev/null &&
-       $TO "$EMU" -m "$m" -p "hello world" -n 8 --temp 0 -ngl 99 > "$TMP/emu.txt" 2> "$TMP/err" &&
-       cmp -s "$TMP/cpu.txt" "$TMP/emu.txt" && grep -q 'GPU forward pass is not written yet' "$TMP/err"; then
-        pass "gpu/ngl: -ngl 99 on clover-emu says the forward pass runs on the CPU and prints the CPU build's text"
-    else
-        fail gpu/ngl "$(first_line "$TMP/err")"
+}
+
+# The GPU forward pass (clover.cu) with -ngl 99 on build/clover-emu, every launch executed on the CPU
+# (test/cuda_emu.h), in each of the emulation's thread orders (GPU_ORDERS): logits against the CPU
+# build (F32 within 1e-4 in log-probability; other types within SPREAD, the float-order spread of
+# llama.cpp's CPU variants, since the GPU sums in another order), prompts in ubatches of 1, 7 and 512
+# rows bit-identical, the preview pass against the CPU's, exact draft-self == plain decoding on the
+# GPU for several n_max with and without reverse scan and coreset, forced rollbacks (random drafts),
+# diffusion, and the refusals (-ngl split, a GPU too small, --dump-tensors).
+GPU_ORDERS=${GPU_ORDERS:-forward reverse random}
+emu() { CLOVER_EMU_ORDER=$ORDER $TO "$EMU" -ngl 99 "$@" 2> "$TMP/err" && return 0; echo "clover-emu exit $?: $(first_line "$TMP/err")" > "$TMP/why"; return 1; }
+
+# gpu_logits NAME MODEL TYPE ARGS...: GPU vs CPU logits of prompt 1 (its first 24 ids)
+gpu_logits() {
+    local name=$1 m=$2 t=$3 lim
+    shift 3
+    if ! clover -m "$m" --tokens "$GPU_PROMPT" --dump-logits "$TMP/gl_cpu.bin" "$@" > /dev/null ||
+       ! emu -m "$m" --tokens "$GPU_PROMPT" --dump-logits "$TMP/gl_gpu.bin" "$@" > /dev/null; then
+        fail "$name" "$(why)"
+        return 1
     fi
+    if [ "$t" = f32 ]; then lim="--max 1e-4 --argmax 1"
+    else lim="--median ${SPREAD_MEDIAN[$t]} --max ${SPREAD_MAX[$t]} --argmax 0.9"; fi
+    local out
+    # shellcheck disable=SC2086
+    if out=$("$CMP" "$TMP/gl_gpu.bin" "$TMP/gl_cpu.bin" $N_VOCAB $lim 2>&1); then pass "$name: $out"
+    else fail "$name" "$out (limits $lim)"; fi
+}
+
+test_gpu_forward() {
+    if [ ! -x "$EMU" ]; then
+        echo "SKIP gpu_forward: $EMU is missing (no clang++?)"
+        return
+    fi
+    prompts || { fail gpu_forward "cannot make the prompts"; return; }
+    GPU_PROMPT=$(head -c 4096 "$TMP/p1.ids" | tr ',' '\n' | head -n 24 | paste -sd, -)
+    draft_models || { fail gpu_forward "cannot generate the models"; return; }
+    local t m n name out ORDER
+    for ORDER in $GPU_ORDERS; do
+        # logits, every weight type (forward order), F32 and the Q4_K_M mix in the others
+        for t in $TYPES; do
+            [ "$ORDER" != forward ] && [ "$t" != f32 ] && [ "$t" != q4_k_m ] && continue
+            m=$(model "$t") || { fail "gpu_forward/$ORDER/logits $t" "cannot generate the model"; continue; }
+            gpu_logits "gpu_forward/$ORDER/logits $t vs the CPU build" "$m" "$t" -ctk f32 -ctv f32
+        done
+        m=$(model f32)
+        gpu_logits "gpu_forward/$ORDER/logits f32, f16 cache" "$m" f32 -ctk f16 -ctv f16
+        gpu_logits "gpu_forward/$ORDER/logits f32, bf16 cache" "$m" f32 -ctk bf16 -ctv bf16
+        # a row's logits do not depend on the batch around it: ubatches of 1, 7 and 512 rows, bit for bit
+        m=$(model q4_k_m)
+        if emu -m "$m" --tokens "$GPU_PROMPT" --dump-logits "$TMP/gb512.bin" -ub 512 > /dev/null; then
+            for n in 1 7; do
+                name="gpu_forward/$ORDER/batch q4_k_m -ub $n == -ub 512, bit for bit"
+                if emu -m "$m" --tokens "$GPU_PROMPT" --dump-logits "$TMP/gb$n.bin" -ub "$n" > /dev/null && cmp -s "$TMP/gb$n.bin" "$TMP/gb512.bin"; then pass "$name"
+                else fail "$name" "$(why)$("$CMP" "$TMP/gb$n.bin" "$TMP/gb512.bin" $N_VOCAB 2>&1)"; fi
+            done
+        else fail "gpu_forward/$ORDER/batch" "$(why)"; fi
+        # the preview pass vs the CPU's, with the clover_moe extras
+        m=$(model f32 51 --arch clover_moe --mask --right-conv --reverse --coreset 0.5 --shift-logits --block-size 8)
+        gpu_logits "gpu_forward/$ORDER/preview f32, right conv, reverse scan, coreset" "$m" f32 -ctk f32 -ctv f32 --preview-block 3,4,5,0,0,0,0,0
+        # exact draft-self == plain decoding on the GPU (the rollback replays the GDN recurrence there)
+        for tag in A B C; do
+            eval "m=\$DM_$tag"
+            if ! emu -m "$m" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 -ctk f32 -ctv f32 > "$TMP/gd.want"; then
+                fail "gpu_forward/$ORDER/drafts $tag" "$(why)"
+                continue
+            fi
+            for n in 1 3 7 15; do
+                [ "$ORDER" != forward ] && [ "$n" != 7 ] && continue
+                name="gpu_forward/$ORDER/drafts model $tag exact rule, n_max $n == none on the GPU"
+                if emu -m "$m" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 -ctk f32 -ctv f32 --spec-type draft-self --spec-draft-n-max "$n" > "$TMP/gd.txt" &&
+                   cmp -s "$TMP/gd.txt" "$TMP/gd.want"; then pass "$name ($(sed -n 's/^n_accept *= *//p' "$TMP/err") of $(sed -n 's/^n_drafted *= *//p' "$TMP/err") accepted)"
+                else fail "$name" "$(why)$(text_diff "$TMP/gd.txt" "$TMP/gd.want")"; fi
+            done
+        done
+        name="gpu_forward/$ORDER/drafts model C random drafts (rollbacks) == none"
+        if emu -m "$DM_C" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 -ctk f32 -ctv f32 > "$TMP/gd.want" &&
+           emu -m "$DM_C" --tokens "$DRAFT_PROMPT" -n 20 --temp 0 -ctk f32 -ctv f32 --spec-type draft-self --spec-draft-n-max 7 --test-drafts random --seed 3 > "$TMP/gd.txt" &&
+           cmp -s "$TMP/gd.txt" "$TMP/gd.want"; then pass "$name"
+        else fail "$name" "$(why)$(text_diff "$TMP/gd.txt" "$TMP/gd.want")"; fi
+    done
+    ORDER=forward
+    # the trained tiny model: greedy, draft-self and diffusion texts, GPU vs CPU
+    m=test/tiny/tiny-clover-f32.gguf
+    for args in "--spec-type none" "--spec-type draft-self --spec-draft-n-max 15" "--diffusion"; do
+        name="gpu_forward/tiny $args: GPU text == CPU text"
+        # shellcheck disable=SC2086
+        if clover -m "$m" -f test/tiny/prompt.txt -n 48 --temp 0 $args > "$TMP/gt.want" &&
+           emu -m "$m" -f test/tiny/prompt.txt -n 48 --temp 0 $args > "$TMP/gt.txt" && cmp -s "$TMP/gt.txt" "$TMP/gt.want"; then pass "$name"
+        else fail "$name" "$(why)$(text_diff "$TMP/gt.txt" "$TMP/gt.want")"; fi
+    done
+    # refusals: one line, exit 1
+    m=$(model q8_0)
+    for args in "-ngl 2|splitting" "-ngl 99 --dump-tensors $TMP/dt|--dump-tensors" "-c 4096 -ub 512|smaller -c or -ub"; do
+        local flags=${args%%|*} want=${args#*|}
+        name="gpu_forward/refused: $flags"
+        # shellcheck disable=SC2086
+        if ! CLOVER_EMU_MEMORY=2000000 $TO "$EMU" -m "$m" -p hello -n 4 $flags > /dev/null 2> "$TMP/err" &&
+           [ "$(grep -c '^clover: error:' "$TMP/err")" -eq 1 ] && grep -q -- "$want" "$TMP/err"; then pass "$name: $(grep '^clover: error' "$TMP/err" | cut -c1-120)"
+        else fail "$name" "$(first_line "$TMP/err")"; fi
+    done
 }
 
 # Inputs the fuzzers (make fuzz) once crashed on, replayed through clover: GGUF files must load or be
@@ -1717,7 +1810,7 @@ test_tiny() {
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions tiny gpu; do
+for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions tiny gpu gpu_forward; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
