@@ -5274,6 +5274,16 @@ typedef struct {
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
     /* GDN twins (clover.cu section 8) */
+    void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
+    void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
+    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, float *y);
+    void (*gdn_qk_norm)(float *y, int C, int d, int n_qk, float eps);   /* one row */
+    void (*gdn_ring_push)(float *ring, const float *u, int T, int K, int C);
+    void (*gdn_scan_head)(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+                          int H, int n_k_heads, int d, int C, int key_dim, int value_dim, int h);
+    void (*gdn_rev_mix)(float *o, const float *o_rev, const float *gamma, int T, int H, int d);
+    void (*gdn_gated_norm)(const float *o, const float *z, const float *w, int H, int d, float eps, float *y);   /* one row */
+    int n_k_heads, n_v_heads, d_conv, conv_dim, key_dim, value_dim;
     /* attention and MoE twins (clover.cu sections 9, 10) */
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
@@ -5311,6 +5321,11 @@ static void check_ops(const Model *m) {
     GpuCheck g = {.size = sizeof g, .quantize_row = quantize_row, .dot = dot_row_order, .rmsnorm = rmsnorm, .l2norm = l2norm,
                   .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax,
                   /* GDN twins (clover.cu section 8) */
+                  .gdn_gates = gdn_gates, .gdn_conv = kernels()->gdn_conv, .gdn_conv_right = gdn_conv_right,
+                  .gdn_qk_norm = gdn_qk_norm, .gdn_ring_push = gdn_ring_push, .gdn_scan_head = gdn_scan_head,
+                  .gdn_rev_mix = gdn_rev_mix, .gdn_gated_norm = gdn_gated_norm, .n_k_heads = c->n_k_heads,
+                  .n_v_heads = c->n_v_heads, .d_conv = c->d_conv, .conv_dim = c->conv_dim, .key_dim = c->key_dim,
+                  .value_dim = c->value_dim,
                   /* attention and MoE twins (clover.cu sections 9, 10) */
                   .n_embd = c->n_embd, .n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->n_rot,
                   .n_expert = c->n_expert, .n_ff = c->n_ff, .n_vocab = c->n_vocab, .d_state = c->d_state,
