@@ -1744,23 +1744,24 @@ static void gdn_conv(const float *wc, int K, int C, const float *ring, const flo
     }
 }
 
-static void gdn_ring_push(const Config *c, float *ring, const float *u, int T) {
-    int R = c->d_conv - 1, C = c->conv_dim, keep = R - T < 0 ? 0 : R - T;
+/* The ring (K-1 rows of C) keeps the last K-1 rows of [ring | u]. */
+static void gdn_ring_push(float *ring, const float *u, int T, int K, int C) {
+    int R = K - 1, keep = R - T < 0 ? 0 : R - T;
     memmove(ring, ring + (size_t)(R - keep) * C, (size_t)keep * C * sizeof(float));
     memcpy(ring + (size_t)keep * C, u + (size_t)(T - (R - keep)) * C, (size_t)(R - keep) * C * sizeof(float));
 }
 
-/* SiLU over d_state channels of block b of a post-conv row [q | k | v], then the L2 norm if the
- * block is a q or k head. */
-static void gdn_qk_norm_head(const Config *c, float *y, int b) {
-    float *yh = y + (size_t)b * c->d_state;
-    kernels()->silu_row(yh, yh, c->d_state);
-    if (b < 2 * c->n_k_heads) l2norm(yh, c->d_state, c->eps);
+/* SiLU over the d channels of block b of a post-conv row [q | k | v], then the L2 norm if the
+ * block is a q or k head (b < n_qk = 2 n_k_heads). */
+static void gdn_qk_norm_head(float *y, int b, int d, int n_qk, float eps) {
+    float *yh = y + (size_t)b * d;
+    kernels()->silu_row(yh, yh, d);
+    if (b < n_qk) l2norm(yh, d, eps);
 }
 
-/* SiLU, then L2-normalise every q and k head of a post-conv row. */
-static void gdn_qk_norm(const Config *c, float *y) {
-    for (int b = 0; b < c->conv_dim / c->d_state; b++) gdn_qk_norm_head(c, y, b);
+/* SiLU, then L2-normalise every q and k head of a post-conv row of C channels. */
+static void gdn_qk_norm(float *y, int C, int d, int n_qk, float eps) {
+    for (int b = 0; b < C / d; b++) gdn_qk_norm_head(y, b, d, n_qk, eps);
 }
 
 /* The gated delta rule for one value head and one row, on S (transposed, see State):
@@ -1786,21 +1787,28 @@ typedef struct {
     bool reverse;                     /* scan rows T-1 .. 0 (the preview's reverse branch) */
 } ScanTask;
 
+/* The delta rule of value head h (of H) over T post-conv rows y [T][C] (q at kh*d, k at
+ * key_dim + kh*d, v at 2*key_dim + h*d, kh = h % n_k_heads), in order or from row T-1 down:
+ * S [H][d*d], g and beta [T][H], o [T][value_dim]. */
+static void gdn_scan_head(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+                          int H, int n_k_heads, int d, int C, int key_dim, int value_dim, int h) {
+    int kh = h % n_k_heads;
+    for (int i = 0; i < T; i++) {
+        int t = reverse ? T - 1 - i : i;
+        const float *yt = y + (size_t)t * C;
+        kernels()->delta_rule(S + (size_t)h * d * d, yt + (size_t)kh * d, yt + key_dim + (size_t)kh * d,
+             yt + 2 * key_dim + (size_t)h * d, g[(size_t)t * H + h], beta[(size_t)t * H + h], d,
+             o + (size_t)t * value_dim + (size_t)h * d);
+    }
+}
+
 /* Heads are independent, so threads take heads and each runs its rows in order. */
 static void gdn_scan_task(void *p, int ith, int nth) {
     const ScanTask *st = p;
     const Config *c = st->c;
-    int d = c->d_state;
-    for (int h = ith; h < c->n_v_heads; h += nth) {
-        int kh = h % c->n_k_heads;
-        for (int i = 0; i < st->T; i++) {
-            int t = st->reverse ? st->T - 1 - i : i;
-            const float *y = st->y + (size_t)t * c->conv_dim;
-            kernels()->delta_rule(st->S + (size_t)h * d * d, y + (size_t)kh * d, y + c->key_dim + (size_t)kh * d,
-                 y + 2 * c->key_dim + (size_t)h * d, st->g[(size_t)t * c->n_v_heads + h],
-                 st->beta[(size_t)t * c->n_v_heads + h], d, st->o + (size_t)t * c->value_dim + (size_t)h * d);
-        }
-    }
+    for (int h = ith; h < c->n_v_heads; h += nth)
+        gdn_scan_head(st->S, st->y, st->g, st->beta, st->o, st->T, st->reverse, c->n_v_heads, c->n_k_heads, c->d_state,
+                      c->conv_dim, c->key_dim, c->value_dim, h);
 }
 
 typedef struct {
@@ -1819,7 +1827,7 @@ static void gdn_conv_task(void *p, int ith, int nth) {
     int d = c->d_state;
     for (int b = ith; b < c->conv_dim / d; b += nth) {
         kernels()->gdn_conv(ct->L->conv, c->d_conv, c->conv_dim, ct->ring, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
-        for (int t = 0; t < ct->T; t++) gdn_qk_norm_head(c, ct->y + (size_t)t * c->conv_dim, b);
+        for (int t = 0; t < ct->T; t++) gdn_qk_norm_head(ct->y + (size_t)t * c->conv_dim, b, d, 2 * c->n_k_heads, c->eps);
     }
 }
 
@@ -1831,27 +1839,27 @@ static void gdn_advance(Ctx *ctx, int il, int T, const float *u, const float *g,
     float *ring = ctx->st.ring[il], *y = ctx->sc.conv;
     ConvTask ct = {c, &ctx->m->layers[il], ring, u, y, T};
     pool_run(ctx->pool, gdn_conv_task, &ct);
-    gdn_ring_push(c, ring, u, T);
+    gdn_ring_push(ring, u, T, c->d_conv, c->conv_dim);
     ScanTask st = {c, ctx->st.S[il], y, g, beta, ctx->sc.o, T, false};
     pool_run(ctx->pool, gdn_scan_task, &st);
 }
 
-/* The preview's right taps: y_t[c] += sum_{d=1..d_conv-1, t+d<T} r[c][d-1] * u_{t+d}[c], over the
- * block's own later rows (before SiLU). */
-static void gdn_conv_right(const Config *c, const Layer *L, const float *u, float *y, int T) {
-    int R = c->d_conv - 1, C = c->conv_dim;
+/* The preview's right taps: y_t[c] += sum_{d=1..K-1, t+d<T} wr[c][d-1] * u_{t+d}[c], over the
+ * block's own later rows (before SiLU); wr: [C][K-1]. */
+static void gdn_conv_right(const float *wr, int K, int C, const float *u, int T, float *y) {
+    int R = K - 1;
     for (int t = 0; t < T; t++)
         for (int d = 1; d <= R && t + d < T; d++)
             for (int ch = 0; ch < C; ch++)
-                y[(size_t)t * C + ch] += L->conv_right[(size_t)ch * R + d - 1] * u[(size_t)(t + d) * C + ch];
+                y[(size_t)t * C + ch] += wr[(size_t)ch * R + d - 1] * u[(size_t)(t + d) * C + ch];
 }
 
 /* beta = sigmoid(W_beta x), g = softplus(W_alpha x + dt_bias) * a (a = -exp(A_log) < 0: g is a
  * log-decay), per value head; beta_logit = W_beta x, alpha = W_alpha x. */
-static void gdn_gates(const Config *c, const float *a, const float *dt, const float *alpha, const float *beta_logit, int T,
+static void gdn_gates(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H,
                       float *g, float *beta) {
-    for (size_t i = 0; i < (size_t)T * c->n_v_heads; i++) {
-        int h = (int)(i % c->n_v_heads);
+    for (size_t i = 0; i < (size_t)T * H; i++) {
+        int h = (int)(i % H);
         beta[i] = sigmoid(beta_logit[i]);
         g[i] = softplus(alpha[i] + dt[h]) * a[h];
     }
@@ -1866,19 +1874,36 @@ typedef struct {
     Work rows;
 } GatedNormTask;
 
-/* y_h = rmsnorm(o_h) * ssm_norm * silu(z_h), per value head (the weight is shared by all heads);
- * rows are independent, so threads take rows. */
+/* One row of H value heads of d: y_h = rmsnorm(o_h) * w * silu(z_h) (w = ssm_norm, shared by all
+ * heads). */
+static void gdn_gated_norm(const float *o, const float *z, const float *w, int H, int d, float eps, float *y) {
+    for (int h = 0; h < H; h++) {
+        size_t at = (size_t)h * d;
+        float *yh = y + at;
+        rmsnorm(yh, o + at, w, d, eps);
+        for (int j = 0; j < d; j++) yh[j] *= silu(z[at + j]);
+    }
+}
+
+/* gdn_gated_norm over T rows; rows are independent, so threads take rows. */
 static void gdn_gated_norm_task(void *p, int ith, int nth) {
     (void)ith, (void)nth;
     GatedNormTask *gn = p;
     const Config *c = gn->c;
-    for (int t = work_next(&gn->rows); t < gn->T; t = work_next(&gn->rows))
-        for (int h = 0; h < c->n_v_heads; h++) {
-            size_t at = (size_t)t * c->value_dim + (size_t)h * c->d_state;
-            float *yh = gn->y + at;
-            rmsnorm(yh, gn->o + at, gn->L->ssm_norm, c->d_state, c->eps);
-            for (int j = 0; j < c->d_state; j++) yh[j] *= silu(gn->z[at + j]);
-        }
+    for (int t = work_next(&gn->rows); t < gn->T; t = work_next(&gn->rows)) {
+        size_t at = (size_t)t * c->value_dim;
+        gdn_gated_norm(gn->o + at, gn->z + at, gn->L->ssm_norm, c->n_v_heads, c->d_state, c->eps, gn->y + at);
+    }
+}
+
+/* The preview's mix of the reverse scan into the forward one: o[t][h*d+j] += gamma[h] o_rev[t][h*d+j]. */
+static void gdn_rev_mix(float *o, const float *o_rev, const float *gamma, int T, int H, int d) {
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < d; j++) {
+                size_t i = ((size_t)t * H + h) * d + j;
+                o[i] += gamma[h] * o_rev[i];
+            }
 }
 
 /* Optional record of a batch's GDN inputs, so a partially accepted verify batch can be replayed. */
@@ -1895,23 +1920,18 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     Scratch *s = &ctx->sc;
     memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
     kernels()->gdn_conv(L->conv, c->d_conv, c->conv_dim, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
-    if (L->conv_right) gdn_conv_right(c, L, s->qkv, s->conv, T);
-    for (int t = 0; t < T; t++) gdn_qk_norm(c, s->conv + (size_t)t * c->conv_dim);
+    if (L->conv_right) gdn_conv_right(L->conv_right, c->d_conv, c->conv_dim, s->qkv, T, s->conv);
+    for (int t = 0; t < T; t++) gdn_qk_norm(s->conv + (size_t)t * c->conv_dim, c->conv_dim, c->d_state, 2 * c->n_k_heads, c->eps);
     ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T};
     pool_run(ctx->pool, gdn_scan_task, &fwd);
     if (!L->a_rev) return;
     matmul(ctx, &L->beta_rev, s->xn, T, s->beta_rev_logit);
     matmul(ctx, &L->alpha_rev, s->xn, T, s->alpha_rev);
-    gdn_gates(c, L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, s->g_rev, s->beta_rev);
+    gdn_gates(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, c->n_v_heads, s->g_rev, s->beta_rev);
     memset(s->S_rev, 0, S_floats(c) * sizeof(float));
     ScanTask rev = {.c = c, .S = s->S_rev, .y = s->conv, .g = s->g_rev, .beta = s->beta_rev, .o = s->o_rev, .T = T, .reverse = true};
     pool_run(ctx->pool, gdn_scan_task, &rev);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < c->n_v_heads; h++)
-            for (int j = 0; j < c->d_state; j++) {
-                size_t i = (size_t)t * c->value_dim + (size_t)h * c->d_state + j;
-                s->o[i] += L->rev_mix[h] * s->o_rev[i];
-            }
+    gdn_rev_mix(s->o, s->o_rev, L->rev_mix, T, c->n_v_heads, c->d_state);
 }
 
 /* A Gated DeltaNet layer (README: the GDN pseudocode), the mixer output in s->mix. */
@@ -1926,7 +1946,7 @@ static void gdn_layer(Ctx *ctx, Pass pass, int il, int T, GdnLog *log) {
     matmul(ctx, &L->alpha, s->xn, T, s->alpha);        /* W_alpha a */
     dump3(ctx, "beta", il, s->beta_logit, T, H, 1);
     dump(ctx, "alpha", il, s->alpha, T, H);
-    gdn_gates(c, L->a, L->dt, s->alpha, s->beta_logit, T, s->g, s->beta);   /* beta, g */
+    gdn_gates(L->a, L->dt, s->alpha, s->beta_logit, T, H, s->g, s->beta);   /* beta, g */
     dump(ctx, "linear_attn_qkv_mixed", il, s->qkv, T, C);
     dump(ctx, "z", il, s->z, T, c->value_dim);
     dump3(ctx, "beta_sigmoid", il, s->beta, T, H, 1);
@@ -5302,6 +5322,16 @@ typedef struct {
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
     /* GDN twins (clover.cu section 8) */
+    void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
+    void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
+    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, float *y);
+    void (*gdn_qk_norm)(float *y, int C, int d, int n_qk, float eps);   /* one row */
+    void (*gdn_ring_push)(float *ring, const float *u, int T, int K, int C);
+    void (*gdn_scan_head)(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+                          int H, int n_k_heads, int d, int C, int key_dim, int value_dim, int h);
+    void (*gdn_rev_mix)(float *o, const float *o_rev, const float *gamma, int T, int H, int d);
+    void (*gdn_gated_norm)(const float *o, const float *z, const float *w, int H, int d, float eps, float *y);   /* one row */
+    int n_k_heads, n_v_heads, d_conv, conv_dim, key_dim, value_dim;
     /* attention and MoE twins (clover.cu sections 9, 10) */
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
@@ -5343,6 +5373,11 @@ static void check_ops(const Model *m) {
     GpuCheck g = {.size = sizeof g, .quantize_row = quantize_row, .dot = dot_row_order, .rmsnorm = rmsnorm, .l2norm = l2norm,
                   .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax,
                   /* GDN twins (clover.cu section 8) */
+                  .gdn_gates = gdn_gates, .gdn_conv = kernels()->gdn_conv, .gdn_conv_right = gdn_conv_right,
+                  .gdn_qk_norm = gdn_qk_norm, .gdn_ring_push = gdn_ring_push, .gdn_scan_head = gdn_scan_head,
+                  .gdn_rev_mix = gdn_rev_mix, .gdn_gated_norm = gdn_gated_norm, .n_k_heads = c->n_k_heads,
+                  .n_v_heads = c->n_v_heads, .d_conv = c->d_conv, .conv_dim = c->conv_dim, .key_dim = c->key_dim,
+                  .value_dim = c->value_dim,
                   /* attention and MoE twins (clover.cu sections 9, 10) */
                   .n_embd = c->n_embd, .n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->n_rot,
                   .n_expert = c->n_expert, .n_ff = c->n_ff, .n_vocab = c->n_vocab, .d_state = c->d_state,

@@ -586,10 +586,13 @@ static void softmax_gpu(float *x, int n, int T) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, softmax_kernel, x, n));
 }
 
-// Twin: silu_row. y_i = x_i / (1 + expf_ggml(-x_i)); y may be x. One element per thread.
+// Twin: clover.c's silu, x / (1 + expf_ggml(-x)) (the same bits)
+__device__ float silu(float x) { return x / (1.0f + expf_ggml(-x)); }
+
+// Twin: silu_row. y_i = silu(x_i); y may be x. One element per thread.
 __global__ void silu_row_kernel(float *y, const float *x, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (i < n) y[i] = x[i] / (1.0f + expf_ggml(-x[i]));
+    if (i < n) y[i] = silu(x[i]);
 }
 
 static void silu_row_gpu(float *y, const float *x, int64_t n) {
@@ -629,8 +632,189 @@ static void argmax_gpu(const float *x, int n, int T, int *out) {
 // ================================================================================================
 // 8. Gated DeltaNet (clover.c section 9, "Gated DeltaNet")
 // ================================================================================================
-// (GDN kernels: gdn_gates, gdn_conv, gdn_conv_right, gdn_qk_norm, gdn_ring_push, delta_rule,
-//  gdn_rev_mix, gdn_gated_norm)
+// Every op is a plain port of its CPU twin; the rows of a batch stay in order where the recurrence
+// needs it (delta_rule, ring_push) and are independent otherwise. Layouts are clover.c's Scratch /
+// State: post-conv rows [T][conv_dim] = [q | k | v], gates [T][n_v_heads], S [n_v_heads][d*d]
+// transposed (S + h*d*d + j*d holds column j of S_h, so one thread's column is contiguous).
+
+__device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+// Twin: gdn_gates. Per (row t, value head h), i = t*H + h: beta_i = sigmoid(beta_logit_i),
+// g_i = softplus(alpha_i + dt_h) * a_h (a < 0: g is a log-decay). The device's expf / logf may
+// differ from libm's in the last bits. One element per thread.
+__global__ void gdn_gates_kernel(const float *a, const float *dt, const float *alpha, const float *beta_logit, int64_t n, int H,
+                                 float *g, float *beta) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i >= n) return;
+    int h = (int)(i % H);
+    beta[i] = sigmoid(beta_logit[i]);
+    g[i] = softplus(alpha[i] + dt[h]) * a[h];
+}
+
+static void gdn_gates_gpu(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta) {
+    int64_t n = (int64_t)T * H;
+    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gates_kernel, a, dt, alpha, beta_logit, n, H, g, beta));
+}
+
+// Twin: gdn_conv (and gdn_conv_avx2, the same bits) over all C channels. Over X = [ring | u], the
+// ring's K-1 rows (oldest first) then the T rows u: y_t[c] = sum_j wc[c][j] X[t+j][c], fmaf in j
+// order from 0, as the CPU. One thread per (t, c).
+__global__ void gdn_conv_kernel(const float *wc, int K, int C, const float *ring, const float *u, int T, float *y) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i >= (int64_t)T * C) return;
+    int t = (int)(i / C), c = (int)(i % C);
+    float s = 0;
+    for (int j = 0; j < K; j++) {
+        int r = t + j;   // row of X
+        float x = r < K - 1 ? ring[(int64_t)r * C + c] : u[(int64_t)(r - (K - 1)) * C + c];
+        s = fmaf(x, wc[(int64_t)c * K + j], s);
+    }
+    y[i] = s;
+}
+
+static void gdn_conv_gpu(const float *wc, int K, int C, const float *ring, const float *u, int T, float *y) {
+    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * C, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_conv_kernel, wc, K, C, ring, u, T, y));
+}
+
+// Twin: gdn_conv_right (the preview's right taps). y_t[c] += sum_{d=1..K-1, t+d<T} wr[c][d-1] u_{t+d}[c],
+// d in order, a product then a sum each (no fma), as the CPU. One thread per (t, c).
+__global__ void gdn_conv_right_kernel(const float *wr, int K, int C, const float *u, int T, float *y) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i >= (int64_t)T * C) return;
+    int t = (int)(i / C), c = (int)(i % C), R = K - 1;
+    float s = y[i];
+    for (int d = 1; d <= R && t + d < T; d++) s += wr[(int64_t)c * R + d - 1] * u[(int64_t)(t + d) * C + c];
+    y[i] = s;
+}
+
+static void gdn_conv_right_gpu(const float *wr, int K, int C, const float *u, int T, float *y) {
+    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * C, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_conv_right_kernel, wr, K, C, u, T, y));
+}
+
+// Twin: gdn_qk_norm (gdn_qk_norm_head per block). Block b of d channels of row t: y <- silu(y), then,
+// for the q and k heads (b < n_qk), y <- y / max(||y||, eps) with the squares summed in double as in
+// l2norm_kernel (only that sum's order differs from the CPU's). One block of BLOCK threads per
+// (t, b); thread i takes channels i, i+BLOCK, ... and rereads only what it wrote.
+__global__ void gdn_qk_norm_kernel(float *y, int C, int d, int n_qk, float eps) {
+    int nb = C / d, t = blockIdx.x / nb, b = blockIdx.x % nb;
+    float *yh = y + (int64_t)t * C + (int64_t)b * d;
+    double ss = 0;
+    for (int i = threadIdx.x; i < d; i += BLOCK) {
+        float v = silu(yh[i]);
+        yh[i] = v;
+        ss += (double)(v * v);
+    }
+    if (b >= n_qk) return;   // a v head: the whole block leaves
+    ss = block_sum(ss);
+    float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
+    for (int i = threadIdx.x; i < d; i += BLOCK) yh[i] *= scale;
+}
+
+static void gdn_qk_norm_gpu(float *y, int T, int C, int d, int n_qk, float eps) {
+    cudaLaunchConfig_t c = launch_config((unsigned)(T * (C / d)), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_qk_norm_kernel, y, C, d, n_qk, eps));
+}
+
+// Twin: gdn_ring_push. The ring (R = K-1 rows of C) becomes rows T..T+R-1 of X = [ring | u]. One
+// thread per channel, rows r = 0..R-1 in order: row r reads X row T + r > r, which this thread has
+// not overwritten yet (the CPU's memmove, done in place without a race between threads).
+__global__ void gdn_ring_push_kernel(float *ring, const float *u, int T, int K, int C) {
+    int c = blockIdx.x * BLOCK + threadIdx.x, R = K - 1;
+    if (c >= C) return;
+    for (int r = 0; r < R; r++) {
+        int x = T + r;   // row of X
+        ring[(int64_t)r * C + c] = x < R ? ring[(int64_t)x * C + c] : u[(int64_t)(x - R) * C + c];
+    }
+}
+
+static void gdn_ring_push_gpu(float *ring, const float *u, int T, int K, int C) {
+    cudaLaunchConfig_t c = launch_config(blocks_for(C, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_ring_push_kernel, ring, u, T, K, C));
+}
+
+// Twin: dot_f32 (clover.c's dot_f32_row; dot_f32_avx2 gives the same bits): 64 accumulators, lane l
+// taking elements l, l+64, ... by fmaf, folded by halving, then the tail past the last multiple of
+// 64 added in order (product, then sum).
+__device__ float dot_f32(const float *x, const float *y, int n) {
+    float acc[64];
+    for (int l = 0; l < 64; l++) acc[l] = 0;
+    int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int l = 0; l < 64; l++) acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
+    for (int w = 32; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    float sum = acc[0];
+    for (int i = np; i < n; i++) sum += x[i] * y[i];
+    return sum;
+}
+
+// Twin: gdn_scan_head + delta_rule (delta_rule_avx2: the same bits). For value head h (q/k head
+// kh = h % n_k_heads) and each row t in order (reverse: T-1 .. 0), on column j of S_h:
+//   S_j <- exp(g) S_j;  delta_j = beta (v_j - S_j . k);  S_j <- S_j + k delta_j;  o_j = (S_j . q) / sqrt(d)
+// Columns are independent, so a block per value head and a thread per column j (j, j+blockDim, ...
+// when d exceeds the block), all of its rows in turn: no barriers. The operations and dot orders
+// are the CPU's; only expf(g) is the device's (it may differ from libm's in the last bits).
+__global__ void delta_rule_kernel(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+                                  int H, int n_k_heads, int d, int C, int key_dim, int value_dim) {
+    int h = blockIdx.x, kh = h % n_k_heads;
+    float scale = 1.0f / sqrtf((float)d);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float *Sj = S + ((int64_t)h * d + j) * d;
+        for (int n = 0; n < T; n++) {
+            int t = reverse ? T - 1 - n : n;
+            const float *yt = y + (int64_t)t * C, *q = yt + kh * d, *k = yt + key_dim + kh * d, *v = yt + 2 * key_dim + h * d;
+            float decay = expf(g[(int64_t)t * H + h]);
+            for (int i = 0; i < d; i++) Sj[i] *= decay;
+            float delta = (v[j] - dot_f32(Sj, k, d)) * beta[(int64_t)t * H + h];
+            for (int i = 0; i < d; i++) Sj[i] = fmaf(k[i], delta, Sj[i]);
+            o[(int64_t)t * value_dim + h * d + j] = dot_f32(Sj, q, d) * scale;
+        }
+    }
+}
+
+static void delta_rule_gpu(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse, int H,
+                           int n_k_heads, int d, int C, int key_dim, int value_dim) {
+    cudaLaunchConfig_t c = launch_config((unsigned)H, (unsigned)(d < BLOCK ? d : BLOCK));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, delta_rule_kernel, S, y, g, beta, o, T, reverse, H, n_k_heads, d, C, key_dim, value_dim));
+}
+
+// Twin: gdn_rev_mix (the preview's mix of its reverse scan): o[t][h*d+j] += gamma_h o_rev[t][h*d+j],
+// a product then a sum. One element per thread.
+__global__ void gdn_rev_mix_kernel(float *o, const float *o_rev, const float *gamma, int64_t n, int H, int d) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) o[i] += gamma[(i / d) % H] * o_rev[i];
+}
+
+static void gdn_rev_mix_gpu(float *o, const float *o_rev, const float *gamma, int T, int H, int d) {
+    int64_t n = (int64_t)T * H * d;
+    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_rev_mix_kernel, o, o_rev, gamma, n, H, d));
+}
+
+// Twin: gdn_gated_norm. Per (row t, value head h): y_h = rmsnorm(o_h) * w * silu(z_h), w shared by
+// all heads: rmsnorm_kernel's steps (the squares summed in double, in another order than the CPU's),
+// then the product with silu (expf_ggml). One block of BLOCK threads per (t, h).
+__global__ void gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int d, float eps, float *y) {
+    int64_t at = (int64_t)blockIdx.x * d;   // head h of row t: rows of H*d are H heads of d
+    const float *oh = o + at, *zh = z + at;
+    double ss = 0;
+    for (int i = threadIdx.x; i < d; i += BLOCK) ss += (double)(oh[i] * oh[i]);
+    ss = block_sum(ss);
+    float scale = 1.0f / sqrtf((float)(ss / d) + eps);
+    for (int i = threadIdx.x; i < d; i += BLOCK) {
+        float v = oh[i] * scale * w[i];
+        y[at + i] = v * silu(zh[i]);
+    }
+}
+
+static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, int T, int H, int d, float eps, float *y) {
+    cudaLaunchConfig_t c = launch_config((unsigned)(T * H), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gated_norm_kernel, o, z, w, d, eps, y));
+}
 
 // ================================================================================================
 // 9. Gated attention (clover.c section 9, "gated attention")
@@ -1154,6 +1338,16 @@ struct GpuCheck {
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
     // GDN twins (section 8)
+    void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
+    void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
+    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, float *y);
+    void (*gdn_qk_norm)(float *y, int C, int d, int n_qk, float eps);   // one row
+    void (*gdn_ring_push)(float *ring, const float *u, int T, int K, int C);
+    void (*gdn_scan_head)(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+                          int H, int n_k_heads, int d, int C, int key_dim, int value_dim, int h);
+    void (*gdn_rev_mix)(float *o, const float *o_rev, const float *gamma, int T, int H, int d);
+    void (*gdn_gated_norm)(const float *o, const float *z, const float *w, int H, int d, float eps, float *y);   // one row
+    int n_k_heads, n_v_heads, d_conv, conv_dim, key_dim, value_dim;
     // attention and MoE twins (sections 9, 10)
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
@@ -1393,6 +1587,168 @@ static void check_argmax(Tally *tl, const GpuCheck *cpu, int n) {
     }
 }
 
+// The GDN checks: random inputs at the model's shapes, GPU vs the CPU twin, T rows each.
+static float *normals(int64_t n, float scale) {
+    float *x = (float *)xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) x[i] = scale * rng_normal();
+    return x;
+}
+static float *dev_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
+
+// gdn_gates: beta and g (with alpha + dt past 20 now and then, softplus's other branch); device
+// expf / logf against libm's: 1e-6 relative
+static void check_gdn_gates(Tally *tl, const GpuCheck *cpu) {
+    int H = cpu->n_v_heads;
+    for (int T : BATCHES) {
+        int64_t n = (int64_t)T * H;
+        float *a = normals(H, 1), *dt = normals(H, 1), *alpha = normals(n, 8), *logit = normals(n, 3);
+        for (int h = 0; h < H; h++) a[h] = -expf(a[h]);
+        float *g = (float *)xmalloc((size_t)n * 4), *beta = (float *)xmalloc((size_t)n * 4);
+        float *got_g = (float *)xmalloc((size_t)n * 4), *got_beta = (float *)xmalloc((size_t)n * 4);
+        cpu->gdn_gates(a, dt, alpha, logit, T, H, g, beta);
+        float *da = dev_floats(a, H), *ddt = dev_floats(dt, H), *dalpha = dev_floats(alpha, n), *dlogit = dev_floats(logit, n);
+        float *dg = (float *)dev_alloc((size_t)n * 4), *dbeta = (float *)dev_alloc((size_t)n * 4);
+        gdn_gates_gpu(da, ddt, dalpha, dlogit, T, H, dg, dbeta);
+        host_copy(got_g, dg, (size_t)n * 4);
+        host_copy(got_beta, dbeta, (size_t)n * 4);
+        char name[96];
+        snprintf(name, sizeof name, "gdn_gates H=%d T=%d (g, beta)", H, T);
+        report(tl, name, fmax(rel_err(got_g, g, n), rel_err(got_beta, beta, n)), 1e-6, "rel");
+        for (float *p : {da, ddt, dalpha, dlogit, dg, dbeta}) CUDA_CHECK(cudaFree(p));
+        free(a), free(dt), free(alpha), free(logit), free(g), free(beta), free(got_g), free(got_beta);
+    }
+}
+
+// gdn_conv over [ring | u] (all channels) and the right taps added to it: the same fmaf / product
+// and sum chains as the CPU, exact
+static void check_gdn_conv(Tally *tl, const GpuCheck *cpu, bool right) {
+    int K = cpu->d_conv, C = cpu->conv_dim;
+    for (int T : BATCHES) {
+        int64_t n = (int64_t)T * C;
+        float *wc = normals((int64_t)C * K, 0.5f), *ring = normals((int64_t)(K - 1) * C, 1), *u = normals(n, 1), *want = normals(n, 1);
+        float *got = (float *)xmalloc((size_t)n * 4);
+        float *dw = dev_floats(wc, (int64_t)C * K), *dring = dev_floats(ring, (int64_t)(K - 1) * C), *du = dev_floats(u, n);
+        float *dy = dev_floats(want, n);
+        if (right) {   // wc's first C*(K-1) values as the taps wr [C][K-1]
+            cpu->gdn_conv_right(wc, K, C, u, T, want);
+            gdn_conv_right_gpu(dw, K, C, du, T, dy);
+        } else {
+            cpu->gdn_conv(wc, K, C, ring, u, T, 0, C, want);
+            gdn_conv_gpu(dw, K, C, dring, du, T, dy);
+        }
+        host_copy(got, dy, (size_t)n * 4);
+        char name[96];
+        snprintf(name, sizeof name, "%s K=%d C=%d T=%d", right ? "gdn_conv_right" : "gdn_conv", K, C, T);
+        report(tl, name, rel_err(got, want, n), 0, "abs");
+        for (float *p : {dw, dring, du, dy}) CUDA_CHECK(cudaFree(p));
+        free(wc), free(ring), free(u), free(want), free(got);
+    }
+}
+
+// gdn_qk_norm: silu exact; the L2 norms' double sums in another order: 1e-6 relative
+static void check_gdn_qk_norm(Tally *tl, const GpuCheck *cpu) {
+    int C = cpu->conv_dim, d = cpu->d_state, n_qk = 2 * cpu->n_k_heads;
+    for (int T : BATCHES) {
+        int64_t n = (int64_t)T * C;
+        float *x = normals(n, 3), *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
+        memcpy(want, x, (size_t)n * 4);
+        for (int t = 0; t < T; t++) cpu->gdn_qk_norm(want + (int64_t)t * C, C, d, n_qk, cpu->eps);
+        float *dy = dev_floats(x, n);
+        gdn_qk_norm_gpu(dy, T, C, d, n_qk, cpu->eps);
+        host_copy(got, dy, (size_t)n * 4);
+        char name[96];
+        snprintf(name, sizeof name, "gdn_qk_norm C=%d d=%d T=%d", C, d, T);
+        report(tl, name, rel_err(got, want, n), 1e-6, "rel");
+        CUDA_CHECK(cudaFree(dy));
+        free(x), free(want), free(got);
+    }
+}
+
+// gdn_ring_push: T = 1 keeps part of the ring, larger T only rows of u; a copy, so equal bytes
+static void check_gdn_ring_push(Tally *tl, const GpuCheck *cpu) {
+    int K = cpu->d_conv, C = cpu->conv_dim;
+    int64_t nr = (int64_t)(K - 1) * C;
+    for (int T : BATCHES) {
+        float *ring = normals(nr, 1), *u = normals((int64_t)T * C, 1), *got = (float *)xmalloc((size_t)nr * 4);
+        float *dring = dev_floats(ring, nr), *du = dev_floats(u, (int64_t)T * C);
+        cpu->gdn_ring_push(ring, u, T, K, C);
+        gdn_ring_push_gpu(dring, du, T, K, C);
+        host_copy(got, dring, (size_t)nr * 4);
+        char name[96];
+        snprintf(name, sizeof name, "gdn_ring_push K=%d C=%d T=%d", K, C, T);
+        report(tl, name, bytes_differ(got, ring, (size_t)nr * 4), 0, "bytes");
+        CUDA_CHECK(cudaFree(dring));
+        CUDA_CHECK(cudaFree(du));
+        free(ring), free(u), free(got);
+    }
+}
+
+// delta_rule over T rows in one direction from a random nonzero S: o and the S it leaves. q and k
+// of about unit norm (as after gdn_qk_norm), beta in (0, 1), g < 0. The dot orders are the CPU's;
+// the device's expf(g) may differ from libm's by 2 ulp a row, and over 16 rows the product of the
+// decays by ~2e-6: 1e-5 relative.
+static void check_delta_rule(Tally *tl, const GpuCheck *cpu, bool reverse) {
+    int H = cpu->n_v_heads, d = cpu->d_state, C = cpu->conv_dim, kd = cpu->key_dim, vd = cpu->value_dim;
+    int64_t ns = (int64_t)H * d * d;
+    for (int T : BATCHES) {
+        int64_t ny = (int64_t)T * C, ng = (int64_t)T * H, no = (int64_t)T * vd;
+        float *S = normals(ns, 0.1f), *y = normals(ny, 1), *g = normals(ng, 1), *beta = normals(ng, 1);
+        for (int64_t i = 0; i < ny; i++)
+            if (i % C < 2 * kd) y[i] /= sqrtf((float)d);
+        for (int64_t i = 0; i < ng; i++) g[i] = -0.5f * fabsf(g[i]), beta[i] = rng_uniform();
+        float *dS = dev_floats(S, ns), *dy = dev_floats(y, ny), *dg = dev_floats(g, ng), *dbeta = dev_floats(beta, ng);
+        float *o = (float *)xmalloc((size_t)no * 4), *got_o = (float *)xmalloc((size_t)no * 4), *got_S = (float *)xmalloc((size_t)ns * 4);
+        float *dout = (float *)dev_alloc((size_t)no * 4);
+        for (int h = 0; h < H; h++) cpu->gdn_scan_head(S, y, g, beta, o, T, reverse, H, cpu->n_k_heads, d, C, kd, vd, h);
+        delta_rule_gpu(dS, dy, dg, dbeta, dout, T, reverse, H, cpu->n_k_heads, d, C, kd, vd);
+        host_copy(got_o, dout, (size_t)no * 4);
+        host_copy(got_S, dS, (size_t)ns * 4);
+        char name[96];
+        snprintf(name, sizeof name, "delta_rule %s H=%d d=%d T=%d (o, S)", reverse ? "reverse" : "forward", H, d, T);
+        report(tl, name, fmax(rel_err(got_o, o, no), rel_err(got_S, S, ns)), 1e-5, "rel");
+        for (float *p : {dS, dy, dg, dbeta, dout}) CUDA_CHECK(cudaFree(p));
+        free(S), free(y), free(g), free(beta), free(o), free(got_o), free(got_S);
+    }
+}
+
+// gdn_rev_mix: one product and one sum per element, exact
+static void check_gdn_rev_mix(Tally *tl, const GpuCheck *cpu) {
+    int H = cpu->n_v_heads, d = cpu->d_state;
+    for (int T : BATCHES) {
+        int64_t n = (int64_t)T * H * d;
+        float *o = normals(n, 1), *o_rev = normals(n, 1), *gamma = normals(H, 1), *got = (float *)xmalloc((size_t)n * 4);
+        float *dout = dev_floats(o, n), *drev = dev_floats(o_rev, n), *dgamma = dev_floats(gamma, H);
+        cpu->gdn_rev_mix(o, o_rev, gamma, T, H, d);
+        gdn_rev_mix_gpu(dout, drev, dgamma, T, H, d);
+        host_copy(got, dout, (size_t)n * 4);
+        char name[96];
+        snprintf(name, sizeof name, "gdn_rev_mix H=%d d=%d T=%d", H, d, T);
+        report(tl, name, rel_err(got, o, n), 0, "abs");
+        for (float *p : {dout, drev, dgamma}) CUDA_CHECK(cudaFree(p));
+        free(o), free(o_rev), free(gamma), free(got);
+    }
+}
+
+// gdn_gated_norm: rmsnorm's double sums in another order, silu exact: 1e-6 relative
+static void check_gdn_gated_norm(Tally *tl, const GpuCheck *cpu) {
+    int H = cpu->n_v_heads, d = cpu->d_state, vd = cpu->value_dim;
+    for (int T : BATCHES) {
+        int64_t n = (int64_t)T * vd;
+        float *o = normals(n, 3), *z = normals(n, 3), *w = normals(d, 0.2f);
+        for (int i = 0; i < d; i++) w[i] += 1;
+        float *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
+        for (int t = 0; t < T; t++) cpu->gdn_gated_norm(o + (int64_t)t * vd, z + (int64_t)t * vd, w, H, d, cpu->eps, want + (int64_t)t * vd);
+        float *dout = dev_floats(o, n), *dz = dev_floats(z, n), *dw = dev_floats(w, d), *dy = (float *)dev_alloc((size_t)n * 4);
+        gdn_gated_norm_gpu(dout, dz, dw, T, H, d, cpu->eps, dy);
+        host_copy(got, dy, (size_t)n * 4);
+        char name[96];
+        snprintf(name, sizeof name, "gdn_gated_norm H=%d d=%d T=%d", H, d, T);
+        report(tl, name, rel_err(got, want, n), 1e-6, "rel");
+        for (float *p : {dout, dz, dw, dy}) CUDA_CHECK(cudaFree(p));
+        free(o), free(z), free(w), free(want), free(got);
+    }
+}
+
 // Runs every check, prints one line per op and the summary; returns the number of failures.
 extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     if (cpu->size != sizeof(GpuCheck)) {
@@ -1433,6 +1789,17 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_row_op(&tl, cpu, OP_SILU, cpu->n_ff);
     check_argmax(&tl, cpu, cpu->n_vocab);
     // GDN checks (section 8)
+    if (cpu->n_v_heads > 0) {
+        check_gdn_gates(&tl, cpu);
+        check_gdn_conv(&tl, cpu, false);
+        check_gdn_conv(&tl, cpu, true);
+        check_gdn_qk_norm(&tl, cpu);
+        check_gdn_ring_push(&tl, cpu);
+        check_delta_rule(&tl, cpu, false);
+        check_delta_rule(&tl, cpu, true);
+        check_gdn_rev_mix(&tl, cpu);
+        check_gdn_gated_norm(&tl, cpu);
+    }
     // attention and MoE checks (sections 9, 10)
     printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);
     return tl.failed;

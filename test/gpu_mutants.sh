@@ -16,7 +16,8 @@ trap 'rm -rf "$TMP"' EXIT
 MUTANTS='missing-syncthreads|/pi\[threadIdx.x \/ WARP\] = at;/{n;/__syncthreads();/d}
 divergent-syncthreads|/part\[threadIdx.x \/ WARP\] = m;/{n;s/__syncthreads();/if (threadIdx.x < BLOCK \/ 2) __syncthreads();/}
 off-by-one-index|s/for (int64_t u = lane; u < n \/ Unit::size;/for (int64_t u = lane; u <= n \/ Unit::size;/
-wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/'
+wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/
+delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/'
 
 status=0
 while IFS='|' read -r name script; do

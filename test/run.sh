@@ -1538,7 +1538,8 @@ open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
 # The GPU kernels (clover.cu) executed on the CPU by test/cuda_emu.h (build/clover-emu, make cuda-emu):
 # --check-ops on a tiny model of every weight type in the forward, reverse and random thread orders;
 # the planted bugs of test/gpu_mutants.sh (a missing or divergent __syncthreads, an off-by-one index,
-# a wrong rounding) must each make it fail; the CPU build refuses --check-ops in one line.
+# a wrong rounding, a delta rule scanning its rows the wrong way) must each make it fail; the CPU
+# build refuses --check-ops in one line.
 test_gpu() {
     local t o m out n last
     if [ ! -x "$EMU" ]; then
