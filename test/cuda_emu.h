@@ -368,6 +368,7 @@ static cudaError_t cudaMemset(void *p, int v, size_t n) {
 // ---- the rest of the runtime: one synchronous device ---------------------------------------------
 static cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 static cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    emu_init();   // the thread order its name reports
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda-emu (CUDA executed on the CPU, %s thread order)", emu.order == 0 ? "forward" : emu.order == 1 ? "reverse" : "random");
     p->totalGlobalMem = emu_total_memory(), p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
