@@ -5265,7 +5265,20 @@ typedef struct {
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
     /* GDN twins (clover.cu section 8) */
-    /* attention and MoE twins (clover.cu sections 9, 10) */
+    /* attention and MoE twins (clover.cu sections 9, 10), and their shapes; up/down_exps: layer 0's stacked experts */
+    void (*attn_qk_norm)(float *qg, float *kr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv, int hd, float eps);
+    void (*attn_rope)(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base);
+    void (*store_as)(uint32_t type, void *dst, const float *x, int n);
+    void (*attend)(const float *q, const float *gate, const uint8_t *K, size_t kstride, uint32_t k_type, const uint8_t *V,
+                   size_t vstride, uint32_t v_type, int n, int hd, float kq_scale, int lanes, float *sc, float *acc, float *o, float *og);
+    void (*route_top_k)(const float *p, const bool *allowed, int n_expert, int k, float weights_scale, int *sel, float *w);
+    void (*coreset)(const float *p, int T, int n_expert, float top_p, bool *allowed);
+    void (*swiglu)(const float *g, const float *u, float *h, int64_t n);
+    void (*moe_sum)(const int *slot, const float *w, const float *y, int K, int E, float *out);
+    void (*moe_shared_gate)(float *mix, const float *sh, float sh_logit, int E);
+    int n_head_kv, n_expert_used;
+    float kq_scale, coreset_top_p, expert_weights_scale;
+    GpuMat up_exps, down_exps;
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
     int n_mats;
@@ -5281,6 +5294,8 @@ int gpu_check_ops(const GpuCheck *c);
 static float dot_row_order(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n) {
     return dot_fn(wtype, false, n_rows)(w, a, n);
 }
+
+static GpuMat gpu_mat(const Mat *w) { return (GpuMat){w->type, w->n_in, w->n_out, w->data}; }
 
 /* --check-ops: the model's matrices (expert 0 of stacked ones) and shapes to clover.cu; exit 1 if a
  * kernel differs from its CPU twin beyond its limit. */
@@ -5303,6 +5318,11 @@ static void check_ops(const Model *m) {
                   .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax,
                   /* GDN twins (clover.cu section 8) */
                   /* attention and MoE twins (clover.cu sections 9, 10) */
+                  .attn_qk_norm = attn_qk_norm, .attn_rope = attn_rope, .store_as = store_as, .attend = attend,
+                  .route_top_k = route_top_k, .coreset = coreset, .swiglu = swiglu, .moe_sum = moe_sum,
+                  .moe_shared_gate = moe_shared_gate, .n_head_kv = c->n_head_kv, .n_expert_used = c->n_expert_used,
+                  .kq_scale = c->kq_scale, .coreset_top_p = c->coreset_top_p, .expert_weights_scale = c->expert_weights_scale,
+                  .up_exps = gpu_mat(&m->layers[0].up_exps), .down_exps = gpu_mat(&m->layers[0].down_exps),
                   .n_embd = c->n_embd, .n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->n_rot,
                   .n_expert = c->n_expert, .n_ff = c->n_ff, .n_vocab = c->n_vocab, .d_state = c->d_state,
                   .eps = c->eps, .rope_base = c->rope_base, .n_mats = n, .mats = mats};
