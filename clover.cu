@@ -1376,18 +1376,21 @@ static void check_route(Tally *tl, const GpuCheck *cpu) {
 }
 
 // coreset over T rows of probabilities, some experts' columns equal (exact ties in the sums), at the
-// model's top_p (0.9 when it has none) and at 0.5: the same allowed set
+// model's top_p (0.9 when it has none) and at 0.5; and with every expert tied (p = 1/n, so that the cut
+// at top_p = 0.3 falls inside the ties and only the tie rule decides): the same allowed set
 static void check_coreset(Tally *tl, const GpuCheck *cpu) {
     int E = cpu->n_expert;
-    float top_ps[] = {cpu->coreset_top_p > 0 ? cpu->coreset_top_p : 0.9f, 0.5f};
-    for (float top_p : top_ps)
+    float top_ps[] = {cpu->coreset_top_p > 0 ? cpu->coreset_top_p : 0.9f, 0.5f, 0.3f};
+    for (int c = 0; c < 3; c++)
         for (int T : BATCHES) {
             int64_t np = (int64_t)T * E;
-            float *p = random_floats(np, 2);
+            float *p = random_floats(np, 2), top_p = top_ps[c];
             for (int t = 0; t < T; t++) {
                 float *pt = p + (size_t)t * E;
                 cpu->softmax(pt, E);
                 for (int e = 2; e < E; e += 5) pt[e] = pt[e - 2];
+                if (c == 2)
+                    for (int e = 0; e < E; e++) pt[e] = 1.0f / E;
             }
             bool *want = (bool *)xmalloc((size_t)E);
             uint8_t *want8 = (uint8_t *)xmalloc((size_t)E), *got = (uint8_t *)xmalloc((size_t)E);
@@ -1398,7 +1401,7 @@ static void check_coreset(Tally *tl, const GpuCheck *cpu) {
             coreset_gpu(dp, T, E, top_p, dal);
             host_copy(got, dal, (size_t)E);
             char name[96];
-            snprintf(name, sizeof name, "coreset n=%d top_p=%g T=%d", E, top_p, T);
+            snprintf(name, sizeof name, "coreset n=%d top_p=%g%s T=%d", E, top_p, c == 2 ? " all tied" : "", T);
             report(tl, name, bytes_differ(got, want8, (size_t)E), 0, "bytes");
             CUDA_CHECK(cudaFree(dp));
             CUDA_CHECK(cudaFree(dal));
@@ -1473,9 +1476,10 @@ static void check_swiglu(Tally *tl, const GpuCheck *cpu) {
     }
 }
 
-// moe_sum of T rows from their pairs (every seventh rank -1): the CPU's order, the same bits
-static void check_moe_sum(Tally *tl, const GpuCheck *cpu) {
-    int K = cpu->n_expert_used, E = cpu->n_embd;
+// moe_sum of T rows of K ranks from their pairs (every seventh rank -1): the CPU's order, the same bits.
+// Two terms add alike in either order, so the order is seen only from K = 3: run with K = 8 too.
+static void check_moe_sum(Tally *tl, const GpuCheck *cpu, int K) {
+    int E = cpu->n_embd;
     for (int T : BATCHES) {
         int n_pairs = T * K;
         int *sel = (int *)xmalloc((size_t)n_pairs * sizeof(int)), *slot = (int *)xmalloc((size_t)n_pairs * sizeof(int));
@@ -1577,7 +1581,8 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_matmul_id(&tl, cpu, &cpu->up_exps, cpu->n_expert_used);
     check_matmul_id(&tl, cpu, &cpu->down_exps, 1);
     check_swiglu(&tl, cpu);
-    check_moe_sum(&tl, cpu);
+    check_moe_sum(&tl, cpu, cpu->n_expert_used);
+    if (cpu->n_expert_used != 8) check_moe_sum(&tl, cpu, 8);
     check_moe_shared_gate(&tl, cpu);
     printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);
     return tl.failed;
