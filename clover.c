@@ -2017,58 +2017,59 @@ static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const fl
     memcpy(o, acc, (size_t)hd * sizeof(float));
 }
 
-/* For each (row t, head h): o = sum_s softmax_s(q.K_s * scale) V_s, over the keys row t may see,
- * and o * sigmoid(gate). q is rounded to the cache type before the dot and p before the V sum, as
- * llama.cpp's matmuls do with an f16/bf16 cache. */
+/* One head of one row: o = sum_j softmax_j(q.K_j * kq_scale) V_j over keys j < n, and og = o * sigmoid(gate).
+ * K_j, V_j: the kv head's slice of cache row j (kstride, vstride bytes apart) in k_type / v_type. q is
+ * rounded to the cache type before the dot and p before the V sum, as llama.cpp's matmuls do with an
+ * f16/bf16 cache. sc: n rounded up to 16 scores; acc: the V sum's lanes x hd accumulators. */
+static void attend(const float *q, const float *gate, const uint8_t *K, size_t kstride, uint32_t k_type, const uint8_t *V,
+                   size_t vstride, uint32_t v_type, int n, int hd, float kq_scale, int lanes, float *sc, float *acc, float *o, float *og) {
+    uint8_t qr[4 * 1024];
+    store_as(k_type, qr, q, hd);
+    DotFn kdot = dot_fn(k_type, false, 1);
+    for (int j = 0; j < n; j++) sc[j] = kdot(K + j * kstride, qr, hd) * kq_scale;
+    attn_softmax(sc, n);
+    kernels()->round_row_as(v_type, sc, n);
+    kernels()->attn_v_sum(v_type, V, vstride, sc, n, lanes, hd, acc, o);
+    for (int i = 0; i < hd; i++) og[i] = o[i] * sigmoid(gate[i]);
+}
+
+/* For each (row t, head h), attend over the keys row t may see (GQA: head h reads kv head h / group). */
 static void attn_task(void *p, int ith, int nth) {
     const AttnTask *at = p;
     const Config *c = &at->ctx->m->c;
     Scratch *s = &at->ctx->sc;
     int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
     float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
-    DotFn kdot = dot_fn(at->k_type, false, 1);
-    const Kernels *kn = kernels();
-    uint8_t qr[4 * 1024];
+    size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes;
     for (int job = ith; job < at->T * c->n_head; job += nth) {
         int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
         int n = at->causal_from < 0 ? at->n_keys : at->causal_from + t + 1;
         const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
-        store_as(at->k_type, qr, q, hd);
-        size_t kstride = (size_t)kvd * TYPES[at->k_type].bytes, vstride = (size_t)kvd * TYPES[at->v_type].bytes;
-        for (int j = 0; j < n; j++)
-            sc[j] = kdot(at->K + j * kstride + (size_t)kvh * hd * TYPES[at->k_type].bytes, qr, hd) * c->kq_scale;
-        attn_softmax(sc, n);
-        kn->round_row_as(at->v_type, sc, n);
-        float *o = s->ao + (size_t)t * c->n_head * hd + (size_t)h * hd;
-        kn->attn_v_sum(at->v_type, at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes, vstride, sc, n, at->tile ? 16 : 64, hd,
-              s->vacc + (size_t)ith * 64 * hd, o);
-        float *og = s->ao_gated + (size_t)t * c->n_head * hd + (size_t)h * hd;
-        const float *gate = q + hd;
-        for (int i = 0; i < hd; i++) og[i] = o[i] * sigmoid(gate[i]);
+        size_t head = (size_t)t * c->n_head * hd + (size_t)h * hd;
+        attend(q, q + hd, at->K + (size_t)kvh * hd * kb, (size_t)kvd * kb, at->k_type, at->V + (size_t)kvh * hd * vb, (size_t)kvd * vb,
+               at->v_type, n, hd, c->kq_scale, at->tile ? 16 : 64, sc, s->vacc + (size_t)ith * 64 * hd, s->ao + head, s->ao_gated + head);
     }
 }
 
-/* RMSNorm of every q head (in place inside qg) and k head (in kr), with their own weights. */
-static void attn_qk_norm(const Config *c, const Layer *L, Scratch *s, int T) {
-    int hd = c->head_dim;
+/* RMSNorm of every q head (in place inside qg, [T][n_head][q_h | gate_h]) and k head (in kr), with their own weights. */
+static void attn_qk_norm(float *qg, float *kr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv, int hd, float eps) {
     for (int t = 0; t < T; t++) {
-        for (int h = 0; h < c->n_head; h++) {
-            float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
-            rmsnorm(q, q, L->q_norm, hd, c->eps);
+        for (int h = 0; h < n_head; h++) {
+            float *q = qg + (size_t)t * 2 * n_head * hd + (size_t)h * 2 * hd;
+            rmsnorm(q, q, q_norm, hd, eps);
         }
-        for (int g = 0; g < c->n_head_kv; g++) {
-            float *k = s->kr + ((size_t)t * c->n_head_kv + g) * hd;
-            rmsnorm(k, k, L->k_norm, hd, c->eps);
+        for (int g = 0; g < n_head_kv; g++) {
+            float *k = kr + ((size_t)t * n_head_kv + g) * hd;
+            rmsnorm(k, k, k_norm, hd, eps);
         }
     }
 }
 
 /* RoPE of every q and k head, row t at position pos + t. */
-static void attn_rope(const Config *c, Scratch *s, int T, int pos) {
-    int hd = c->head_dim;
+static void attn_rope(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base) {
     for (int t = 0; t < T; t++) {
-        for (int h = 0; h < c->n_head; h++) rope(s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd, c->n_rot, pos + t, c->rope_base);
-        for (int g = 0; g < c->n_head_kv; g++) rope(s->kr + ((size_t)t * c->n_head_kv + g) * hd, c->n_rot, pos + t, c->rope_base);
+        for (int h = 0; h < n_head; h++) rope(qg + (size_t)t * 2 * n_head * hd + (size_t)h * 2 * hd, n_rot, pos + t, base);
+        for (int g = 0; g < n_head_kv; g++) rope(kr + ((size_t)t * n_head_kv + g) * hd, n_rot, pos + t, base);
     }
 }
 
@@ -2089,10 +2090,10 @@ static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
     dump_q_heads(ctx, "Qcur_reshaped", il, T);
     dump_gates(ctx, il, T);   /* gate_reshaped, gate_sigmoid */
     dump(ctx, "Vcur", il, s->vr, T, kvd);
-    attn_qk_norm(c, L, s, T);
+    attn_qk_norm(s->qg, s->kr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps);
     dump_q_heads(ctx, "Qcur_normed", il, T);
     dump3(ctx, "Kcur_normed", il, s->kr, T, c->n_head_kv, hd);
-    attn_rope(c, s, T, pos);
+    attn_rope(s->qg, s->kr, T, pos, c->n_head, c->n_head_kv, hd, c->n_rot, c->rope_base);
     dump_q_heads(ctx, "Qcur", il, T);
     dump3(ctx, "Kcur", il, s->kr, T, c->n_head_kv, hd);
     for (int t = 0; t < T; t++) {   /* K and V rows into the cache at their positions */
@@ -2110,11 +2111,10 @@ static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
 
 /* --- MoE --------------------------------------------------------------------------------------- */
 /* Router: p = softmax(W_r m); take the n_used largest (ties to the lower expert), renormalise. */
-static void route_top_k(const Config *c, const float *p, const bool *allowed, int *sel, float *w) {
-    int k = c->n_expert_used;
+static void route_top_k(const float *p, const bool *allowed, int n_expert, int k, float weights_scale, int *sel, float *w) {
     for (int r = 0; r < k; r++) {
         int best = -1;
-        for (int e = 0; e < c->n_expert; e++) {
+        for (int e = 0; e < n_expert; e++) {
             if (allowed && !allowed[e]) continue;
             bool taken = false;
             for (int q = 0; q < r; q++) taken |= sel[q] == e;
@@ -2128,7 +2128,7 @@ static void route_top_k(const Config *c, const float *p, const bool *allowed, in
     float sum = fmaxf((float)total, 6.103515625e-5f);   /* smallest normal fp16, llama.cpp's clamp */
     for (int r = 0; r < k; r++) {
         w[r] /= sum;
-        if (c->expert_weights_scale != 0 && c->expert_weights_scale != 1) w[r] *= c->expert_weights_scale;
+        if (weights_scale != 0 && weights_scale != 1) w[r] *= weights_scale;
     }
 }
 
@@ -2202,14 +2202,18 @@ static void ffn_up_gate(FfnTask *f, int ith, int nth) {
     work_wait(&f->work.up_gate, n);
 }
 
+/* h = silu(g) * u over n values */
+static void swiglu(const float *g, const float *u, float *h, int64_t n) {
+    for (int64_t i = 0; i < n; i++) h[i] = silu(g[i]) * u[i];
+}
+
 static void ffn_act(FfnTask *f) {
     int64_t F = f->up->n_out;
     size_t stride = rounded_bytes(f->down->type, F);
     int rows = f->first[f->n_groups];
     for (int j = work_next(&f->work.act); j < rows; j = work_next(&f->work.act)) {
-        const float *g = f->g + (size_t)j * F, *u = f->u + (size_t)j * F;
         float *h = f->h + (size_t)j * F;
-        for (int64_t i = 0; i < F; i++) h[i] = silu(g[i]) * u[i];
+        swiglu(f->g + (size_t)j * F, f->u + (size_t)j * F, h, F);
         round_row(f->down->type, h, f->xh + (size_t)j * stride, F);
         work_done(&f->work.act);
     }
@@ -2272,27 +2276,27 @@ typedef struct {
     Work rows;
 } MoeSumTask;
 
-/* moe[t] = sum_r w_tr y_slot(t,r) in rank order r = 0, 1, ... (a float sum depends on its order),
+/* One row: out = sum_r w_r y_slot[r] in rank order r = 0, 1, ... (a float sum depends on its order),
  * each term rounded to float before it is added (llama.cpp's ffn_moe_weighted, then the sum). Rank
- * -1 (a coreset smaller than n_used) adds nothing. */
+ * -1 (a coreset smaller than n_used) adds nothing. slot, w: the row's K entries; y: [rows][E]. */
+static void moe_sum(const int *slot, const float *w, const float *y, int K, int E, float *out) {
+    memset(out, 0, (size_t)E * sizeof(float));
+    for (int r = 0; r < K; r++) {
+        if (slot[r] < 0) continue;
+        const float *yr = y + (size_t)slot[r] * E;
+        for (int i = 0; i < E; i++) {
+            float term = yr[i] * w[r];
+            out[i] += term;
+        }
+    }
+}
+
 static void moe_sum_task(void *p, int ith, int nth) {
     (void)ith, (void)nth;
     MoeSumTask *ms = p;
     int K = ms->c->n_expert_used, E = ms->c->n_embd;
-    for (int t = work_next(&ms->rows); t < ms->T; t = work_next(&ms->rows)) {
-        float *out = ms->out + (size_t)t * E;
-        memset(out, 0, (size_t)E * sizeof(float));
-        for (int r = 0; r < K; r++) {
-            int j = ms->slot[(size_t)t * K + r];
-            if (j < 0) continue;
-            const float *y = ms->y + (size_t)j * E;
-            float w = ms->w[(size_t)t * K + r];
-            for (int i = 0; i < E; i++) {
-                float term = y[i] * w;
-                out[i] += term;
-            }
-        }
-    }
+    for (int t = work_next(&ms->rows); t < ms->T; t = work_next(&ms->rows))
+        moe_sum(ms->slot + (size_t)t * K, ms->w + (size_t)t * K, ms->y, K, E, ms->out + (size_t)t * E);
 }
 
 /* Expert FFNs for T rows whose choices are in s->sel/s->w, then
@@ -2311,6 +2315,12 @@ static void moe_experts(Ctx *ctx, const Layer *L, int T) {
     pool_run(ctx->pool, moe_sum_task, &ms);
 }
 
+/* One row: mix += sh * sigmoid(sh_logit) over E values */
+static void moe_shared_gate(float *mix, const float *sh, float sh_logit, int E) {
+    float gate = sigmoid(sh_logit);
+    for (int i = 0; i < E; i++) mix[i] += sh[i] * gate;
+}
+
 /* Shared expert, gated by a sigmoid scalar: mix += sigmoid(g . m) * down(silu(gate m) * up m). */
 static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     const Config *c = &ctx->m->c;
@@ -2325,8 +2335,7 @@ static void moe_shared(Ctx *ctx, const Layer *L, int T) {
     for (int t = 0; t < T; t++) {
         /* a one-row mul_mat: tinyBLAS declines it (rows % 4 != 0), so ggml_vec_dot_f32 order */
         s->sh_logit[t] = dot_f32(L->shexp_gate, s->xn + (size_t)t * E, E);
-        float gate = sigmoid(s->sh_logit[t]);
-        for (int i = 0; i < E; i++) s->mix[(size_t)t * E + i] += s->sh[(size_t)t * E + i] * gate;
+        moe_shared_gate(s->mix + (size_t)t * E, s->sh + (size_t)t * E, s->sh_logit[t], E);
     }
 }
 
@@ -2354,14 +2363,16 @@ static void route_task(void *p, int ith, int nth) {
             memcpy(pt, rt->logits + (size_t)t * c->n_expert, (size_t)c->n_expert * sizeof(float));
             softmax(pt, c->n_expert);
         }
-        if (rt->route) route_top_k(c, pt, rt->allowed, rt->sel + (size_t)t * c->n_expert_used, rt->w + (size_t)t * c->n_expert_used);
+        if (rt->route)
+            route_top_k(pt, rt->allowed, c->n_expert, c->n_expert_used, c->expert_weights_scale, rt->sel + (size_t)t * c->n_expert_used,
+                        rt->w + (size_t)t * c->n_expert_used);
     }
 }
 
 /* Coreset routing (clover.md 3.4): sum the block rows' router probabilities, sort experts by the
  * sum (ties to the lower index), keep the shortest prefix whose sum reaches top_p * T. */
-static void coreset(const Config *c, const float *p, int T, bool *allowed) {
-    int E = c->n_expert;
+static void coreset(const float *p, int T, int n_expert, float top_p, bool *allowed) {
+    int E = n_expert;
     double total[E];
     int order[E];
     for (int e = 0; e < E; e++) {
@@ -2375,7 +2386,7 @@ static void coreset(const Config *c, const float *p, int T, bool *allowed) {
             int tmp = order[j]; order[j] = order[j - 1]; order[j - 1] = tmp;
         }
     double cum = 0;
-    for (int i = 0; i < E && cum < (double)c->coreset_top_p * T; i++) {
+    for (int i = 0; i < E && cum < (double)top_p * T; i++) {
         allowed[order[i]] = true;
         cum += total[order[i]];
     }
@@ -2394,7 +2405,7 @@ static void moe_layer(Ctx *ctx, Pass pass, int il, int T) {
     RouteTask rt = {.c = c, .logits = s->router_logits, .p = s->probs, .sel = s->sel, .w = s->w, .T = T, .softmax = true, .route = !use_coreset};
     pool_run(ctx->pool, route_task, &rt);
     if (use_coreset) {
-        coreset(c, s->probs, T, s->coreset);
+        coreset(s->probs, T, c->n_expert, c->coreset_top_p, s->coreset);
         RouteTask rc = {.c = c, .p = s->probs, .allowed = s->coreset, .sel = s->sel, .w = s->w, .T = T, .route = true};
         pool_run(ctx->pool, route_task, &rc);
     }
@@ -5332,7 +5343,20 @@ typedef struct {
     void (*gdn_rev_mix)(float *o, const float *o_rev, const float *gamma, int T, int H, int d);
     void (*gdn_gated_norm)(const float *o, const float *z, const float *w, int H, int d, float eps, float *y);   /* one row */
     int n_k_heads, n_v_heads, d_conv, conv_dim, key_dim, value_dim;
-    /* attention and MoE twins (clover.cu sections 9, 10) */
+    /* attention and MoE twins (clover.cu sections 9, 10), and their shapes; up/down_exps: layer 0's stacked experts */
+    void (*attn_qk_norm)(float *qg, float *kr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv, int hd, float eps);
+    void (*attn_rope)(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base);
+    void (*store_as)(uint32_t type, void *dst, const float *x, int n);
+    void (*attend)(const float *q, const float *gate, const uint8_t *K, size_t kstride, uint32_t k_type, const uint8_t *V,
+                   size_t vstride, uint32_t v_type, int n, int hd, float kq_scale, int lanes, float *sc, float *acc, float *o, float *og);
+    void (*route_top_k)(const float *p, const bool *allowed, int n_expert, int k, float weights_scale, int *sel, float *w);
+    void (*coreset)(const float *p, int T, int n_expert, float top_p, bool *allowed);
+    void (*swiglu)(const float *g, const float *u, float *h, int64_t n);
+    void (*moe_sum)(const int *slot, const float *w, const float *y, int K, int E, float *out);
+    void (*moe_shared_gate)(float *mix, const float *sh, float sh_logit, int E);
+    int n_head_kv, n_expert_used;
+    float kq_scale, coreset_top_p, expert_weights_scale;
+    GpuMat up_exps, down_exps;
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
     int n_mats;
@@ -5352,6 +5376,8 @@ void gpu_rollback(Gpu *gpu, int rows);
 static float dot_row_order(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n) {
     return dot_fn(wtype, false, n_rows)(w, a, n);
 }
+
+static GpuMat gpu_mat(const Mat *w) { return (GpuMat){w->type, w->n_in, w->n_out, w->data}; }
 
 /* --check-ops: the model's matrices (expert 0 of stacked ones) and shapes to clover.cu; exit 1 if a
  * kernel differs from its CPU twin beyond its limit. */
@@ -5379,6 +5405,11 @@ static void check_ops(const Model *m) {
                   .n_v_heads = c->n_v_heads, .d_conv = c->d_conv, .conv_dim = c->conv_dim, .key_dim = c->key_dim,
                   .value_dim = c->value_dim,
                   /* attention and MoE twins (clover.cu sections 9, 10) */
+                  .attn_qk_norm = attn_qk_norm, .attn_rope = attn_rope, .store_as = store_as, .attend = attend,
+                  .route_top_k = route_top_k, .coreset = coreset, .swiglu = swiglu, .moe_sum = moe_sum,
+                  .moe_shared_gate = moe_shared_gate, .n_head_kv = c->n_head_kv, .n_expert_used = c->n_expert_used,
+                  .kq_scale = c->kq_scale, .coreset_top_p = c->coreset_top_p, .expert_weights_scale = c->expert_weights_scale,
+                  .up_exps = gpu_mat(&m->layers[0].up_exps), .down_exps = gpu_mat(&m->layers[0].down_exps),
                   .n_embd = c->n_embd, .n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->n_rot,
                   .n_expert = c->n_expert, .n_ff = c->n_ff, .n_vocab = c->n_vocab, .d_state = c->d_state,
                   .eps = c->eps, .rope_base = c->rope_base, .n_mats = n, .mats = mats};
@@ -5391,7 +5422,6 @@ static void check_ops(const Model *m) {
 }
 
 #ifdef CLOVER_CUDA
-static GpuMat gpu_mat(const Mat *w) { return (GpuMat){w->type, w->n_in, w->n_out, w->data}; }
 
 /* The model as gpu_load takes it: pointers into the mapped file (layers: n_layer of them). */
 static GpuModel gpu_model(const Model *m, GpuLayer *layers) {

@@ -440,18 +440,28 @@ struct UnitQ6_K {
     }
 };
 
+// The dot of one weight row w with one rounded activation row a by a warp (every lane gets it): lane l
+// adds units l, l+32, ..., then the lanes are folded. active false: the warp folds zeros (it must
+// still reach the shuffles).
+template <typename Unit> __device__ float row_dot(const uint8_t *w, const uint8_t *a, int64_t n, bool active) {
+    int lane = threadIdx.x % WARP;
+    float acc = 0, accm = 0;
+    if (active)
+        for (int64_t u = lane; u < n / Unit::size; u += WARP) Unit::add(w, a, u, acc, accm);
+    acc = warp_sum(acc);
+    accm = warp_sum(accm);
+    return acc - accm;
+}
+
 // One warp per (output row o, activation row t): grid (n_out / 8 warps per block, T). W's rows are
 // row_bytes apart; xq holds T rounded rows, xq_bytes apart.
 template <typename Unit>
 __global__ void matmul_kernel(const uint8_t *W, size_t w_bytes, const uint8_t *xq, size_t xq_bytes, int64_t n, int64_t n_out, float *y) {
     int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
-    int t = blockIdx.y, lane = threadIdx.x % WARP;
-    float acc = 0, accm = 0;
-    if (o < n_out)
-        for (int64_t u = lane; u < n / Unit::size; u += WARP) Unit::add(W + o * w_bytes, xq + t * xq_bytes, u, acc, accm);
-    acc = warp_sum(acc);
-    accm = warp_sum(accm);
-    if (o < n_out && lane == 0) y[(int64_t)t * n_out + o] = acc - accm;
+    int t = blockIdx.y;
+    bool active = o < n_out;
+    float r = row_dot<Unit>(W + (active ? o : 0) * w_bytes, xq + t * xq_bytes, n, active);
+    if (active && threadIdx.x % WARP == 0) y[(int64_t)t * n_out + o] = r;
 }
 
 // y[t][o] = W x_t for T activation rows already rounded to W's dot type (quantize_row_gpu).
@@ -473,19 +483,56 @@ static void matmul_gpu(uint32_t wtype, const void *W, const void *xq, int64_t n,
     }
 }
 
+// The expert matmul (clover.c's FFN over experts, by pair rather than grouped): one warp per (output
+// row o, pair p), grid (n_out / 8, n_pairs). Pair p runs row o of expert ids[p] (W + e * expert_bytes)
+// on activation row p / in_div, through row_dot as matmul_kernel does, so its bits are that row's of
+// the dense matmul of W_e. ids[p] < 0: row p is zeros.
+template <typename Unit>
+__global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div, const uint8_t *xq,
+                                 size_t xq_bytes, int64_t n, int64_t n_out, float *y) {
+    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+    int p = blockIdx.y, e = ids[p];
+    bool active = o < n_out;
+    float r = 0;
+    if (e >= 0) r = row_dot<Unit>(W + e * expert_bytes + (active ? o : 0) * w_bytes, xq + (size_t)(p / in_div) * xq_bytes, n, active);
+    if (active && threadIdx.x % WARP == 0) y[(int64_t)p * n_out + o] = r;
+}
+
+// y[p] = W_{ids[p]} xq[p / in_div] for n_pairs pairs (see matmul_id_kernel); in_div: n_used for
+// gate/up (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n] tensor.
+static void matmul_id_gpu(uint32_t wtype, const void *W, size_t expert_bytes, const int *ids, int n_pairs, int in_div, const void *xq, int64_t n,
+                          int64_t n_out, float *y) {
+    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)n_pairs), BLOCK);
+    const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
+    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
+    switch (wtype) {
+    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitF32>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
+    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitF16>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
+    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitBF16>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
+    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ8_0>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
+    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ4_0>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
+    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitK4<false>>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
+    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitK4<true>>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
+    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ6_K>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
+    default: fprintf(stderr, "clover: error: matmul_id_gpu: no kernel for weight type %u\n", wtype); exit(1);
+    }
+}
+
 // ================================================================================================
 // 7. The other ops, one row per block of BLOCK threads unless said otherwise
 // ================================================================================================
 // Twin: rmsnorm. y = x / sqrt(mean(x^2) + eps) * w; the squares (rounded to float, as on the CPU)
-// are summed in double, thread i taking elements i, i+BLOCK, ... then block_sum.
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
-    const float *xr = x + (int64_t)blockIdx.x * n;
-    float *yr = y + (int64_t)blockIdx.x * n;
+// are summed in double, thread i taking elements i, i+BLOCK, ... then block_sum. One row xr by the block.
+__device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n, float eps) {
     double ss = 0;
     for (int i = threadIdx.x; i < n; i += BLOCK) ss += (double)(xr[i] * xr[i]);
     ss = block_sum(ss);
     float scale = 1.0f / sqrtf((float)(ss / n) + eps);
     for (int i = threadIdx.x; i < n; i += BLOCK) yr[i] = xr[i] * scale * w[i];
+}
+
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
+    rmsnorm_block(y + (int64_t)blockIdx.x * n, x + (int64_t)blockIdx.x * n, w, n, eps);
 }
 
 // T rows of n; y may be x
@@ -548,9 +595,9 @@ __device__ float expf_ggml(float x) {
 // e_i = exp(x_i - m), expf_ggml on whole groups of 16 (each group folded by halving in float, as
 // the CPU does), libm expf on the tail; sum of the group sums and tail in double; x_i = e_i * (1/sum).
 // Thread k takes groups k, k+BLOCK, ...; the max is order-free; only the double sum's order differs.
-__global__ void softmax_kernel(float *x, int n) {
+// One row xr by the block.
+__device__ void softmax_block(float *xr, int n) {
     __shared__ float part[BLOCK / WARP];
-    float *xr = x + (int64_t)blockIdx.x * n;
     float m = -INFINITY;
     for (int i = threadIdx.x; i < n; i += BLOCK)
         if (xr[i] > m) m = xr[i];
@@ -581,13 +628,18 @@ __global__ void softmax_kernel(float *x, int n) {
     for (int i = threadIdx.x; i < n; i += BLOCK) xr[i] *= inv;
 }
 
+__global__ void softmax_kernel(float *x, int n) { softmax_block(x + (int64_t)blockIdx.x * n, n); }
+
 static void softmax_gpu(float *x, int n, int T) {
     cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
     CUDA_CHECK(cudaLaunchKernelEx(&c, softmax_kernel, x, n));
 }
 
-// Twin: clover.c's silu, x / (1 + expf_ggml(-x)) (the same bits)
+// Twin: silu. x / (1 + expf_ggml(-x))
 __device__ float silu(float x) { return x / (1.0f + expf_ggml(-x)); }
+
+// Twin: sigmoid. 1 / (1 + expf(-x)), libm's expf (the device's may differ from glibc's in the last bit)
+__device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Twin: silu_row. y_i = silu(x_i); y may be x. One element per thread.
 __global__ void silu_row_kernel(float *y, const float *x, int64_t n) {
@@ -637,7 +689,6 @@ static void argmax_gpu(const float *x, int n, int T, int *out) {
 // State: post-conv rows [T][conv_dim] = [q | k | v], gates [T][n_v_heads], S [n_v_heads][d*d]
 // transposed (S + h*d*d + j*d holds column j of S_h, so one thread's column is contiguous).
 
-__device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
 // Twin: gdn_gates. Per (row t, value head h), i = t*H + h: beta_i = sigmoid(beta_logit_i),
@@ -819,12 +870,237 @@ static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, i
 // ================================================================================================
 // 9. Gated attention (clover.c section 9, "gated attention")
 // ================================================================================================
-// (attention kernels: attn_qk_norm, attn_rope, store_as, attention)
+enum { MAX_HEAD_DIM = 512 };   // the attention kernel keeps a rounded q head in shared memory
+
+// Twins: load_as, round_as. Element i of a cache row of type T_F32, T_F16 or T_BF16 as fp32 (exact),
+// and x after a round trip through that type (store_as then load_as).
+__device__ float load_as(uint32_t type, const void *src, int64_t i) {
+    if (type == T_F32) return ((const float *)src)[i];
+    if (type == T_F16) return fp16_to_fp32(((const uint16_t *)src)[i]);
+    return bf16_to_fp32(((const uint16_t *)src)[i]);
+}
+
+__device__ float round_as(uint32_t type, float x) {
+    if (type == T_F32) return x;
+    return type == T_F16 ? fp16_to_fp32(fp32_to_fp16(x)) : bf16_to_fp32(fp32_to_bf16(x));
+}
+
+__device__ size_t cache_bytes(uint32_t type) { return type == T_F32 ? 4 : 2; }
+
+// Twin: attn_qk_norm. Block b of T * (n_head + n_head_kv): row t = b / (n_head + n_head_kv), then q
+// head i (i < n_head: y = RMSNorm(q_i) * q_norm, in qg at stride 2*hd) or k head i - n_head (in kr).
+__global__ void attn_qk_norm_kernel(float *qg, float *kr, const float *q_norm, const float *k_norm, int n_head, int n_head_kv, int hd, float eps) {
+    int heads = n_head + n_head_kv, t = blockIdx.x / heads, i = blockIdx.x % heads;
+    float *x = i < n_head ? qg + ((int64_t)t * n_head + i) * 2 * hd : kr + ((int64_t)t * n_head_kv + i - n_head) * hd;
+    rmsnorm_block(x, x, i < n_head ? q_norm : k_norm, hd, eps);
+}
+
+static void attn_qk_norm_gpu(float *qg, float *kr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv, int hd, float eps) {
+    cudaLaunchConfig_t c = launch_config((unsigned)(T * (n_head + n_head_kv)), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attn_qk_norm_kernel, qg, kr, q_norm, k_norm, n_head, n_head_kv, hd, eps));
+}
+
+// Twin: attn_rope. rope_kernel on the q heads (2*hd apart: q_h then gate_h) and on the k heads.
+static void attn_rope_gpu(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base) {
+    rope_gpu(qg, n_rot, pos, base, n_head, 2 * hd, T);
+    rope_gpu(kr, n_rot, pos, base, n_head_kv, hd, T);
+}
+
+// Twin: store_as. n floats into a cache row: a copy for T_F32; for T_F16 / T_BF16 quantize_row's
+// conversion kernels, which are the same roundings (nearest even, quiet NaN kept).
+static void store_as_gpu(uint32_t type, void *dst, const float *x, int64_t n) {
+    if (type == T_F32) {
+        CUDA_CHECK(cudaMemcpy(dst, x, (size_t)n * 4, cudaMemcpyDeviceToDevice));
+        return;
+    }
+    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
+    if (type == T_F16) CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_f16_kernel, x, (uint16_t *)dst, n));
+    else CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_bf16_kernel, x, (uint16_t *)dst, n));
+}
+
+// Twin: attend (attn_task's body for one row t and head h). Block (t, h):
+//   qr = round_as(k_type, q_h)                                      thread per dim
+//   s_j = (sum_i K_j[i] qr[i]) * kq_scale for j < n, -inf to np    thread per key, fmaf in order i = 0..hd-1
+//   p = softmax(s) over np = n rounded up to 16 (softmax_block: attn_softmax's padding, so every group of
+//       16 goes through expf_ggml), then p_j = round_as(v_type, p_j)
+//   o[i] = sum_{j<n} p_j V_j[i]                                     thread per dim, fmaf in order j = 0..n-1
+//   ao_gated = o * sigmoid(gate_h)
+// The CPU folds its dot and V sum in SIMD lanes (attn_v_sum: keys in 64 or 16 lanes); here each is one
+// chain, the same for every row whatever T is. Head h reads kv head h / (n_head / n_head_kv).
+__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, int n_keys,
+                                 int causal_from, int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride,
+                                 float *ao, float *ao_gated) {
+    __shared__ float qr[MAX_HEAD_DIM];
+    int t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
+    int n = causal_from < 0 ? n_keys : causal_from + t + 1, np = (n + 15) & ~15;
+    const float *q = qg + ((int64_t)t * n_head + h) * 2 * hd, *gate = q + hd;
+    size_t kstride = (size_t)n_head_kv * hd * cache_bytes(k_type), vstride = (size_t)n_head_kv * hd * cache_bytes(v_type);
+    const uint8_t *Kh = K + (size_t)kvh * hd * cache_bytes(k_type), *Vh = V + (size_t)kvh * hd * cache_bytes(v_type);
+    float *sc = att + ((int64_t)t * n_head + h) * att_stride;
+    for (int i = threadIdx.x; i < hd; i += BLOCK) qr[i] = round_as(k_type, q[i]);
+    __syncthreads();
+    for (int j = threadIdx.x; j < np; j += BLOCK) {
+        float s = -INFINITY;
+        if (j < n) {
+            float d = 0;
+            for (int i = 0; i < hd; i++) d = fmaf(load_as(k_type, Kh + j * kstride, i), qr[i], d);
+            s = d * kq_scale;
+        }
+        sc[j] = s;
+    }
+    __syncthreads();
+    softmax_block(sc, np);
+    for (int j = threadIdx.x; j < n; j += BLOCK) sc[j] = round_as(v_type, sc[j]);
+    __syncthreads();
+    for (int i = threadIdx.x; i < hd; i += BLOCK) {
+        float o = 0;
+        for (int j = 0; j < n; j++) o = fmaf(sc[j], load_as(v_type, Vh + j * vstride, i), o);
+        int64_t at = ((int64_t)t * n_head + h) * hd + i;
+        ao[at] = o;
+        ao_gated[at] = o * sigmoid(gate[i]);
+    }
+}
+
+static void attention_gpu(const float *qg, const void *K, const void *V, uint32_t k_type, uint32_t v_type, int T, int n_keys, int causal_from,
+                          int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride, float *ao, float *ao_gated) {
+    if (hd > MAX_HEAD_DIM) {
+        fprintf(stderr, "clover: error: attention_gpu: head dim %d is over %d\n", hd, MAX_HEAD_DIM);
+        exit(1);
+    }
+    cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, (const float *)qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, n_keys,
+                                  causal_from, n_head, n_head_kv, hd, kq_scale, att, att_stride, ao, ao_gated));
+}
 
 // ================================================================================================
 // 10. MoE (clover.c section 9, "MoE")
 // ================================================================================================
-// (MoE kernels: route, coreset, matmul_id, swiglu, moe_sum, moe_shared_gate)
+enum { MAX_EXPERT = 256 };   // route_top_k and coreset keep per-expert arrays in one thread
+
+// Twin: route_top_k, by one thread: n_used times the largest p[e] not yet taken among the allowed
+// (strictly larger wins, so ties go to the lower e; none left: -1, weight 0); the weights divided by
+// their sum (in double, clamped to fp16's smallest normal), then scaled when the scale is not 0 or 1.
+__device__ void route_top_k(const float *p, const uint8_t *allowed, int n_expert, int k, float weights_scale, int *sel, float *w) {
+    for (int r = 0; r < k; r++) {
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            if (allowed && !allowed[e]) continue;
+            bool taken = false;
+            for (int q = 0; q < r; q++) taken |= sel[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[r] = best;
+        w[r] = best >= 0 ? p[best] : 0;
+    }
+    double total = 0;
+    for (int r = 0; r < k; r++) total += w[r];
+    float sum = fmaxf((float)total, 6.103515625e-5f);
+    for (int r = 0; r < k; r++) {
+        w[r] /= sum;
+        if (weights_scale != 0 && weights_scale != 1) w[r] *= weights_scale;
+    }
+}
+
+// Twin: route_task. Block per row t: p_t = softmax(logits_t) by softmax_block (as softmax_kernel),
+// then thread 0 chooses the row's experts.
+__global__ void route_kernel(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int n_expert, int n_used,
+                             float weights_scale, bool softmax, bool route) {
+    int t = blockIdx.x;
+    float *pt = p + (int64_t)t * n_expert;
+    if (softmax) {
+        for (int e = threadIdx.x; e < n_expert; e += BLOCK) pt[e] = logits[(int64_t)t * n_expert + e];
+        __syncthreads();
+        softmax_block(pt, n_expert);
+        __syncthreads();
+    }
+    if (route && threadIdx.x == 0) route_top_k(pt, allowed, n_expert, n_used, weights_scale, sel + (int64_t)t * n_used, w + (int64_t)t * n_used);
+}
+
+static void route_gpu(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int T, int n_expert, int n_used,
+                      float weights_scale, bool softmax, bool route) {
+    if (n_expert > MAX_EXPERT) {
+        fprintf(stderr, "clover: error: route_gpu: %d experts, over %d\n", n_expert, MAX_EXPERT);
+        exit(1);
+    }
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, route_kernel, logits, p, allowed, sel, w, n_expert, n_used, weights_scale, softmax, route));
+}
+
+// Twin: coreset, by one thread: total_e = sum_t p[t][e] in double (rows in order), experts sorted by
+// total (insertion sort: stable, ties keep the lower index first), then the shortest prefix whose
+// running sum reaches top_p * T is allowed.
+__global__ void coreset_kernel(const float *p, int T, int n_expert, float top_p, uint8_t *allowed) {
+    double total[MAX_EXPERT];
+    int order[MAX_EXPERT];
+    for (int e = 0; e < n_expert; e++) {
+        total[e] = 0;
+        for (int t = 0; t < T; t++) total[e] += p[(int64_t)t * n_expert + e];
+        order[e] = e;
+        allowed[e] = 0;
+    }
+    for (int i = 1; i < n_expert; i++)
+        for (int j = i; j > 0 && total[order[j]] > total[order[j - 1]]; j--) {
+            int tmp = order[j];
+            order[j] = order[j - 1], order[j - 1] = tmp;
+        }
+    double cum = 0;
+    for (int i = 0; i < n_expert && cum < (double)top_p * T; i++) {
+        allowed[order[i]] = 1;
+        cum += total[order[i]];
+    }
+}
+
+static void coreset_gpu(const float *p, int T, int n_expert, float top_p, uint8_t *allowed) {
+    if (n_expert > MAX_EXPERT) {
+        fprintf(stderr, "clover: error: coreset_gpu: %d experts, over %d\n", n_expert, MAX_EXPERT);
+        exit(1);
+    }
+    cudaLaunchConfig_t c = launch_config(1, 1);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, coreset_kernel, p, T, n_expert, top_p, allowed));
+}
+
+// Twin: swiglu (ffn_act's h = silu(g) * u), one element per thread
+__global__ void swiglu_kernel(const float *g, const float *u, float *h, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) h[i] = silu(g[i]) * u[i];
+}
+
+static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
+    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_kernel, g, u, h, n));
+}
+
+// Twin: moe_sum. Thread per (t, i): out[t][i] = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each
+// term rounded to float before it is added; rank sel[t][r] < 0 adds nothing. The CPU's order exactly.
+__global__ void moe_sum_kernel(const int *sel, const float *w, const float *ye, int T, int K, int E, float *out) {
+    int64_t at = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (at >= (int64_t)T * E) return;
+    int64_t t = at / E, i = at % E;
+    float o = 0;
+    for (int r = 0; r < K; r++) {
+        if (sel[t * K + r] < 0) continue;
+        float term = ye[(t * K + r) * E + i] * w[t * K + r];
+        o += term;
+    }
+    out[at] = o;
+}
+
+static void moe_sum_gpu(const int *sel, const float *w, const float *ye, int T, int K, int E, float *out) {
+    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * E, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_sum_kernel, sel, w, ye, T, K, E, out));
+}
+
+// Twin: moe_shared_gate. Thread per (t, i): mix[t][i] += sh[t][i] * sigmoid(sh_logit[t])
+__global__ void moe_shared_gate_kernel(float *mix, const float *sh, const float *sh_logit, int T, int E) {
+    int64_t at = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (at >= (int64_t)T * E) return;
+    mix[at] += sh[at] * sigmoid(sh_logit[at / E]);
+}
+
+static void moe_shared_gate_gpu(float *mix, const float *sh, const float *sh_logit, int T, int E) {
+    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * E, BLOCK), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_shared_gate_kernel, mix, sh, sh_logit, T, E));
+}
 
 // ================================================================================================
 // 11. The model, state and scratch on the device, and the memory plan (clover.c section 7)
@@ -1348,7 +1624,20 @@ struct GpuCheck {
     void (*gdn_rev_mix)(float *o, const float *o_rev, const float *gamma, int T, int H, int d);
     void (*gdn_gated_norm)(const float *o, const float *z, const float *w, int H, int d, float eps, float *y);   // one row
     int n_k_heads, n_v_heads, d_conv, conv_dim, key_dim, value_dim;
-    // attention and MoE twins (sections 9, 10)
+    // attention and MoE twins (sections 9, 10), and their shapes; up/down_exps: layer 0's stacked experts
+    void (*attn_qk_norm)(float *qg, float *kr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv, int hd, float eps);
+    void (*attn_rope)(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base);
+    void (*store_as)(uint32_t type, void *dst, const float *x, int n);
+    void (*attend)(const float *q, const float *gate, const uint8_t *K, size_t kstride, uint32_t k_type, const uint8_t *V,
+                   size_t vstride, uint32_t v_type, int n, int hd, float kq_scale, int lanes, float *sc, float *acc, float *o, float *og);
+    void (*route_top_k)(const float *p, const bool *allowed, int n_expert, int k, float weights_scale, int *sel, float *w);
+    void (*coreset)(const float *p, int T, int n_expert, float top_p, bool *allowed);
+    void (*swiglu)(const float *g, const float *u, float *h, int64_t n);
+    void (*moe_sum)(const int *slot, const float *w, const float *y, int K, int E, float *out);
+    void (*moe_shared_gate)(float *mix, const float *sh, float sh_logit, int E);
+    int n_head_kv, n_expert_used;
+    float kq_scale, coreset_top_p, expert_weights_scale;
+    GpuMat up_exps, down_exps;
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
     int n_mats;
@@ -1587,13 +1876,13 @@ static void check_argmax(Tally *tl, const GpuCheck *cpu, int n) {
     }
 }
 
-// The GDN checks: random inputs at the model's shapes, GPU vs the CPU twin, T rows each.
-static float *normals(int64_t n, float scale) {
+// n random normal floats times scale
+static float *random_floats(int64_t n, float scale) {
     float *x = (float *)xmalloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) x[i] = scale * rng_normal();
     return x;
 }
-static float *dev_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
+static float *dev_copy_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
 
 // gdn_gates: beta and g (with alpha + dt past 20 now and then, softplus's other branch); device
 // expf / logf against libm's: 1e-6 relative
@@ -1601,12 +1890,12 @@ static void check_gdn_gates(Tally *tl, const GpuCheck *cpu) {
     int H = cpu->n_v_heads;
     for (int T : BATCHES) {
         int64_t n = (int64_t)T * H;
-        float *a = normals(H, 1), *dt = normals(H, 1), *alpha = normals(n, 8), *logit = normals(n, 3);
+        float *a = random_floats(H, 1), *dt = random_floats(H, 1), *alpha = random_floats(n, 8), *logit = random_floats(n, 3);
         for (int h = 0; h < H; h++) a[h] = -expf(a[h]);
         float *g = (float *)xmalloc((size_t)n * 4), *beta = (float *)xmalloc((size_t)n * 4);
         float *got_g = (float *)xmalloc((size_t)n * 4), *got_beta = (float *)xmalloc((size_t)n * 4);
         cpu->gdn_gates(a, dt, alpha, logit, T, H, g, beta);
-        float *da = dev_floats(a, H), *ddt = dev_floats(dt, H), *dalpha = dev_floats(alpha, n), *dlogit = dev_floats(logit, n);
+        float *da = dev_copy_floats(a, H), *ddt = dev_copy_floats(dt, H), *dalpha = dev_copy_floats(alpha, n), *dlogit = dev_copy_floats(logit, n);
         float *dg = (float *)dev_alloc((size_t)n * 4), *dbeta = (float *)dev_alloc((size_t)n * 4);
         gdn_gates_gpu(da, ddt, dalpha, dlogit, T, H, dg, dbeta);
         host_copy(got_g, dg, (size_t)n * 4);
@@ -1625,10 +1914,10 @@ static void check_gdn_conv(Tally *tl, const GpuCheck *cpu, bool right) {
     int K = cpu->d_conv, C = cpu->conv_dim;
     for (int T : BATCHES) {
         int64_t n = (int64_t)T * C;
-        float *wc = normals((int64_t)C * K, 0.5f), *ring = normals((int64_t)(K - 1) * C, 1), *u = normals(n, 1), *want = normals(n, 1);
+        float *wc = random_floats((int64_t)C * K, 0.5f), *ring = random_floats((int64_t)(K - 1) * C, 1), *u = random_floats(n, 1), *want = random_floats(n, 1);
         float *got = (float *)xmalloc((size_t)n * 4);
-        float *dw = dev_floats(wc, (int64_t)C * K), *dring = dev_floats(ring, (int64_t)(K - 1) * C), *du = dev_floats(u, n);
-        float *dy = dev_floats(want, n);
+        float *dw = dev_copy_floats(wc, (int64_t)C * K), *dring = dev_copy_floats(ring, (int64_t)(K - 1) * C), *du = dev_copy_floats(u, n);
+        float *dy = dev_copy_floats(want, n);
         if (right) {   // wc's first C*(K-1) values as the taps wr [C][K-1]
             cpu->gdn_conv_right(wc, K, C, u, T, want);
             gdn_conv_right_gpu(dw, K, C, du, T, dy);
@@ -1650,10 +1939,10 @@ static void check_gdn_qk_norm(Tally *tl, const GpuCheck *cpu) {
     int C = cpu->conv_dim, d = cpu->d_state, n_qk = 2 * cpu->n_k_heads;
     for (int T : BATCHES) {
         int64_t n = (int64_t)T * C;
-        float *x = normals(n, 3), *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
+        float *x = random_floats(n, 3), *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
         memcpy(want, x, (size_t)n * 4);
         for (int t = 0; t < T; t++) cpu->gdn_qk_norm(want + (int64_t)t * C, C, d, n_qk, cpu->eps);
-        float *dy = dev_floats(x, n);
+        float *dy = dev_copy_floats(x, n);
         gdn_qk_norm_gpu(dy, T, C, d, n_qk, cpu->eps);
         host_copy(got, dy, (size_t)n * 4);
         char name[96];
@@ -1669,8 +1958,8 @@ static void check_gdn_ring_push(Tally *tl, const GpuCheck *cpu) {
     int K = cpu->d_conv, C = cpu->conv_dim;
     int64_t nr = (int64_t)(K - 1) * C;
     for (int T : BATCHES) {
-        float *ring = normals(nr, 1), *u = normals((int64_t)T * C, 1), *got = (float *)xmalloc((size_t)nr * 4);
-        float *dring = dev_floats(ring, nr), *du = dev_floats(u, (int64_t)T * C);
+        float *ring = random_floats(nr, 1), *u = random_floats((int64_t)T * C, 1), *got = (float *)xmalloc((size_t)nr * 4);
+        float *dring = dev_copy_floats(ring, nr), *du = dev_copy_floats(u, (int64_t)T * C);
         cpu->gdn_ring_push(ring, u, T, K, C);
         gdn_ring_push_gpu(dring, du, T, K, C);
         host_copy(got, dring, (size_t)nr * 4);
@@ -1692,11 +1981,11 @@ static void check_delta_rule(Tally *tl, const GpuCheck *cpu, bool reverse) {
     int64_t ns = (int64_t)H * d * d;
     for (int T : BATCHES) {
         int64_t ny = (int64_t)T * C, ng = (int64_t)T * H, no = (int64_t)T * vd;
-        float *S = normals(ns, 0.1f), *y = normals(ny, 1), *g = normals(ng, 1), *beta = normals(ng, 1);
+        float *S = random_floats(ns, 0.1f), *y = random_floats(ny, 1), *g = random_floats(ng, 1), *beta = random_floats(ng, 1);
         for (int64_t i = 0; i < ny; i++)
             if (i % C < 2 * kd) y[i] /= sqrtf((float)d);
         for (int64_t i = 0; i < ng; i++) g[i] = -0.5f * fabsf(g[i]), beta[i] = rng_uniform();
-        float *dS = dev_floats(S, ns), *dy = dev_floats(y, ny), *dg = dev_floats(g, ng), *dbeta = dev_floats(beta, ng);
+        float *dS = dev_copy_floats(S, ns), *dy = dev_copy_floats(y, ny), *dg = dev_copy_floats(g, ng), *dbeta = dev_copy_floats(beta, ng);
         float *o = (float *)xmalloc((size_t)no * 4), *got_o = (float *)xmalloc((size_t)no * 4), *got_S = (float *)xmalloc((size_t)ns * 4);
         float *dout = (float *)dev_alloc((size_t)no * 4);
         for (int h = 0; h < H; h++) cpu->gdn_scan_head(S, y, g, beta, o, T, reverse, H, cpu->n_k_heads, d, C, kd, vd, h);
@@ -1716,8 +2005,8 @@ static void check_gdn_rev_mix(Tally *tl, const GpuCheck *cpu) {
     int H = cpu->n_v_heads, d = cpu->d_state;
     for (int T : BATCHES) {
         int64_t n = (int64_t)T * H * d;
-        float *o = normals(n, 1), *o_rev = normals(n, 1), *gamma = normals(H, 1), *got = (float *)xmalloc((size_t)n * 4);
-        float *dout = dev_floats(o, n), *drev = dev_floats(o_rev, n), *dgamma = dev_floats(gamma, H);
+        float *o = random_floats(n, 1), *o_rev = random_floats(n, 1), *gamma = random_floats(H, 1), *got = (float *)xmalloc((size_t)n * 4);
+        float *dout = dev_copy_floats(o, n), *drev = dev_copy_floats(o_rev, n), *dgamma = dev_copy_floats(gamma, H);
         cpu->gdn_rev_mix(o, o_rev, gamma, T, H, d);
         gdn_rev_mix_gpu(dout, drev, dgamma, T, H, d);
         host_copy(got, dout, (size_t)n * 4);
@@ -1734,11 +2023,11 @@ static void check_gdn_gated_norm(Tally *tl, const GpuCheck *cpu) {
     int H = cpu->n_v_heads, d = cpu->d_state, vd = cpu->value_dim;
     for (int T : BATCHES) {
         int64_t n = (int64_t)T * vd;
-        float *o = normals(n, 3), *z = normals(n, 3), *w = normals(d, 0.2f);
+        float *o = random_floats(n, 3), *z = random_floats(n, 3), *w = random_floats(d, 0.2f);
         for (int i = 0; i < d; i++) w[i] += 1;
         float *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
         for (int t = 0; t < T; t++) cpu->gdn_gated_norm(o + (int64_t)t * vd, z + (int64_t)t * vd, w, H, d, cpu->eps, want + (int64_t)t * vd);
-        float *dout = dev_floats(o, n), *dz = dev_floats(z, n), *dw = dev_floats(w, d), *dy = (float *)dev_alloc((size_t)n * 4);
+        float *dout = dev_copy_floats(o, n), *dz = dev_copy_floats(z, n), *dw = dev_copy_floats(w, d), *dy = (float *)dev_alloc((size_t)n * 4);
         gdn_gated_norm_gpu(dout, dz, dw, T, H, d, cpu->eps, dy);
         host_copy(got, dy, (size_t)n * 4);
         char name[96];
@@ -1746,6 +2035,330 @@ static void check_gdn_gated_norm(Tally *tl, const GpuCheck *cpu) {
         report(tl, name, rel_err(got, want, n), 1e-6, "rel");
         for (float *p : {dout, dz, dw, dy}) CUDA_CHECK(cudaFree(p));
         free(o), free(z), free(w), free(want), free(got);
+    }
+}
+
+
+// attn_qk_norm: every q head (inside qg) and k head RMSNormed with random norm weights
+static void check_attn_qk_norm(Tally *tl, const GpuCheck *cpu) {
+    int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv;
+    for (int T : BATCHES) {
+        int64_t nq = (int64_t)T * nh * 2 * hd, nk = (int64_t)T * nkv * hd;
+        float *qg = random_floats(nq, 3), *kr = random_floats(nk, 3), *qn = random_floats(hd, 0.2f), *kn = random_floats(hd, 0.2f);
+        for (int i = 0; i < hd; i++) qn[i] += 1, kn[i] += 1;
+        float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *dk = (float *)dev_copy(kr, (size_t)nk * 4);
+        float *dqn = (float *)dev_copy(qn, (size_t)hd * 4), *dkn = (float *)dev_copy(kn, (size_t)hd * 4);
+        cpu->attn_qk_norm(qg, kr, qn, kn, T, nh, nkv, hd, cpu->eps);
+        attn_qk_norm_gpu(dq, dk, dqn, dkn, T, nh, nkv, hd, cpu->eps);
+        float *gq = (float *)xmalloc((size_t)nq * 4), *gk = (float *)xmalloc((size_t)nk * 4);
+        host_copy(gq, dq, (size_t)nq * 4);
+        host_copy(gk, dk, (size_t)nk * 4);
+        char name[96];
+        snprintf(name, sizeof name, "attn_qk_norm heads=%d+%dx%d T=%d", nh, nkv, hd, T);
+        report(tl, name, fmax(rel_err(gq, qg, nq), rel_err(gk, kr, nk)), 1e-6, "rel");
+        CUDA_CHECK(cudaFree(dq));
+        CUDA_CHECK(cudaFree(dk));
+        CUDA_CHECK(cudaFree(dqn));
+        CUDA_CHECK(cudaFree(dkn));
+        free(qg), free(kr), free(qn), free(kn), free(gq), free(gk);
+    }
+}
+
+// attn_rope: q heads at stride 2*hd (the gates must stay as they are) and k heads, rows at pos + t
+static void check_attn_rope(Tally *tl, const GpuCheck *cpu, int pos) {
+    int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv;
+    for (int T : BATCHES) {
+        int64_t nq = (int64_t)T * nh * 2 * hd, nk = (int64_t)T * nkv * hd;
+        float *qg = random_floats(nq, 1), *kr = random_floats(nk, 1);
+        float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *dk = (float *)dev_copy(kr, (size_t)nk * 4);
+        cpu->attn_rope(qg, kr, T, pos, nh, nkv, hd, cpu->n_rot, cpu->rope_base);
+        attn_rope_gpu(dq, dk, T, pos, nh, nkv, hd, cpu->n_rot, cpu->rope_base);
+        float *gq = (float *)xmalloc((size_t)nq * 4), *gk = (float *)xmalloc((size_t)nk * 4);
+        host_copy(gq, dq, (size_t)nq * 4);
+        host_copy(gk, dk, (size_t)nk * 4);
+        char name[96];
+        snprintf(name, sizeof name, "attn_rope heads=%d+%dx%d pos=%d T=%d", nh, nkv, hd, pos, T);
+        report(tl, name, fmax(rel_err(gq, qg, nq), rel_err(gk, kr, nk)), 1e-6, "rel");
+        CUDA_CHECK(cudaFree(dq));
+        CUDA_CHECK(cudaFree(dk));
+        free(qg), free(kr), free(gq), free(gk);
+    }
+}
+
+static const uint32_t CACHE_TYPES[] = {T_F32, T_F16, T_BF16};
+
+static size_t cache_type_bytes(uint32_t type) { return type == T_F32 ? 4 : 2; }
+
+// store_as: T rows of k into a cache of each type, with fill_activations' edge cases: the same bytes
+static void check_store_as(Tally *tl, const GpuCheck *cpu) {
+    int n = cpu->n_head_kv * cpu->head_dim;
+    for (uint32_t type : CACHE_TYPES)
+        for (int T : BATCHES) {
+            int64_t all = (int64_t)T * n;
+            size_t bytes = (size_t)all * cache_type_bytes(type);
+            float *x = (float *)xmalloc((size_t)all * 4);
+            uint8_t *want = (uint8_t *)xmalloc(bytes), *got = (uint8_t *)xmalloc(bytes);
+            fill_activations(x, all, true);
+            cpu->store_as(type, want, x, (int)all);
+            float *dx = (float *)dev_copy(x, (size_t)all * 4);
+            void *dy = dev_alloc(bytes);
+            store_as_gpu(type, dy, dx, all);
+            host_copy(got, dy, bytes);
+            char name[96];
+            snprintf(name, sizeof name, "store_as %s n=%d T=%d", type_name(type), n, T);
+            report(tl, name, bytes_differ(got, want, bytes), 0, "bytes");
+            CUDA_CHECK(cudaFree(dx));
+            CUDA_CHECK(cudaFree(dy));
+            free(x), free(want), free(got);
+        }
+}
+
+// Attention of T rows over a cache of n_keys = pos + T rows of one type: causal (row t sees pos + t + 1
+// keys) or full (causal_from < 0: every row sees all). q and K hold k/4, |k| <= 7, so that every score is
+// exact in any order and the softmax's p are the same bits on both sides: a 1-ulp difference in p could
+// flip its f16/bf16 rounding (a 2^-11 or 2^-8 step, the CPU's own rounding, not an error of the kernel).
+// What is left is the V sum's order (one chain against the CPU's 64 lanes) and the device's expf in the gate.
+static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T, int pos, bool causal) {
+    int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv, n_keys = pos + T, kvd = nkv * hd;
+    size_t cb = cache_type_bytes(type), stride = ((size_t)n_keys + 15) / 16 * 16 + 16;   // past the minimum
+    int64_t nq = (int64_t)T * nh * 2 * hd, nkv_all = (int64_t)n_keys * kvd, no = (int64_t)T * nh * hd;
+    float *qg = random_floats(nq, 1), *k = (float *)xmalloc((size_t)nkv_all * 4), *v = random_floats(nkv_all, 1);
+    for (int64_t i = 0; i < nq; i++)
+        if (i / hd % 2 == 0) qg[i] = (float)((int)(rng_next() % 15) - 7) / 4;   // q_h, not gate_h
+    for (int64_t i = 0; i < nkv_all; i++) k[i] = (float)((int)(rng_next() % 15) - 7) / 4;
+    uint8_t *K = (uint8_t *)xmalloc((size_t)nkv_all * cb), *V = (uint8_t *)xmalloc((size_t)nkv_all * cb);
+    cpu->store_as(type, K, k, (int)nkv_all);
+    cpu->store_as(type, V, v, (int)nkv_all);
+    float *want = (float *)xmalloc((size_t)no * 8), *got = (float *)xmalloc((size_t)no * 8);   // ao then ao_gated
+    float *sc = (float *)xmalloc(stride * 4), *acc = (float *)xmalloc((size_t)64 * hd * 4);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            int kvh = h / (nh / nkv), n = causal ? pos + t + 1 : n_keys;
+            const float *q = qg + ((size_t)t * nh + h) * 2 * hd;
+            size_t at = ((size_t)t * nh + h) * hd;
+            cpu->attend(q, q + hd, K + (size_t)kvh * hd * cb, kvd * cb, type, V + (size_t)kvh * hd * cb, kvd * cb, type, n, hd, cpu->kq_scale, 64,
+                        sc, acc, want + at, want + no + at);
+        }
+    float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *datt = (float *)dev_alloc((size_t)T * nh * stride * 4);
+    void *dK = dev_copy(K, (size_t)nkv_all * cb), *dV = dev_copy(V, (size_t)nkv_all * cb);
+    float *dout = (float *)dev_alloc((size_t)no * 8);
+    attention_gpu(dq, dK, dV, type, type, T, n_keys, causal ? pos : -1, nh, nkv, hd, cpu->kq_scale, datt, stride, dout, dout + no);
+    host_copy(got, dout, (size_t)no * 8);
+    char name[128];
+    snprintf(name, sizeof name, "attention %s %s h%d/%dx%d keys=%d T=%d", type_name(type), causal ? "causal" : "full", nh, nkv, hd, n_keys, T);
+    report(tl, name, fmax(rel_err(got, want, no), rel_err(got + no, want + no, no)), 1e-5, "rel");
+    CUDA_CHECK(cudaFree(dq));
+    CUDA_CHECK(cudaFree(datt));
+    CUDA_CHECK(cudaFree(dK));
+    CUDA_CHECK(cudaFree(dV));
+    CUDA_CHECK(cudaFree(dout));
+    free(qg), free(k), free(v), free(K), free(V), free(want), free(got), free(sc), free(acc);
+}
+
+// Router: logits with exact ties planted (expert e copies e - 1 in some rows), three cases:
+//   softmax + top-k over all experts, with the model's weights scale;
+//   top-k on given p within an allowed set, scale 2.5;
+//   top-k within fewer allowed experts than n_used (ranks -1, weight 0).
+// sel must be the same ints; p and w within the softmax's double-sum order (1e-6).
+static void check_route(Tally *tl, const GpuCheck *cpu) {
+    int E = cpu->n_expert, K = cpu->n_expert_used;
+    for (int mode = 0; mode < 3; mode++)
+        for (int T : BATCHES) {
+            int64_t np = (int64_t)T * E, nw = (int64_t)T * K;
+            float *logits = random_floats(np, 2), *p = (float *)xmalloc((size_t)np * 4), *w = (float *)xmalloc((size_t)nw * 4);
+            int *sel = (int *)xmalloc((size_t)nw * sizeof(int));
+            for (int t = 0; t < T; t++)
+                for (int e = 1; e < E; e += 3)
+                    if ((t + e) % 2) logits[(size_t)t * E + e] = logits[(size_t)t * E + e - 1];
+            bool *allowed = (bool *)xmalloc((size_t)E);
+            uint8_t *allowed8 = (uint8_t *)xmalloc((size_t)E);
+            int n_allowed = mode == 1 ? (E + 1) / 2 : K - 1;
+            for (int e = 0; e < E; e++) allowed[e] = false;
+            for (int i = 0; i < n_allowed && i < E; i++) allowed[rng_next() % E] = true;
+            for (int e = 0; e < E; e++) allowed8[e] = allowed[e];
+            float scale = mode == 0 ? cpu->expert_weights_scale : 2.5f;
+            memcpy(p, logits, (size_t)np * 4);
+            for (int t = 0; t < T; t++) {
+                float *pt = p + (size_t)t * E;
+                if (mode == 0) cpu->softmax(pt, E);
+                else {   // given p: the softmax of the logits, ties kept
+                    cpu->softmax(pt, E);
+                    memcpy(logits + (size_t)t * E, pt, (size_t)E * 4);
+                }
+                cpu->route_top_k(pt, mode == 0 ? NULL : allowed, E, K, scale, sel + (size_t)t * K, w + (size_t)t * K);
+            }
+            float *dl = (float *)dev_copy(logits, (size_t)np * 4), *dp = (float *)dev_alloc((size_t)np * 4), *dw = (float *)dev_alloc((size_t)nw * 4);
+            int *dsel = (int *)dev_alloc((size_t)nw * sizeof(int));
+            uint8_t *dal = (uint8_t *)dev_copy(allowed8, (size_t)E);
+            if (mode == 0) route_gpu(dl, dp, NULL, dsel, dw, T, E, K, scale, true, true);
+            else route_gpu(NULL, dl, dal, dsel, dw, T, E, K, scale, false, true);
+            float *gp = (float *)xmalloc((size_t)np * 4), *gw = (float *)xmalloc((size_t)nw * 4);
+            int *gsel = (int *)xmalloc((size_t)nw * sizeof(int));
+            host_copy(gp, mode == 0 ? dp : dl, (size_t)np * 4);
+            host_copy(gw, dw, (size_t)nw * 4);
+            host_copy(gsel, dsel, (size_t)nw * sizeof(int));
+            static const char *modes[] = {"softmax+top-k", "top-k allowed", "top-k few allowed"};
+            char name[128];
+            snprintf(name, sizeof name, "route %s n=%d K=%d T=%d sel", modes[mode], E, K, T);
+            report(tl, name, bytes_differ(gsel, sel, (size_t)nw * sizeof(int)), 0, "bytes");
+            snprintf(name, sizeof name, "route %s n=%d K=%d T=%d p, w", modes[mode], E, K, T);
+            report(tl, name, fmax(rel_err(gp, p, np), rel_err(gw, w, nw)), 1e-6, "rel");
+            CUDA_CHECK(cudaFree(dl));
+            CUDA_CHECK(cudaFree(dp));
+            CUDA_CHECK(cudaFree(dw));
+            CUDA_CHECK(cudaFree(dsel));
+            CUDA_CHECK(cudaFree(dal));
+            free(logits), free(p), free(w), free(sel), free(allowed), free(allowed8), free(gp), free(gw), free(gsel);
+        }
+}
+
+// coreset over T rows of probabilities, some experts' columns equal (exact ties in the sums), at the
+// model's top_p (0.9 when it has none) and at 0.5; and with every expert tied (p = 1/n, so that the cut
+// at top_p = 0.3 falls inside the ties and only the tie rule decides): the same allowed set
+static void check_coreset(Tally *tl, const GpuCheck *cpu) {
+    int E = cpu->n_expert;
+    float top_ps[] = {cpu->coreset_top_p > 0 ? cpu->coreset_top_p : 0.9f, 0.5f, 0.3f};
+    for (int c = 0; c < 3; c++)
+        for (int T : BATCHES) {
+            int64_t np = (int64_t)T * E;
+            float *p = random_floats(np, 2), top_p = top_ps[c];
+            for (int t = 0; t < T; t++) {
+                float *pt = p + (size_t)t * E;
+                cpu->softmax(pt, E);
+                for (int e = 2; e < E; e += 5) pt[e] = pt[e - 2];
+                if (c == 2)
+                    for (int e = 0; e < E; e++) pt[e] = 1.0f / E;
+            }
+            bool *want = (bool *)xmalloc((size_t)E);
+            uint8_t *want8 = (uint8_t *)xmalloc((size_t)E), *got = (uint8_t *)xmalloc((size_t)E);
+            cpu->coreset(p, T, E, top_p, want);
+            for (int e = 0; e < E; e++) want8[e] = want[e];
+            float *dp = (float *)dev_copy(p, (size_t)np * 4);
+            uint8_t *dal = (uint8_t *)dev_alloc((size_t)E);
+            coreset_gpu(dp, T, E, top_p, dal);
+            host_copy(got, dal, (size_t)E);
+            char name[96];
+            snprintf(name, sizeof name, "coreset n=%d top_p=%g%s T=%d", E, top_p, c == 2 ? " all tied" : "", T);
+            report(tl, name, bytes_differ(got, want8, (size_t)E), 0, "bytes");
+            CUDA_CHECK(cudaFree(dp));
+            CUDA_CHECK(cudaFree(dal));
+            free(p), free(want), free(want8), free(got);
+        }
+}
+
+// matmul_id on the model's stacked experts m, n_pairs = T * n_used pairs with random experts (every
+// fifth -1): against the CPU's dot per row (zeros for -1), and each pair of expert ids[0] bit for bit
+// against matmul_gpu's row of W_e on the same activation rows. in_div: n_used (gate/up) or 1 (down).
+static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int in_div) {
+    int64_t n = m->n_in, n_out = m->n_out;
+    int K = cpu->n_expert_used, E = cpu->n_expert;
+    uint32_t wt = m->type;
+    size_t wb = row_bytes(wt, n), ab = row_bytes(dot_type(wt), n), eb = wb * n_out;
+    void *dw = dev_copy(m->data, eb * E);
+    for (int T : BATCHES) {
+        int n_pairs = T * K, rows = n_pairs / in_div;
+        int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
+        for (int p = 0; p < n_pairs; p++) ids[p] = p % 5 == 4 ? -1 : (int)(rng_next() % E);
+        float *x = random_floats(n * rows, 1), *want = (float *)xmalloc((size_t)(n_out * n_pairs) * 4);
+        float *got = (float *)xmalloc((size_t)(n_out * n_pairs) * 4), *dense = (float *)xmalloc((size_t)(n_out * rows) * 4);
+        uint8_t *xq = (uint8_t *)xmalloc(ab * rows);
+        for (int r = 0; r < rows; r++) cpu->quantize_row(wt, x + r * n, xq + r * ab, n);
+        for (int p = 0; p < n_pairs; p++)
+            for (int64_t o = 0; o < n_out; o++)
+                want[p * n_out + o] = ids[p] < 0 ? 0 : cpu->dot(wt, n_out, (const uint8_t *)m->data + ids[p] * eb + o * wb, xq + (p / in_div) * ab, n);
+        float *dx = (float *)dev_copy(x, (size_t)(n * rows) * 4), *dy = (float *)dev_alloc((size_t)(n_out * n_pairs) * 4);
+        float *dd = (float *)dev_alloc((size_t)(n_out * rows) * 4);
+        int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
+        void *dxq = dev_alloc(ab * rows);
+        quantize_row_gpu(wt, dx, dxq, n, rows);
+        matmul_id_gpu(wt, dw, eb, dids, n_pairs, in_div, dxq, n, n_out, dy);
+        host_copy(got, dy, (size_t)(n_out * n_pairs) * 4);
+        char name[128];
+        snprintf(name, sizeof name, "matmul_id %s %lldx%lld x%d pairs=%d/%d T=%d", type_name(wt), (long long)n_out, (long long)n, E, n_pairs, in_div, T);
+        report(tl, name, rel_err(got, want, n_out * n_pairs), 1e-5, "rel");
+        int e0 = ids[0];
+        matmul_gpu(wt, (const uint8_t *)dw + e0 * eb, dxq, n, n_out, rows, dd);
+        host_copy(dense, dd, (size_t)(n_out * rows) * 4);
+        double differ = 0;
+        for (int p = 0; p < n_pairs; p++)
+            if (ids[p] == e0) differ += bytes_differ(got + p * n_out, dense + (p / in_div) * n_out, (size_t)n_out * 4);
+        snprintf(name, sizeof name, "matmul_id %s %lldx%lld T=%d e%d = matmul", type_name(wt), (long long)n_out, (long long)n, T, e0);
+        report(tl, name, differ, 0, "bytes");
+        CUDA_CHECK(cudaFree(dx));
+        CUDA_CHECK(cudaFree(dy));
+        CUDA_CHECK(cudaFree(dd));
+        CUDA_CHECK(cudaFree(dids));
+        CUDA_CHECK(cudaFree(dxq));
+        free(ids), free(x), free(want), free(got), free(dense), free(xq);
+    }
+    CUDA_CHECK(cudaFree(dw));
+}
+
+// swiglu on T rows of n_ff: the same bits (expf_ggml is the CPU's)
+static void check_swiglu(Tally *tl, const GpuCheck *cpu) {
+    for (int T : BATCHES) {
+        int64_t n = (int64_t)T * cpu->n_ff;
+        float *g = random_floats(n, 3), *u = random_floats(n, 1), *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
+        cpu->swiglu(g, u, want, n);
+        float *dg = (float *)dev_copy(g, (size_t)n * 4), *du = (float *)dev_copy(u, (size_t)n * 4), *dh = (float *)dev_alloc((size_t)n * 4);
+        swiglu_gpu(dg, du, dh, n);
+        host_copy(got, dh, (size_t)n * 4);
+        char name[96];
+        snprintf(name, sizeof name, "swiglu n=%d T=%d", cpu->n_ff, T);
+        report(tl, name, bytes_differ(got, want, (size_t)n * 4), 0, "bytes");
+        CUDA_CHECK(cudaFree(dg));
+        CUDA_CHECK(cudaFree(du));
+        CUDA_CHECK(cudaFree(dh));
+        free(g), free(u), free(want), free(got);
+    }
+}
+
+// moe_sum of T rows of K ranks from their pairs (every seventh rank -1): the CPU's order, the same bits.
+// Two terms add alike in either order, so the order is seen only from K = 3: run with K = 8 too.
+static void check_moe_sum(Tally *tl, const GpuCheck *cpu, int K) {
+    int E = cpu->n_embd;
+    for (int T : BATCHES) {
+        int n_pairs = T * K;
+        int *sel = (int *)xmalloc((size_t)n_pairs * sizeof(int)), *slot = (int *)xmalloc((size_t)n_pairs * sizeof(int));
+        for (int p = 0; p < n_pairs; p++) {
+            sel[p] = p % 7 == 3 ? -1 : (int)(rng_next() % cpu->n_expert);
+            slot[p] = sel[p] < 0 ? -1 : p;
+        }
+        float *w = random_floats(n_pairs, 0.3f), *ye = random_floats((int64_t)n_pairs * E, 1);
+        float *want = (float *)xmalloc((size_t)T * E * 4), *got = (float *)xmalloc((size_t)T * E * 4);
+        for (int t = 0; t < T; t++) cpu->moe_sum(slot + t * K, w + t * K, ye, K, E, want + (size_t)t * E);
+        int *dsel = (int *)dev_copy(sel, (size_t)n_pairs * sizeof(int));
+        float *dw = (float *)dev_copy(w, (size_t)n_pairs * 4), *dye = (float *)dev_copy(ye, (size_t)n_pairs * E * 4), *dout = (float *)dev_alloc((size_t)T * E * 4);
+        moe_sum_gpu(dsel, dw, dye, T, K, E, dout);
+        host_copy(got, dout, (size_t)T * E * 4);
+        char name[96];
+        snprintf(name, sizeof name, "moe_sum K=%d n=%d T=%d", K, E, T);
+        report(tl, name, bytes_differ(got, want, (size_t)T * E * 4), 0, "bytes");
+        CUDA_CHECK(cudaFree(dsel));
+        CUDA_CHECK(cudaFree(dw));
+        CUDA_CHECK(cudaFree(dye));
+        CUDA_CHECK(cudaFree(dout));
+        free(sel), free(slot), free(w), free(ye), free(want), free(got);
+    }
+}
+
+// moe_shared_gate on T rows: within the device expf's last bit in the sigmoid
+static void check_moe_shared_gate(Tally *tl, const GpuCheck *cpu) {
+    int E = cpu->n_embd;
+    for (int T : BATCHES) {
+        int64_t n = (int64_t)T * E;
+        float *mix = random_floats(n, 1), *sh = random_floats(n, 1), *logit = random_floats(T, 3), *got = (float *)xmalloc((size_t)n * 4);
+        float *dmix = (float *)dev_copy(mix, (size_t)n * 4), *dsh = (float *)dev_copy(sh, (size_t)n * 4), *dl = (float *)dev_copy(logit, (size_t)T * 4);
+        for (int t = 0; t < T; t++) cpu->moe_shared_gate(mix + (size_t)t * E, sh + (size_t)t * E, logit[t], E);
+        moe_shared_gate_gpu(dmix, dsh, dl, T, E);
+        host_copy(got, dmix, (size_t)n * 4);
+        char name[96];
+        snprintf(name, sizeof name, "moe_shared_gate n=%d T=%d", E, T);
+        report(tl, name, rel_err(got, mix, n), 1e-6, "rel");
+        CUDA_CHECK(cudaFree(dmix));
+        CUDA_CHECK(cudaFree(dsh));
+        CUDA_CHECK(cudaFree(dl));
+        free(mix), free(sh), free(logit), free(got);
     }
 }
 
@@ -1801,6 +2414,24 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
         check_gdn_gated_norm(&tl, cpu);
     }
     // attention and MoE checks (sections 9, 10)
+    check_attn_qk_norm(&tl, cpu);
+    check_attn_rope(&tl, cpu, 3);
+    check_attn_rope(&tl, cpu, 4000);
+    check_store_as(&tl, cpu);
+    for (uint32_t type : CACHE_TYPES)
+        for (int T : BATCHES) {
+            check_attention(&tl, cpu, type, T, 0, true);
+            check_attention(&tl, cpu, type, T, 37, true);
+            check_attention(&tl, cpu, type, T, 37, false);
+        }
+    check_route(&tl, cpu);
+    check_coreset(&tl, cpu);
+    check_matmul_id(&tl, cpu, &cpu->up_exps, cpu->n_expert_used);
+    check_matmul_id(&tl, cpu, &cpu->down_exps, 1);
+    check_swiglu(&tl, cpu);
+    check_moe_sum(&tl, cpu, cpu->n_expert_used);
+    if (cpu->n_expert_used != 8) check_moe_sum(&tl, cpu, 8);
+    check_moe_shared_gate(&tl, cpu);
     printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);
     return tl.failed;
 }
