@@ -332,18 +332,21 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
 // (fp16 and bf16 products are exact in fp32; twins dot_f32_row, dot_f16_row, dot_bf16_row).
 struct UnitF32 {
     static constexpr int size = 1;
+    static constexpr bool mins = false;
     __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
         acc = fmaf(((const float *)w)[i], ((const float *)a)[i], acc);
     }
 };
 struct UnitF16 {
     static constexpr int size = 1;
+    static constexpr bool mins = false;
     __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
         acc = fmaf(fp16_to_fp32(((const uint16_t *)w)[i]), fp16_to_fp32(((const uint16_t *)a)[i]), acc);
     }
 };
 struct UnitBF16 {
     static constexpr int size = 1;
+    static constexpr bool mins = false;
     __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
         acc = fmaf(bf16_to_fp32(((const uint16_t *)w)[i]), bf16_to_fp32(((const uint16_t *)a)[i]), acc);
     }
@@ -352,6 +355,7 @@ struct UnitBF16 {
 // Q8_0 . Q8_0: d_w d_a sum_j q_j a_j over 32 (twin dot_q8_0)
 struct UnitQ8_0 {
     static constexpr int size = 32;
+    static constexpr bool mins = false;
     __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
         const BlockQ8_0 *x = (const BlockQ8_0 *)w + b, *y = (const BlockQ8_0 *)a + b;
         int32_t s = 0;
@@ -363,6 +367,7 @@ struct UnitQ8_0 {
 // Q4_0 . Q8_0: d_w d_a sum_j (q_j - 8) a_j; byte j holds q_j (low nibble) and q_j+16 (twin dot_q4_0)
 struct UnitQ4_0 {
     static constexpr int size = 32;
+    static constexpr bool mins = false;
     __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
         const BlockQ4_0 *x = (const BlockQ4_0 *)w + b;
         const BlockQ8_0 *y = (const BlockQ8_0 *)a + b;
@@ -387,6 +392,7 @@ __device__ void unpack_scales_k4(const uint8_t s[12], uint8_t sc[8], uint8_t mn[
 // Twins dot_q4_K / dot_q4_K_8x8 and dot_q5_K (the same integers, other float orders).
 template <bool Q5> struct UnitK4 {
     static constexpr int size = 256;
+    static constexpr bool mins = true;   // accm: the mins' term
     __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &accm) {
         const uint8_t *qs, *qh = nullptr, *scales;
         uint16_t d16, dmin16;
@@ -420,6 +426,7 @@ template <bool Q5> struct UnitK4 {
 // qh, in two halves of 128 (clover.c's unpack_q6_K). Twin dot_q6_K.
 struct UnitQ6_K {
     static constexpr int size = 256;
+    static constexpr bool mins = false;
     __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
         const BlockQ6_K *x = (const BlockQ6_K *)w + b;
         const BlockQ8_K *y = (const BlockQ8_K *)a + b;
@@ -449,7 +456,7 @@ template <typename Unit> __device__ float row_dot(const uint8_t *w, const uint8_
     if (active)
         for (int64_t u = lane; u < n / Unit::size; u += WARP) Unit::add(w, a, u, acc, accm);
     acc = warp_sum(acc);
-    accm = warp_sum(accm);
+    if (Unit::mins) accm = warp_sum(accm);   // (zero for the types without mins: nothing to fold)
     return acc - accm;
 }
 

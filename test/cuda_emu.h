@@ -155,7 +155,7 @@ static const char *emu_state_name(const EmuThread *t) {
 static int emu_first_unlike(int a, int from, int to) {
     for (int t = from; t < to; t++) {
         const EmuThread *x = &emu.th[t], *y = &emu.th[a];
-        if (x->state != y->state || x->line != y->line || strcmp(x->file, y->file)) return t;
+        if (x->state != y->state || x->line != y->line || (x->file != y->file && strcmp(x->file, y->file))) return t;
     }
     return -1;
 }
@@ -203,9 +203,9 @@ static void emu_run_block(void) {
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
     }
-    int order[EMU_MAX_THREADS];
+    int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
+    for (int t = 0; t < n; t++) order[t] = emu.order == 1 ? n - 1 - t : t;
     for (;;) {
-        for (int t = 0; t < n; t++) order[t] = emu.order == 1 ? n - 1 - t : t;
         if (emu.order == 2)
             for (int t = n - 1; t > 0; t--) {
                 int j = (int)(emu_random() % (uint64_t)(t + 1)), s = order[t];
@@ -218,6 +218,8 @@ static void emu_run_block(void) {
             emu_set_thread(t);
             emu_switch(&emu.sched_sp, emu.th[t].sp);
             ran = true;
+            // the warp's last lane arrived: release it now (its lanes later in this sweep run in it)
+            if (emu.th[t].state == EMU_AT_WARP && ++arrived[t / 32] == 32 && emu_resolve_warp(t / 32)) arrived[t / 32] = 0;
         }
         if (ran) continue;
         bool released = false;
