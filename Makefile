@@ -47,9 +47,11 @@ build/bench: test/bench.c test/llama_host.h clover.c | build
 	$(CC) $(CFLAGS) -I$(LLAMA_INC) -I$(GGML_INC) -o $@ test/bench.c $(LLAMA_LIBS) $(LDLIBS)
 
 # clover-cuda: the same program with the GPU side (clover.cu), for sm_90 plus PTX for newer GPUs.
+# CUDA_ARCH names the targets: test/gpu.sh builds sm_90a (Hopper's own instructions) plus PTX.
+CUDA_ARCH ?= -arch=sm_90 -gencode arch=compute_90,code=[sm_90,compute_90]
 cuda: clover-cuda
 clover-cuda: clover.c clover.cu | build
-	$(NVCC) -O2 -std=c++17 -fmad=false -arch=sm_90 -gencode arch=compute_90,code=[sm_90,compute_90] -c clover.cu -o build/clover-cu.o
+	$(NVCC) -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -c clover.cu -o build/clover-cu.o
 	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-cuda.o
 	$(NVCC) -o $@ build/clover-cuda.o build/clover-cu.o $(LDLIBS)
 

@@ -5,6 +5,11 @@
 #   test/run.sh [REGEX]    run the test groups whose function name (test_*) matches REGEX
 #   CLOVER=./clover-cuda test/run.sh    test another build of clover
 #   LLAMA_CPU_VARIANT=haswell test/run.sh    compare against another of llama.cpp's CPU variants
+#   NO_LLAMA=1 test/run.sh gpu_forward    without llama.cpp (test/gpu.sh, on a GPU machine, where its
+#                          libraries are not installed): only clover, build/gen and build/cmp are
+#                          needed, no CPU variant is detected, and the prompts are tokenized by clover
+#                          (test_tokenizer checks it against llama.cpp); groups that call build/ref or
+#                          build/unit fail there
 #
 # llama.cpp's CPU backend comes in variants (haswell, icelake, zen4, sapphirerapids, ...) whose
 # float orders differ; clover reproduces zen4's. The suite loads zen4 wherever this CPU runs it
@@ -125,7 +130,10 @@ ref() {
 why() { cat "$TMP/why" 2>/dev/null; }
 ref_reference() { LLAMA_CPU_VARIANT=$REFERENCE ref "$@"; }   # build/ref with llama.cpp's reference variant
 
-for f in "$CLOVER" "$GEN" "$REF" "$CMP" "$UNIT"; do
+NO_LLAMA=${NO_LLAMA:-}
+NEEDED=("$CLOVER" "$GEN" "$CMP")
+[ -n "$NO_LLAMA" ] || NEEDED+=("$REF" "$UNIT")
+for f in "${NEEDED[@]}"; do
     if [ ! -x "$f" ]; then
         echo "FAIL setup: $f is missing; run test/setup-llama.sh and make clover tools (make test does both builds)"
         echo "0 passed, 1 failed"
@@ -136,13 +144,14 @@ done
 # llama.cpp's CPU variant: the loaded one (VARIANT, exported so that every build/ref run loads it)
 # and the reference one, when this CPU runs it
 REFERENCE=zen4
-if ! VARIANT=$("$REF" --cpu-variant 2> "$TMP/err"); then
+if [ -n "$NO_LLAMA" ]; then
+    VARIANT=none
+    echo "# NO_LLAMA=1: no llama.cpp; only the groups that need none (gpu_forward) can pass"
+elif ! VARIANT=$("$REF" --cpu-variant 2> "$TMP/err"); then
     echo "FAIL setup: build/ref --cpu-variant: $(first_line "$TMP/err")"
     echo "0 passed, 1 failed"
     exit 1
-fi
-export LLAMA_CPU_VARIANT=$VARIANT
-if [ "$VARIANT" = "$REFERENCE" ]; then
+elif [ "$VARIANT" = "$REFERENCE" ]; then
     echo "# llama.cpp CPU variant: $VARIANT, the one clover reproduces: logits, texts and dumps compared bit for bit"
 elif LLAMA_CPU_VARIANT=$REFERENCE "$REF" --cpu-variant > /dev/null 2>&1; then
     REFERENCE_RUNS=1
@@ -150,6 +159,7 @@ elif LLAMA_CPU_VARIANT=$REFERENCE "$REF" --cpu-variant > /dev/null 2>&1; then
 else
     echo "# llama.cpp CPU variant: $VARIANT; this CPU cannot run $REFERENCE (the variant clover reproduces), so clover must be within SPREAD of $VARIANT"
 fi
+export LLAMA_CPU_VARIANT=$VARIANT
 REFERENCE_RUNS=${REFERENCE_RUNS:-}
 
 # ------------------------------------------------------------------------------------------------
@@ -177,7 +187,12 @@ prompts() {
     [ -f "$TMP/p1.ids" ] && return 0
     local m
     m=$(model q8_0) || return 1
-    ref -m "$m" --tokenize test/texts/english.txt > "$TMP/p1.ids" || {
+    if [ -n "$NO_LLAMA" ]; then   # clover's -f drops one trailing newline: add one, as test_tokenizer does
+        cp test/texts/english.txt "$TMP/p1.txt" && printf '\n' >> "$TMP/p1.txt" &&
+            clover -m "$m" --tokenize -f "$TMP/p1.txt" > "$TMP/p1.ids"
+    else
+        ref -m "$m" --tokenize test/texts/english.txt > "$TMP/p1.ids"
+    fi || {
         echo "prompts: $(why)" >&2
         rm -f "$TMP/p1.ids"
         return 1
