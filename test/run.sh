@@ -1691,13 +1691,13 @@ test_gpu_forward() {
             else fail "$name" "$(why)$(text_diff "$TMP/gt.txt" "$TMP/gt.want")"; fi
         done
     done
-    # refusals: one line, exit 1 (a 2 MB GPU: CLOVER_EMU_MEMORY)
-    m=$(model q8_0)
-    for args in "-ngl 2|splitting" "-ngl 99 --dump-tensors $TMP/dt|--dump-tensors" "-ngl 99 -c 4096 -ub 512|smaller -c or -ub"; do
+    # refusals: one line, exit 1 (-c 2^30: a KV cache of 512 GiB, more than any GPU has)
+    m=$(model q8_0 1 --ctx 1073741824)
+    for args in "-ngl 2|splitting" "-ngl 99 --dump-tensors $TMP/dt|--dump-tensors" "-ngl 99 -c 1073741824|smaller -c or -ub"; do
         local flags=${args%%|*} want=${args#*|}
         name="gpu_forward/refused: $flags"
         # shellcheck disable=SC2086
-        if ! CLOVER_EMU_MEMORY=2000000 $TO "$EMU" -m "$m" -p hello -n 4 $flags > /dev/null 2> "$TMP/err" &&
+        if ! $TO "$EMU" -m "$m" -p hello -n 4 $flags > /dev/null 2> "$TMP/err" &&
            [ "$(grep -c '^clover: error:' "$TMP/err")" -eq 1 ] && grep -q -- "$want" "$TMP/err"; then pass "$name: $(grep '^clover: error' "$TMP/err" | cut -c1-120)"
         else fail "$name" "$(first_line "$TMP/err")"; fi
     done
