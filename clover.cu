@@ -44,10 +44,14 @@ static void cuda_check(cudaError_t e, const char *call) {
 }
 #define CUDA_CHECK(call) cuda_check((call), #call)
 
+// Every launch, device-to-device copy and memset goes to this one stream (made by gpu_init), in
+// order, so that a decode step can be captured as a CUDA graph and replayed (section 12).
+static cudaStream_t stream;
+
 static cudaLaunchConfig_t launch_config(dim3 grid, dim3 block) {
     cudaLaunchConfig_t c;
     memset(&c, 0, sizeof c);
-    c.gridDim = grid, c.blockDim = block;
+    c.gridDim = grid, c.blockDim = block, c.stream = stream;
     return c;
 }
 
@@ -65,8 +69,11 @@ static void *dev_copy(const void *h, size_t n) {
     return p;
 }
 static void host_copy(void *h, const void *d, size_t n) {   // waits for the kernels before it
-    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+static void dev_to_dev(void *dst, const void *src, size_t n) {   // in stream order
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
 }
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -91,6 +98,11 @@ extern "C" bool gpu_init(char *info, size_t n) {
     e = cudaGetDeviceProperties(&p, 0);
     if (e != cudaSuccess) {
         snprintf(info, n, "cudaGetDeviceProperties failed: %s", cudaGetErrorString(e));
+        return false;
+    }
+    e = cudaStreamCreate(&stream);
+    if (e != cudaSuccess) {
+        snprintf(info, n, "cudaStreamCreate failed: %s", cudaGetErrorString(e));
         return false;
     }
     snprintf(info, n, "%s, %.1f GiB, sm_%d%d", p.name, p.totalGlobalMem / 1073741824.0, p.major, p.minor);
@@ -295,7 +307,7 @@ __global__ void quantize_bf16_kernel(const float *x, uint16_t *y, int64_t n) {
 static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n, int T) {
     int64_t all = n * T;
     switch (dot_type(wtype)) {
-    case T_F32: CUDA_CHECK(cudaMemcpy(y, x, (size_t)all * 4, cudaMemcpyDeviceToDevice)); break;
+    case T_F32: dev_to_dev(y, x, (size_t)all * 4); break;
     case T_F16: {
         cudaLaunchConfig_t c = launch_config(blocks_for(all, BLOCK), BLOCK);
         CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_f16_kernel, x, (uint16_t *)y, all));
@@ -447,52 +459,66 @@ struct UnitQ6_K {
     }
 };
 
-// The dot of one weight row w with one rounded activation row a by a warp (every lane gets it): lane l
-// adds units l, l+32, ..., then the lanes are folded. active false: the warp folds zeros (it must
+enum { MAX_ROWS = 16 };   // activation rows a warp takes at once (a verify or preview batch: all of them)
+
+// The dots of one weight row w with R <= MAX_ROWS rounded activation rows a (a_bytes apart) by a
+// warp (every lane gets them): lane l adds units l, l+32, ... of each row, so a weight unit is read
+// from memory once for the R rows; then each row's lanes are folded. Row r's sum is the same chain
+// whatever R is: its bits are those of the row alone. active false: the warp folds zeros (it must
 // still reach the shuffles).
-template <typename Unit> __device__ float row_dot(const uint8_t *w, const uint8_t *a, int64_t n, bool active) {
+template <typename Unit> __device__ void rows_dot(const uint8_t *w, const uint8_t *a, size_t a_bytes, int R, int64_t n, bool active, float *out) {
     int lane = threadIdx.x % WARP;
-    float acc = 0, accm = 0;
+    float acc[MAX_ROWS], accm[MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; r++) acc[r] = accm[r] = 0;
     if (active)
-        for (int64_t u = lane; u < n / Unit::size; u += WARP) Unit::add(w, a, u, acc, accm);
-    acc = warp_sum(acc);
-    if (Unit::mins) accm = warp_sum(accm);   // (zero for the types without mins: nothing to fold)
-    return acc - accm;
+        for (int64_t u = lane; u < n / Unit::size; u += WARP)
+#pragma unroll
+            for (int r = 0; r < MAX_ROWS; r++)
+                if (r < R) Unit::add(w, a + r * a_bytes, u, acc[r], accm[r]);
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; r++) {
+        if (r >= R) break;   // R is the same in every lane: the shuffles stay convergent
+        float s = warp_sum(acc[r]), m = Unit::mins ? warp_sum(accm[r]) : 0;   // (no mins: nothing to fold)
+        out[r] = s - m;
+    }
 }
 
-// One warp per (output row o, activation row t): grid (n_out / 8 warps per block, T). W's rows are
-// row_bytes apart; xq holds T rounded rows, xq_bytes apart.
+// One warp per (output row o, group of MAX_ROWS activation rows): grid (n_out / 8 warps per block,
+// T / MAX_ROWS). W's rows are row_bytes apart; xq holds T rounded rows, xq_bytes apart.
 template <typename Unit>
-__global__ void matmul_kernel(const uint8_t *W, size_t w_bytes, const uint8_t *xq, size_t xq_bytes, int64_t n, int64_t n_out, float *y) {
+__global__ void matmul_kernel(const uint8_t *W, size_t w_bytes, const uint8_t *xq, size_t xq_bytes, int64_t n, int64_t n_out, int T, float *y) {
     int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
-    int t = blockIdx.y;
+    int t0 = blockIdx.y * MAX_ROWS, R = T - t0 < MAX_ROWS ? T - t0 : MAX_ROWS;
     bool active = o < n_out;
-    float r = row_dot<Unit>(W + (active ? o : 0) * w_bytes, xq + t * xq_bytes, n, active);
-    if (active && threadIdx.x % WARP == 0) y[(int64_t)t * n_out + o] = r;
+    float out[MAX_ROWS];
+    rows_dot<Unit>(W + (active ? o : 0) * w_bytes, xq + t0 * xq_bytes, xq_bytes, R, n, active, out);
+    if (active && threadIdx.x % WARP == 0)
+        for (int r = 0; r < R; r++) y[(int64_t)(t0 + r) * n_out + o] = out[r];
 }
 
 // y[t][o] = W x_t for T activation rows already rounded to W's dot type (quantize_row_gpu).
 // W: device copy of n_out rows of n values of type wtype. Twin: matmul with dot_fn(wtype, false).
 static void matmul_gpu(uint32_t wtype, const void *W, const void *xq, int64_t n, int64_t n_out, int T, float *y) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)T), BLOCK);
+    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), blocks_for(T, MAX_ROWS)), BLOCK);
     const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
     size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n);
     switch (wtype) {
-    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF32>, w, wb, a, ab, n, n_out, y)); break;
-    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF16>, w, wb, a, ab, n, n_out, y)); break;
-    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitBF16>, w, wb, a, ab, n, n_out, y)); break;
-    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ8_0>, w, wb, a, ab, n, n_out, y)); break;
-    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ4_0>, w, wb, a, ab, n, n_out, y)); break;
-    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<false>>, w, wb, a, ab, n, n_out, y)); break;
-    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<true>>, w, wb, a, ab, n, n_out, y)); break;
-    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ6_K>, w, wb, a, ab, n, n_out, y)); break;
+    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF32>, w, wb, a, ab, n, n_out, T, y)); break;
+    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF16>, w, wb, a, ab, n, n_out, T, y)); break;
+    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitBF16>, w, wb, a, ab, n, n_out, T, y)); break;
+    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ8_0>, w, wb, a, ab, n, n_out, T, y)); break;
+    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ4_0>, w, wb, a, ab, n, n_out, T, y)); break;
+    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<false>>, w, wb, a, ab, n, n_out, T, y)); break;
+    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<true>>, w, wb, a, ab, n, n_out, T, y)); break;
+    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ6_K>, w, wb, a, ab, n, n_out, T, y)); break;
     default: fprintf(stderr, "clover: error: matmul_gpu: no kernel for weight type %u\n", wtype); exit(1);
     }
 }
 
 // The expert matmul (clover.c's FFN over experts, by pair rather than grouped): one warp per (output
 // row o, pair p), grid (n_out / 8, n_pairs). Pair p runs row o of expert ids[p] (W + e * expert_bytes)
-// on activation row p / in_div, through row_dot as matmul_kernel does, so its bits are that row's of
+// on activation row p / in_div, through rows_dot as matmul_kernel does, so its bits are that row's of
 // the dense matmul of W_e. ids[p] < 0: row p is zeros.
 template <typename Unit>
 __global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div, const uint8_t *xq,
@@ -501,7 +527,7 @@ __global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w
     int p = blockIdx.y, e = ids[p];
     bool active = o < n_out;
     float r = 0;
-    if (e >= 0) r = row_dot<Unit>(W + e * expert_bytes + (active ? o : 0) * w_bytes, xq + (size_t)(p / in_div) * xq_bytes, n, active);
+    if (e >= 0) rows_dot<Unit>(W + e * expert_bytes + (active ? o : 0) * w_bytes, xq + (size_t)(p / in_div) * xq_bytes, xq_bytes, 1, n, active, &r);
     if (active && threadIdx.x % WARP == 0) y[(int64_t)p * n_out + o] = r;
 }
 
@@ -568,10 +594,10 @@ static void l2norm_gpu(float *x, int n, float eps, int T) {
 // repeated float multiplications as on the CPU (so the angles are the same bits); then
 // x_i' = fma(x_i, cos, -(x_j sin)), x_j' = fma(x_i, sin, x_j cos). Only cosf/sinf differ (device libm).
 // Block (row t, head h), thread i < n_rot/2.
-__global__ void rope_kernel(float *x, int n_rot, int pos, float theta_scale, int n_head, int head_stride) {
+__global__ void rope_kernel(float *x, int n_rot, const int *pos, float theta_scale, int n_head, int head_stride) {
     int t = blockIdx.x / n_head, h = blockIdx.x % n_head, i = threadIdx.x, half = n_rot / 2;
     if (i >= half) return;
-    float th = (float)(pos + t);
+    float th = (float)(*pos + t);
     for (int k = 0; k < i; k++) th *= theta_scale;
     float *xh = x + ((int64_t)t * n_head + h) * head_stride;
     float cs = cosf(th), sn = sinf(th), x0 = xh[i], x1 = xh[i + half];
@@ -579,8 +605,9 @@ __global__ void rope_kernel(float *x, int n_rot, int pos, float theta_scale, int
     xh[i + half] = fmaf(x0, sn, x1 * cs);
 }
 
-// T rows of n_head heads, head_stride floats apart; row t at position pos + t
-static void rope_gpu(float *x, int n_rot, int pos, float base, int n_head, int head_stride, int T) {
+// T rows of n_head heads, head_stride floats apart; row t at position *pos + t (pos: device memory,
+// so that a captured graph replays at the position of the step)
+static void rope_gpu(float *x, int n_rot, const int *pos, float base, int n_head, int head_stride, int T) {
     cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head), (unsigned)((n_rot / 2 + WARP - 1) / WARP * WARP));
     CUDA_CHECK(cudaLaunchKernelEx(&c, rope_kernel, x, n_rot, pos, powf(base, -2.0f / n_rot), n_head, head_stride));
 }
@@ -908,21 +935,25 @@ static void attn_qk_norm_gpu(float *qg, float *kr, const float *q_norm, const fl
 }
 
 // Twin: attn_rope. rope_kernel on the q heads (2*hd apart: q_h then gate_h) and on the k heads.
-static void attn_rope_gpu(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base) {
+static void attn_rope_gpu(float *qg, float *kr, int T, const int *pos, int n_head, int n_head_kv, int hd, int n_rot, float base) {
     rope_gpu(qg, n_rot, pos, base, n_head, 2 * hd, T);
     rope_gpu(kr, n_rot, pos, base, n_head_kv, hd, T);
 }
 
-// Twin: store_as. n floats into a cache row: a copy for T_F32; for T_F16 / T_BF16 quantize_row's
-// conversion kernels, which are the same roundings (nearest even, quiet NaN kept).
-static void store_as_gpu(uint32_t type, void *dst, const float *x, int64_t n) {
-    if (type == T_F32) {
-        CUDA_CHECK(cudaMemcpy(dst, x, (size_t)n * 4, cudaMemcpyDeviceToDevice));
-        return;
-    }
+// Twin: store_as. n floats into the cache from row *pos on (rows of `row` values; pos in device
+// memory, as for rope): copied for T_F32, rounded as quantize_row rounds for T_F16 / T_BF16
+// (nearest even, quiet NaN kept).
+__global__ void store_as_kernel(uint32_t type, uint8_t *dst, const int *pos, int64_t row, const float *x, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x, at = *pos * row + i;
+    if (i >= n) return;
+    if (type == T_F32) ((float *)dst)[at] = x[i];
+    else if (type == T_F16) ((uint16_t *)dst)[at] = fp32_to_fp16(x[i]);
+    else ((uint16_t *)dst)[at] = fp32_to_bf16(x[i]);
+}
+
+static void store_as_gpu(uint32_t type, void *dst, const int *pos, int64_t row, const float *x, int64_t n) {
     cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
-    if (type == T_F16) CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_f16_kernel, x, (uint16_t *)dst, n));
-    else CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_bf16_kernel, x, (uint16_t *)dst, n));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, store_as_kernel, type, (uint8_t *)dst, pos, row, x, n));
 }
 
 // Twin: attend (attn_task's body for one row t and head h). Block (t, h):
@@ -934,12 +965,12 @@ static void store_as_gpu(uint32_t type, void *dst, const float *x, int64_t n) {
 //   ao_gated = o * sigmoid(gate_h)
 // The CPU folds its dot and V sum in SIMD lanes (attn_v_sum: keys in 64 or 16 lanes); here each is one
 // chain, the same for every row whatever T is. Head h reads kv head h / (n_head / n_head_kv).
-__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, int n_keys,
-                                 int causal_from, int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride,
+__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, const int *pos,
+                                 int T, bool causal, int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride,
                                  float *ao, float *ao_gated) {
     __shared__ float qr[MAX_HEAD_DIM];
     int t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
-    int n = causal_from < 0 ? n_keys : causal_from + t + 1, np = (n + 15) & ~15;
+    int n = causal ? *pos + t + 1 : *pos + T, np = (n + 15) & ~15;
     const float *q = qg + ((int64_t)t * n_head + h) * 2 * hd, *gate = q + hd;
     size_t kstride = (size_t)n_head_kv * hd * cache_bytes(k_type), vstride = (size_t)n_head_kv * hd * cache_bytes(v_type);
     const uint8_t *Kh = K + (size_t)kvh * hd * cache_bytes(k_type), *Vh = V + (size_t)kvh * hd * cache_bytes(v_type);
@@ -968,15 +999,17 @@ __global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_
     }
 }
 
-static void attention_gpu(const float *qg, const void *K, const void *V, uint32_t k_type, uint32_t v_type, int T, int n_keys, int causal_from,
+// T rows at positions *pos.. (device memory, as for rope): causal, row t sees keys 0..*pos+t; else
+// every row sees keys 0..*pos+T-1 (the preview's block).
+static void attention_gpu(const float *qg, const void *K, const void *V, uint32_t k_type, uint32_t v_type, const int *pos, int T, bool causal,
                           int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride, float *ao, float *ao_gated) {
     if (hd > MAX_HEAD_DIM) {
         fprintf(stderr, "clover: error: attention_gpu: head dim %d is over %d\n", hd, MAX_HEAD_DIM);
         exit(1);
     }
     cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, (const float *)qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, n_keys,
-                                  causal_from, n_head, n_head_kv, hd, kq_scale, att, att_stride, ao, ao_gated));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, (const float *)qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, pos, T,
+                                  causal, n_head, n_head_kv, hd, kq_scale, att, att_stride, ao, ao_gated));
 }
 
 // ================================================================================================
@@ -1189,6 +1222,9 @@ struct Scratch {
     float *S, *S_rev, *beta_rev_logit, *alpha_rev, *beta_rev, *g_rev, *o_rev;
     uint8_t *coreset;
     float *logits;
+    int *pos;                      // n_past of the pass, read by rope, store_as and attention
+    float *x_host, *logits_host;   // pinned host staging of the embeddings in and the logits out
+    int *pos_host;
 };
 
 struct Gpu {
@@ -1198,6 +1234,8 @@ struct Gpu {
     Layer *layers;
     State st;
     Scratch sc;
+    cudaGraphExec_t step;          // the decode step as a CUDA graph (section 12), once captured
+    bool captured;
 };
 
 // Bytes of a matrix as stored (n_stack matrices of n_out rows).
@@ -1346,6 +1384,10 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap, int n_ctx) {
     s->S = dev_floats(S), s->S_rev = dev_floats(S);
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
     s->logits = dev_floats(T * c->n_vocab);
+    s->pos = (int *)dev_alloc(sizeof(int));
+    CUDA_CHECK(cudaMallocHost(&s->x_host, T * E * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&s->logits_host, T * c->n_vocab * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&s->pos_host, sizeof(int)));
 }
 
 // Plan the device memory for n_ctx positions and batches of cap rows, print the plan, refuse
@@ -1372,6 +1414,7 @@ extern "C" Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type,
     fprintf(stderr, "clover: GPU memory: weights %s, KV cache %s (-c %d), GDN state %s, scratch %s (-ub %d): %s of %s free\n",
             w, k, n_ctx, g, sc, cap, t, f);
     Gpu *gpu = (Gpu *)xmalloc(sizeof(Gpu));
+    memset(gpu, 0, sizeof *gpu);
     gpu->c = *c;
     gpu->output = upload_mat(&m->output, 1);
     gpu->output_norm = upload_vec(m->output_norm, c->n_embd);
@@ -1410,7 +1453,7 @@ static void add_gpu(float *x, const float *y, int64_t n) {
 }
 
 static void copy_floats(float *dst, const float *src, size_t n) {
-    CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice));
+    dev_to_dev(dst, src, n * sizeof(float));
 }
 
 // --- Gated DeltaNet ------------------------------------------------------------------------------
@@ -1444,7 +1487,7 @@ static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
     matmul(gpu, &L->beta_rev, s->xn, T, s->beta_rev_logit);
     matmul(gpu, &L->alpha_rev, s->xn, T, s->alpha_rev);
     gdn_gates_gpu(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, H, s->g_rev, s->beta_rev);
-    CUDA_CHECK(cudaMemset(s->S_rev, 0, S_floats * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(s->S_rev, 0, S_floats * sizeof(float), stream));
     delta_rule_gpu(s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     gdn_rev_mix_gpu(s->o, s->o_rev, L->rev_mix, T, H, d);
 }
@@ -1474,7 +1517,7 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
 // --- gated attention -----------------------------------------------------------------------------
 // Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
 // committed prefix (nothing there is committed) and every row sees the prefix and the whole block.
-static void attn_layer(Gpu *gpu, Pass pass, int il, int T, int pos) {
+static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
@@ -1484,12 +1527,11 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T, int pos) {
     matmul(gpu, &L->wk, s->xn, T, s->kr);   // k = W_k a
     matmul(gpu, &L->wv, s->xn, T, s->vr);   // v = W_v a
     attn_qk_norm_gpu(s->qg, s->kr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps);
-    attn_rope_gpu(s->qg, s->kr, T, pos, c->n_head, c->n_head_kv, hd, c->n_rot, c->rope_base);
-    size_t kb = st->k_type == T_F32 ? 4 : 2, vb = st->v_type == T_F32 ? 4 : 2;   // K and V rows into the cache
-    store_as_gpu(st->k_type, st->k[il] + (size_t)pos * kvd * kb, s->kr, (int64_t)T * kvd);
-    store_as_gpu(st->v_type, st->v[il] + (size_t)pos * kvd * vb, s->vr, (int64_t)T * kvd);
-    attention_gpu(s->qg, st->k[il], st->v[il], st->k_type, st->v_type, T, pos + T, pass == PREVIEW ? -1 : pos, c->n_head,
-                  c->n_head_kv, hd, c->kq_scale, s->att, s->att_stride, s->ao, s->ao_gated);
+    attn_rope_gpu(s->qg, s->kr, T, s->pos, c->n_head, c->n_head_kv, hd, c->n_rot, c->rope_base);
+    store_as_gpu(st->k_type, st->k[il], s->pos, kvd, s->kr, (int64_t)T * kvd);   // K and V rows into the cache at pos..
+    store_as_gpu(st->v_type, st->v[il], s->pos, kvd, s->vr, (int64_t)T * kvd);
+    attention_gpu(s->qg, st->k[il], st->v[il], st->k_type, st->v_type, s->pos, T, pass == CAUSAL, c->n_head, c->n_head_kv, hd,
+                  c->kq_scale, s->att, s->att_stride, s->ao, s->ao_gated);
     matmul(gpu, &L->wo, s->ao_gated, T, s->mix);   // out = W_o o
 }
 
@@ -1543,18 +1585,17 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T) {
 }
 
 // --- the whole pass ------------------------------------------------------------------------------
-// Every layer over T <= cap rows whose embeddings x (host, [T][n_embd]) the host looked up, at
-// positions n_past..n_past+T-1; the residual stream ends in s->x.
-static void forward_layers(Gpu *gpu, Pass pass, const float *x, int T, int n_past, bool log) {
+// Every layer over the T <= cap rows of embeddings in s->x, at positions *s->pos..; the residual
+// stream ends in s->x.
+static void forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int E = c->n_embd;
-    CUDA_CHECK(cudaMemcpy(s->x, x, (size_t)T * E * sizeof(float), cudaMemcpyHostToDevice));
     for (int il = 0; il < c->n_layer; il++) {
         const Layer *L = &gpu->layers[il];
         rmsnorm_gpu(s->xn, s->x, L->attn_norm, E, c->eps, T);
         if (L->recurrent) gdn_layer(gpu, pass, il, T, log);
-        else attn_layer(gpu, pass, il, T, n_past);
+        else attn_layer(gpu, pass, il, T);
         add_gpu(s->x, s->mix, (int64_t)T * E);
         rmsnorm_gpu(s->xn, s->x, L->post_norm, E, c->eps, T);
         moe_layer(gpu, pass, il, T);
@@ -1562,21 +1603,54 @@ static void forward_layers(Gpu *gpu, Pass pass, const float *x, int T, int n_pas
     }
 }
 
-// Final norm and LM head for rows first..first+n-1, the logits copied to the host ([n][n_vocab]).
-static void lm_head(Gpu *gpu, int first, int n, float *logits) {
+// Final norm and LM head for rows first..first+n-1: logits in s->logits ([n][n_vocab]).
+static void lm_head(Gpu *gpu, int first, int n) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     rmsnorm_gpu(s->xn, s->x + (size_t)first * c->n_embd, gpu->output_norm, c->n_embd, c->eps, n);
     matmul(gpu, &gpu->output, s->xn, n, s->logits);
-    host_copy(logits, s->logits, (size_t)n * c->n_vocab * sizeof(float));
 }
 
-// What clover.c calls (section 14). A causal or preview pass over T rows of embeddings at n_past,
-// logging the GDN inputs if asked (a verify batch), with the logits of rows first..first+n_logits-1.
+// A decode step (one causal row, no log): every layer and the LM head as one CUDA graph, captured at
+// the first step and replayed at every one after. Its kernels read the position from s->pos, so the
+// same graph serves every step, and a step costs one launch instead of one per kernel.
+static void decode_step(Gpu *gpu) {
+    if (!gpu->captured) {
+        cudaGraph_t g;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        forward_layers(gpu, CAUSAL, 1, false);
+        lm_head(gpu, 0, 1);
+        CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+        size_t nodes = 0;
+        CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+        CUDA_CHECK(cudaGraphInstantiate(&gpu->step, g, 0));
+        CUDA_CHECK(cudaGraphDestroy(g));
+        gpu->captured = true;
+        fprintf(stderr, "clover: GPU decode step: one CUDA graph of %zu kernels and copies\n", nodes);
+    }
+    CUDA_CHECK(cudaGraphLaunch(gpu->step, stream));
+}
+
+// What clover.c calls (section 14). A causal or preview pass over T rows of embeddings x (host,
+// [T][n_embd]) at n_past, logging the GDN inputs if asked (a verify batch), with the logits of rows
+// first..first+n_logits-1 copied to `logits`. In stream order: the inputs up (through pinned
+// memory), the pass, the logits down; the host waits once, for the logits.
 extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits) {
-    forward_layers(gpu, preview ? PREVIEW : CAUSAL, x, T, n_past, log);
-    if (n_logits > 0) lm_head(gpu, first, n_logits, logits);
-    else CUDA_CHECK(cudaDeviceSynchronize());
+    Scratch *s = &gpu->sc;
+    size_t E = (size_t)gpu->c.n_embd, V = (size_t)gpu->c.n_vocab;
+    memcpy(s->x_host, x, (size_t)T * E * sizeof(float));
+    *s->pos_host = n_past;
+    CUDA_CHECK(cudaMemcpyAsync(s->x, s->x_host, (size_t)T * E * sizeof(float), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(s->pos, s->pos_host, sizeof(int), cudaMemcpyHostToDevice, stream));
+    if (T == 1 && !preview && !log && n_logits <= 1) decode_step(gpu);
+    else {
+        forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
+        if (n_logits > 0) lm_head(gpu, first, n_logits);
+    }
+    if (n_logits > 0)
+        CUDA_CHECK(cudaMemcpyAsync(s->logits_host, s->logits, (size_t)n_logits * V * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (n_logits > 0) memcpy(logits, s->logits_host, (size_t)n_logits * V * sizeof(float));
 }
 
 // Before a verify batch: the committed GDN state of every recurrent layer, saved on the device.
@@ -1601,7 +1675,7 @@ extern "C" void gpu_rollback(Gpu *gpu, int rows) {
         copy_floats(gpu->st.S[il], gpu->st.save_S[il], S);
         gdn_advance(gpu, il, rows, gpu->st.log_u[il], gpu->st.log_g[il], gpu->st.log_beta[il]);
     }
-    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 
@@ -1836,6 +1910,8 @@ static void check_row_op(Tally *tl, const GpuCheck *cpu, RowOp op, int n) {
     }
 }
 
+static int *dev_int(int v) { return (int *)dev_copy(&v, sizeof v); }   // a position in device memory
+
 // rope on T rows of n_head heads at positions pos..pos+T-1
 static void check_rope(Tally *tl, const GpuCheck *cpu, int pos) {
     int hd = cpu->head_dim, nh = cpu->n_head;
@@ -1847,8 +1923,10 @@ static void check_rope(Tally *tl, const GpuCheck *cpu, int pos) {
         for (int t = 0; t < T; t++)
             for (int h = 0; h < nh; h++) cpu->rope(want + ((size_t)t * nh + h) * hd, cpu->n_rot, pos + t, cpu->rope_base);
         float *dx = (float *)dev_copy(x, bytes);
-        rope_gpu(dx, cpu->n_rot, pos, cpu->rope_base, nh, hd, T);
+        int *dpos = dev_int(pos);
+        rope_gpu(dx, cpu->n_rot, dpos, cpu->rope_base, nh, hd, T);
         host_copy(got, dx, bytes);
+        CUDA_CHECK(cudaFree(dpos));
         char name[96];
         snprintf(name, sizeof name, "rope n_rot=%d heads=%dx%d pos=%d T=%d", cpu->n_rot, nh, hd, pos, T);
         report(tl, name, rel_err(got, want, (int64_t)n), 1e-6, "rel");
@@ -2079,7 +2157,9 @@ static void check_attn_rope(Tally *tl, const GpuCheck *cpu, int pos) {
         float *qg = random_floats(nq, 1), *kr = random_floats(nk, 1);
         float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *dk = (float *)dev_copy(kr, (size_t)nk * 4);
         cpu->attn_rope(qg, kr, T, pos, nh, nkv, hd, cpu->n_rot, cpu->rope_base);
-        attn_rope_gpu(dq, dk, T, pos, nh, nkv, hd, cpu->n_rot, cpu->rope_base);
+        int *dpos = dev_int(pos);
+        attn_rope_gpu(dq, dk, T, dpos, nh, nkv, hd, cpu->n_rot, cpu->rope_base);
+        CUDA_CHECK(cudaFree(dpos));
         float *gq = (float *)xmalloc((size_t)nq * 4), *gk = (float *)xmalloc((size_t)nk * 4);
         host_copy(gq, dq, (size_t)nq * 4);
         host_copy(gk, dk, (size_t)nk * 4);
@@ -2108,9 +2188,11 @@ static void check_store_as(Tally *tl, const GpuCheck *cpu) {
             fill_activations(x, all, true);
             cpu->store_as(type, want, x, (int)all);
             float *dx = (float *)dev_copy(x, (size_t)all * 4);
-            void *dy = dev_alloc(bytes);
-            store_as_gpu(type, dy, dx, all);
-            host_copy(got, dy, bytes);
+            uint8_t *dy = (uint8_t *)dev_alloc(bytes + 3 * n * cache_type_bytes(type));   // rows from 3 on
+            int *dpos = dev_int(3);
+            store_as_gpu(type, dy, dpos, n, dx, all);
+            host_copy(got, dy + 3 * n * cache_type_bytes(type), bytes);
+            CUDA_CHECK(cudaFree(dpos));
             char name[96];
             snprintf(name, sizeof name, "store_as %s n=%d T=%d", type_name(type), n, T);
             report(tl, name, bytes_differ(got, want, bytes), 0, "bytes");
@@ -2121,7 +2203,7 @@ static void check_store_as(Tally *tl, const GpuCheck *cpu) {
 }
 
 // Attention of T rows over a cache of n_keys = pos + T rows of one type: causal (row t sees pos + t + 1
-// keys) or full (causal_from < 0: every row sees all). q and K hold k/4, |k| <= 7, so that every score is
+// keys) or full (every row sees all). q and K hold k/4, |k| <= 7, so that every score is
 // exact in any order and the softmax's p are the same bits on both sides: a 1-ulp difference in p could
 // flip its f16/bf16 rounding (a 2^-11 or 2^-8 step, the CPU's own rounding, not an error of the kernel).
 // What is left is the V sum's order (one chain against the CPU's 64 lanes) and the device's expf in the gate.
@@ -2149,8 +2231,10 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
     float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *datt = (float *)dev_alloc((size_t)T * nh * stride * 4);
     void *dK = dev_copy(K, (size_t)nkv_all * cb), *dV = dev_copy(V, (size_t)nkv_all * cb);
     float *dout = (float *)dev_alloc((size_t)no * 8);
-    attention_gpu(dq, dK, dV, type, type, T, n_keys, causal ? pos : -1, nh, nkv, hd, cpu->kq_scale, datt, stride, dout, dout + no);
+    int *dpos = dev_int(pos);
+    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, stride, dout, dout + no);
     host_copy(got, dout, (size_t)no * 8);
+    CUDA_CHECK(cudaFree(dpos));
     char name[128];
     snprintf(name, sizeof name, "attention %s %s h%d/%dx%d keys=%d T=%d", type_name(type), causal ? "causal" : "full", nh, nkv, hd, n_keys, T);
     report(tl, name, fmax(rel_err(got, want, no), rel_err(got + no, want + no, no)), 1e-5, "rel");

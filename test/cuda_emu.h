@@ -26,8 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <functional>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 // ---- types and constants of the runtime API --------------------------------------------------
 struct dim3 {
@@ -46,6 +48,13 @@ struct cudaLaunchConfig_t {
     unsigned numAttrs;
 };
 typedef void *cudaStream_t;
+// A graph is the list of what was captured, replayed in order (the emulation is synchronous).
+struct EmuGraph { std::vector<std::function<void()>> ops; };
+typedef EmuGraph *cudaGraph_t;
+typedef EmuGraph *cudaGraphExec_t;
+typedef void *cudaGraphNode_t;
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
+static EmuGraph *emu_capture;   // the graph being captured (cudaStreamBeginCapture .. EndCapture), or NULL
 
 #define __global__
 #define __device__
@@ -324,7 +333,12 @@ static cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
     return cudaSuccess;
 }
 
+static void emu_not_capturing(const char *call) {
+    if (emu_capture) emu_fail("%s during stream capture (a CUDA graph may hold only work on the capturing stream)", call);
+}
+
 static cudaError_t cudaMalloc(void **p, size_t n) {
+    emu_not_capturing("cudaMalloc");
     size_t free_b, total_b;
     cudaMemGetInfo(&free_b, &total_b);
     if (emu_n_allocs == EMU_MAX_ALLOCS || n > free_b) return cudaErrorMemoryAllocation;
@@ -351,6 +365,7 @@ static cudaError_t cudaFree(void *p) {
 }
 
 static cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    emu_not_capturing("cudaMemcpy");
     bool dd = emu_find(dst, n) != NULL, sd = emu_find(src, n) != NULL;
     bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
@@ -362,8 +377,70 @@ static cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKi
 }
 
 static cudaError_t cudaMemset(void *p, int v, size_t n) {
+    emu_not_capturing("cudaMemset");
     if (!emu_find(p, n)) emu_fail("cudaMemset of %zu bytes of host memory", n);
     memset(p, v, n);
+    return cudaSuccess;
+}
+
+// Page-locked host memory: ordinary host memory here (cudaMemcpy's direction checks see it as host).
+static cudaError_t cudaMallocHost(void **p, size_t n) {
+    emu_not_capturing("cudaMallocHost");
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+template <typename T> static cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
+
+// The stream-ordered calls: done at once, or recorded while a graph is being captured.
+static cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+    if (!emu_capture) {
+        cudaMemcpy(dst, src, n, kind);
+        return cudaSuccess;
+    }
+    emu_capture->ops.push_back([=] { cudaMemcpy(dst, src, n, kind); });
+    return cudaSuccess;
+}
+static cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
+    if (!emu_capture) return cudaMemset(p, v, n);
+    emu_capture->ops.push_back([=] { cudaMemset(p, v, n); });
+    return cudaSuccess;
+}
+static cudaError_t cudaStreamCreate(cudaStream_t *s) {
+    static int the_stream;
+    *s = &the_stream;
+    return cudaSuccess;
+}
+static cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    emu_not_capturing("cudaStreamSynchronize");
+    return cudaSuccess;
+}
+static cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+    if (emu_capture) emu_fail("cudaStreamBeginCapture while capturing");
+    emu_capture = new EmuGraph;
+    return cudaSuccess;
+}
+static cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g) {
+    if (!emu_capture) emu_fail("cudaStreamEndCapture without cudaStreamBeginCapture");
+    *g = emu_capture;
+    emu_capture = NULL;
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n) {
+    if (nodes) emu_fail("cudaGraphGetNodes: only the count is emulated");
+    *n = g->ops.size();
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long) {
+    *e = new EmuGraph(*g);
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    delete g;
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
+    emu_not_capturing("cudaGraphLaunch");
+    for (auto &op : e->ops) op();
     return cudaSuccess;
 }
 
@@ -376,7 +453,10 @@ static cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     p->totalGlobalMem = emu_total_memory(), p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
     return cudaSuccess;
 }
-static cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize(void) {
+    emu_not_capturing("cudaDeviceSynchronize");
+    return cudaSuccess;
+}
 static const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "no error";
@@ -398,15 +478,10 @@ template <typename... P> static void emu_call(void *p) {
 
 // cudaLaunchKernelEx(&config, kernel, args...): the arguments converted to the kernel's parameter
 // types, as the real template does; then every block, one after another.
-template <typename... P, typename... A>
-static cudaError_t emu_launch(const cudaLaunchConfig_t *c, void (*kernel)(P...), const char *name, A &&...args) {
-    emu_init();
-    unsigned nt = c->blockDim.x * c->blockDim.y * c->blockDim.z;
-    if (nt == 0 || nt > EMU_MAX_THREADS || c->gridDim.x == 0 || c->gridDim.y == 0 || c->gridDim.z == 0 || c->gridDim.y > 65535 || c->gridDim.z > 65535)
-        return cudaErrorInvalidConfiguration;
-    EmuCall<P...> call{kernel, std::tuple<P...>(std::forward<A>(args)...)};
-    emu.body = emu_call<P...>, emu.body_arg = &call, emu.kernel = name, emu.n = (int)nt;
-    gridDim = c->gridDim, blockDim = c->blockDim;
+// Every block of one launch, one after another; then the guard zones.
+template <typename... P> static void emu_run(const cudaLaunchConfig_t &c, EmuCall<P...> &call, const char *name) {
+    emu.body = emu_call<P...>, emu.body_arg = &call, emu.kernel = name, emu.n = (int)(c.blockDim.x * c.blockDim.y * c.blockDim.z);
+    gridDim = c.gridDim, blockDim = c.blockDim;
     for (unsigned z = 0; z < gridDim.z; z++)
         for (unsigned y = 0; y < gridDim.y; y++)
             for (unsigned x = 0; x < gridDim.x; x++) {
@@ -414,6 +489,19 @@ static cudaError_t emu_launch(const cudaLaunchConfig_t *c, void (*kernel)(P...),
                 emu_run_block();
             }
     emu_check_guards(name);
+}
+
+// cudaLaunchKernelEx(&config, kernel, args...): the arguments converted to the kernel's parameter
+// types, as the real template does; then run (or, while a graph is being captured, recorded).
+template <typename... P, typename... A>
+static cudaError_t emu_launch(const cudaLaunchConfig_t *c, void (*kernel)(P...), const char *name, A &&...args) {
+    emu_init();
+    unsigned nt = c->blockDim.x * c->blockDim.y * c->blockDim.z;
+    if (nt == 0 || nt > EMU_MAX_THREADS || c->gridDim.x == 0 || c->gridDim.y == 0 || c->gridDim.z == 0 || c->gridDim.y > 65535 || c->gridDim.z > 65535)
+        return cudaErrorInvalidConfiguration;
+    EmuCall<P...> call{kernel, std::tuple<P...>(std::forward<A>(args)...)};
+    if (emu_capture) emu_capture->ops.push_back([cfg = *c, call, name]() mutable { emu_run(cfg, call, name); });
+    else emu_run(*c, call, name);
     return cudaSuccess;
 }
 #define cudaLaunchKernelEx(config, kernel, ...) emu_launch(config, kernel, #kernel, __VA_ARGS__)

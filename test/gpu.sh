@@ -303,6 +303,7 @@ bench() {
     [ -n "${t:-}" ] || { WHY="decode: no 'decoded' line"; return 1; }
     V[$L:step_ms]+=" $(calc 3 "1000 * $t / $n")"
     V[$L:plan]=$(errstat 's/^clover: GPU memory: //p')
+    V[$L:graph]=$(errstat 's/^clover: GPU decode step: one CUDA graph of \([0-9]*\) .*/\1/p')
     bench_run prefill "$m" --tokens "$P_LONG" -n 0 -b "$N_PRE" -ub "$N_PRE" || return 1
     v=$(errstat 's/^encoded .*speed: *\([0-9.]*\) t\/s/\1/p')
     [ -n "$v" ] || { WHY="prefill: no 'encoded' line"; return 1; }
@@ -360,7 +361,7 @@ if gpu_ok "bench" && in_time "bench"; then
             [ -n "${B[$L:gdn]:-}" ] || { row FAIL "bytes/step $L layers" "cannot read the model's tensors (test/gguf_edit.py)"; ok=; }
             step=$(med "$L" step_ms)
             row INFO "$SHAPE q4_k_m $L layers: GPU memory" "${V[$L:plan]:-(no plan line)}"
-            row INFO "  decode ($N_DEC tokens)" "$(calc 1 "1000 / $step") t/s, $step ms/step (runs:${V[$L:step_ms]})"
+            row INFO "  decode ($N_DEC tokens)" "$(calc 1 "1000 / $step") t/s, $step ms/step (runs:${V[$L:step_ms]}); one CUDA graph of ${V[$L:graph]:-?} kernels and copies per step"
             row INFO "  prefill ($N_PRE ids, -ub $N_PRE)" "$(med "$L" prefill) t/s (runs:${V[$L:prefill]})"
             row INFO "  verify, 15 drafts" "$(med "$L" verify_ms) ms/round = $(calc 2 "$(med "$L" verify_ms) / $step") decode steps ($(med "$L" rows) rows; GDN save and rollback included)"
             row INFO "  preview, 15 masks" "$(med "$L" preview_ms) ms/round = $(calc 2 "$(med "$L" preview_ms) / $step") decode steps"

@@ -1687,7 +1687,10 @@ test_gpu_forward() {
             name="gpu_forward/$ORDER/text ${mm##*/} $flags: GPU == CPU"
             # shellcheck disable=SC2086
             if clover -m "$mm" --temp 0 $flags > "$TMP/gt.want" && emu -m "$mm" --temp 0 $flags > "$TMP/gt.txt" && cmp -s "$TMP/gt.txt" "$TMP/gt.want"; then
-                pass "$name"
+                # plain decoding runs each step as one captured CUDA graph (replayed at every position)
+                if [[ "$flags" == *none* ]] && ! grep -q '^clover: GPU decode step: one CUDA graph of [0-9]* ' "$TMP/err"; then
+                    fail "$name" "no CUDA graph for the decode step: $(first_line "$TMP/err")"
+                else pass "$name$(sed -n 's/^clover: GPU decode step: one CUDA graph of \([0-9]*\) .*/ (decode step: a graph of \1 kernels and copies)/p' "$TMP/err")"; fi
             else fail "$name" "$(why)$(text_diff "$TMP/gt.txt" "$TMP/gt.want")"; fi
         done
     done
