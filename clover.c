@@ -2459,14 +2459,15 @@ static void forward_layers(Ctx *ctx, Pass pass, const int *tokens, int T, GdnLog
 }
 
 /* The same pass on the GPU (section 14): the host looks up the embeddings, the device does the rest
- * (log: record the GDN inputs); logits of rows first..first+n_logits-1. */
-static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits);
+ * (log: record the GDN inputs); logits of rows first..first+n_logits-1, or, token non-NULL (a greedy
+ * decode step), only the argmax of the one row. */
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token);
 
 /* The causal pass: appends T tokens to the state, every row computed exactly as if the tokens were
  * fed one at a time (in decoding order; on the CPU, prompt prefill may use the batch order,
  * tile_order); logits of the last n_logits rows, [n_logits][n_vocab] (0: none). */
 static void forward_causal(Ctx *ctx, const int *tokens, int T, float *logits, int n_logits) {
-    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, false, logits, T - n_logits, n_logits);
+    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, false, logits, T - n_logits, n_logits, NULL);
     else {
         forward_layers(ctx, CAUSAL, tokens, T, NULL);
         if (n_logits > 0) lm_head(ctx, T - n_logits, n_logits, logits);
@@ -2477,7 +2478,7 @@ static void forward_causal(Ctx *ctx, const int *tokens, int T, float *logits, in
 /* draft-self's verification: the causal pass with every row's logits, the GDN inputs logged so
  * that a partly accepted batch can be rolled back and replayed (rollback). */
 static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, GdnLog *log) {
-    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, log != NULL, logits, 0, T);
+    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, log != NULL, logits, 0, T, NULL);
     else {
         forward_layers(ctx, CAUSAL, tokens, T, log);
         lm_head(ctx, 0, T, logits);
@@ -2488,7 +2489,7 @@ static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, Gd
 /* The preview pass (clover.md 3) over a block of T rows after the committed prefix: reads the
  * state, never writes it; logits of every row. */
 static void forward_preview(Ctx *ctx, const int *block, int T, float *logits) {
-    if (ctx->gpu) gpu_pass(ctx, PREVIEW, block, T, false, logits, 0, T);
+    if (ctx->gpu) gpu_pass(ctx, PREVIEW, block, T, false, logits, 0, T, NULL);
     else {
         forward_layers(ctx, PREVIEW, block, T, NULL);
         lm_head(ctx, 0, T, logits);
@@ -5367,7 +5368,8 @@ typedef struct {
 bool gpu_init(char *info, size_t n);
 int gpu_check_ops(const GpuCheck *c);
 Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type);
-void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits);
+void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits,
+                 int *token);
 void gpu_gdn_save(Gpu *gpu);
 void gpu_rollback(Gpu *gpu, int rows);
 #endif
@@ -5446,10 +5448,10 @@ static GpuModel gpu_model(const Model *m, GpuLayer *layers) {
     return (GpuModel){sizeof(GpuModel), g, gpu_mat(&m->output), m->output_norm, layers};
 }
 
-static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits) {
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
     int E = ctx->m->c.n_embd;
     for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], ctx->sc.x + (size_t)t * E);
-    gpu_forward(ctx->gpu, pass == PREVIEW, ctx->sc.x, T, ctx->st.n_past, log, logits, first, n_logits);
+    gpu_forward(ctx->gpu, pass == PREVIEW, ctx->sc.x, T, ctx->st.n_past, log, logits, first, n_logits, token);
 }
 
 /* -ngl N: the whole model on the GPU when N is at least the layer count (or -1), the CPU for 0; a
@@ -5482,8 +5484,8 @@ static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
     if (a->n_gpu_layers != 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
     return false;
 }
-static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits) {
-    (void)ctx, (void)pass, (void)tokens, (void)T, (void)log, (void)logits, (void)first, (void)n_logits;
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
+    (void)ctx, (void)pass, (void)tokens, (void)T, (void)log, (void)logits, (void)first, (void)n_logits, (void)token;
 }
 static void gpu_gdn_save(Gpu *gpu) { (void)gpu; }
 static void gpu_rollback(Gpu *gpu, int rows) { (void)gpu, (void)rows; }
@@ -5543,6 +5545,19 @@ static void run_init(Run *r, Ctx *ctx, const Args *a, const Tokenizer *tok, cons
     for (int i = 0; i < n_prompt; i++) print_token(&r->pr, prompt[i]);
 }
 
+/* A greedy decode step: the causal pass over one token and the argmax of its logits (the sampler's
+ * greedy choice); on the GPU the argmax is taken there and only the id comes back. */
+static int forward_greedy(Ctx *ctx, int token, float *logits) {
+    if (!ctx->gpu) {
+        forward_causal(ctx, &token, 1, logits, 1);
+        return argmax(logits, ctx->m->c.n_vocab);
+    }
+    int id;
+    gpu_pass(ctx, CAUSAL, &token, 1, false, NULL, 0, 1, &id);
+    ctx->st.n_past++;
+    return id;
+}
+
 /* Plain causal decoding (--spec-type none): one token per step, the loop of
  * llama-speculative-simple with no drafts. */
 static void generate_causal(Run *r, const int *prompt, int n_prompt) {
@@ -5557,8 +5572,12 @@ static void generate_causal(Run *r, const int *prompt, int n_prompt) {
     int id_last = prompt[n_prompt - 1];
     t0 = now_seconds();
     while ((r->a->n_predict < 0 || stats->n_predict <= r->a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
-        forward_causal(ctx, &id_last, 1, logits, 1);
-        int id = sample(&r->smp, logits, V);
+        int id;
+        if (sampler_greedy(&r->smp)) id = forward_greedy(ctx, id_last, logits);
+        else {
+            forward_causal(ctx, &id_last, 1, logits, 1);
+            id = sample(&r->smp, logits, V);
+        }
         stats->n_predict++;
         stats->n_rounds++;
         if (is_eog(&r->eog, id)) break;

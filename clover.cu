@@ -1223,8 +1223,9 @@ struct Scratch {
     uint8_t *coreset;
     float *logits;
     int *pos;                      // n_past of the pass, read by rope, store_as and attention
+    int *token;                    // a decode step's greedy token: the argmax of its logits
     float *x_host, *logits_host;   // pinned host staging of the embeddings in and the logits out
-    int *pos_host;
+    int *pos_host, *token_host;
 };
 
 struct Gpu {
@@ -1384,10 +1385,11 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap, int n_ctx) {
     s->S = dev_floats(S), s->S_rev = dev_floats(S);
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
     s->logits = dev_floats(T * c->n_vocab);
-    s->pos = (int *)dev_alloc(sizeof(int));
+    s->pos = (int *)dev_alloc(sizeof(int)), s->token = (int *)dev_alloc(sizeof(int));
     CUDA_CHECK(cudaMallocHost(&s->x_host, T * E * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&s->logits_host, T * c->n_vocab * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&s->pos_host, sizeof(int)));
+    CUDA_CHECK(cudaMallocHost(&s->token_host, sizeof(int)));
 }
 
 // Plan the device memory for n_ctx positions and batches of cap rows, print the plan, refuse
@@ -1611,15 +1613,17 @@ static void lm_head(Gpu *gpu, int first, int n) {
     matmul(gpu, &gpu->output, s->xn, n, s->logits);
 }
 
-// A decode step (one causal row, no log): every layer and the LM head as one CUDA graph, captured at
-// the first step and replayed at every one after. Its kernels read the position from s->pos, so the
-// same graph serves every step, and a step costs one launch instead of one per kernel.
+// A decode step (one causal row, no log): every layer, the LM head and the argmax (the greedy token)
+// as one CUDA graph, captured at the first step and replayed at every one after. Its kernels read the
+// position from s->pos, so the same graph serves every step, and a step costs one launch instead of
+// one per kernel.
 static void decode_step(Gpu *gpu) {
     if (!gpu->captured) {
         cudaGraph_t g;
         CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         forward_layers(gpu, CAUSAL, 1, false);
         lm_head(gpu, 0, 1);
+        argmax_gpu(gpu->sc.logits, gpu->c.n_vocab, 1, gpu->sc.token);
         CUDA_CHECK(cudaStreamEndCapture(stream, &g));
         size_t nodes = 0;
         CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
@@ -1633,9 +1637,11 @@ static void decode_step(Gpu *gpu) {
 
 // What clover.c calls (section 14). A causal or preview pass over T rows of embeddings x (host,
 // [T][n_embd]) at n_past, logging the GDN inputs if asked (a verify batch), with the logits of rows
-// first..first+n_logits-1 copied to `logits`. In stream order: the inputs up (through pinned
-// memory), the pass, the logits down; the host waits once, for the logits.
-extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits) {
+// first..first+n_logits-1 copied to `logits`; or, token non-NULL (a greedy decode step: T = 1, one
+// row of logits), only the argmax of that row. In stream order: the inputs up (through pinned
+// memory), the pass, the logits or the token down; the host waits once, for those.
+extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits,
+                            int *token) {
     Scratch *s = &gpu->sc;
     size_t E = (size_t)gpu->c.n_embd, V = (size_t)gpu->c.n_vocab;
     memcpy(s->x_host, x, (size_t)T * E * sizeof(float));
@@ -1647,10 +1653,12 @@ extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n
         forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
         if (n_logits > 0) lm_head(gpu, first, n_logits);
     }
-    if (n_logits > 0)
+    if (token) CUDA_CHECK(cudaMemcpyAsync(s->token_host, s->token, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    else if (n_logits > 0)
         CUDA_CHECK(cudaMemcpyAsync(s->logits_host, s->logits, (size_t)n_logits * V * sizeof(float), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (n_logits > 0) memcpy(logits, s->logits_host, (size_t)n_logits * V * sizeof(float));
+    if (token) *token = *s->token_host;
+    else if (n_logits > 0) memcpy(logits, s->logits_host, (size_t)n_logits * V * sizeof(float));
 }
 
 // Before a verify batch: the committed GDN state of every recurrent layer, saved on the device.
