@@ -5316,12 +5316,16 @@ typedef struct {
     GpuMat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
     const float *shexp_gate;
 } GpuLayer;
+/* dump: the --dump-tensors writer (gpu_dump; NULL: no dumps), given host copies of the values */
+typedef void (*GpuDumpFn)(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0);
 typedef struct {
     size_t size;
     GpuConfig c;
     GpuMat output;
     const float *output_norm;
     const GpuLayer *layers;
+    GpuDumpFn dump;
+    void *dump_arg;
 } GpuModel;
 typedef struct {
     size_t size;
@@ -5445,12 +5449,19 @@ static GpuModel gpu_model(const Model *m, GpuLayer *layers) {
     GpuConfig g = {c->n_embd, c->n_layer, c->n_vocab, c->n_head, c->n_head_kv, c->head_dim, c->n_rot, c->eps, c->rope_base,
                    c->kq_scale, c->n_expert, c->n_expert_used, c->n_ff, c->n_ff_shexp, c->expert_weights_scale, c->d_conv,
                    c->n_k_heads, c->n_v_heads, c->d_state, c->key_dim, c->value_dim, c->conv_dim, c->coreset_top_p};
-    return (GpuModel){sizeof(GpuModel), g, gpu_mat(&m->output), m->output_norm, layers};
+    return (GpuModel){sizeof(GpuModel), g, gpu_mat(&m->output), m->output_norm, layers, NULL, NULL};
+}
+
+/* --dump-tensors on the GPU: clover.cu hands over its dump points' values, written as the CPU's */
+static void gpu_dump(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0) {
+    dump_nd(arg, name, il, x, false, rows, ne2, ne1, ne0);
 }
 
 static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
     int E = ctx->m->c.n_embd;
     for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], ctx->sc.x + (size_t)t * E);
+    ctx->dump_preview = pass == PREVIEW;
+    dump(ctx, "model.input_embed", -1, ctx->sc.x, T, E);
     gpu_forward(ctx->gpu, pass == PREVIEW, ctx->sc.x, T, ctx->st.n_past, log, logits, first, n_logits, token);
 }
 
@@ -5466,13 +5477,13 @@ static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
               a->n_gpu_layers, c->n_layer, c->n_layer);
     char info[256];
     if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a->n_gpu_layers, info);
-    if (a->dump_tensors) fatal("--dump-tensors reads the CPU's forward pass; it does not work with -ngl yet (use -ngl 0)");
     if (a->test_check_state) fatal("--test-check-state compares the CPU's state; it does not work with -ngl (use -ngl 0)");
     fprintf(stderr, "clover: GPU %s: all %d layers on the GPU\n", info, c->n_layer);
     ctx->st = (State){.n_ctx = n_ctx, .k_type = a->k_type, .v_type = a->v_type};
     ctx->sc = (Scratch){.cap = cap, .x = xmalloc(mul_size(mul_size((size_t)cap, (size_t)c->n_embd, "scratch"), sizeof(float), "scratch"))};
     GpuLayer *layers = xcalloc((size_t)c->n_layer, sizeof(GpuLayer));
     GpuModel gm = gpu_model(m, layers);
+    if (ctx->dump_dir) gm.dump = gpu_dump, gm.dump_arg = ctx;
     ctx->gpu = gpu_load(&gm, n_ctx, cap, a->k_type, a->v_type);
     free(layers);
     return true;

@@ -1172,12 +1172,17 @@ struct GpuLayer {
     GpuMat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
     const float *shexp_gate;
 };
+// dump: clover.c's --dump-tensors writer (NULL: no dumps), called with host copies of `rows` blocks of
+// ne2 x ne1 x ne0 floats named as clover.c names them.
+typedef void (*GpuDumpFn)(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0);
 struct GpuModel {
     size_t size;
     GpuConfig c;
     GpuMat output;
     const float *output_norm;
     const GpuLayer *layers;
+    GpuDumpFn dump;
+    void *dump_arg;
 };
 
 // The device copies: the same structs with device pointers (Mat, Layer, State and Scratch of
@@ -1237,6 +1242,10 @@ struct Gpu {
     Scratch sc;
     cudaGraphExec_t step;          // the decode step as a CUDA graph (section 12), once captured
     bool captured;
+    GpuDumpFn dump;                // --dump-tensors (section 12)
+    void *dump_arg;
+    float *dump_host;              // host copies for it, dump_n floats
+    size_t dump_n;
 };
 
 // Bytes of a matrix as stored (n_stack matrices of n_out rows).
@@ -1418,6 +1427,7 @@ extern "C" Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type,
     Gpu *gpu = (Gpu *)xmalloc(sizeof(Gpu));
     memset(gpu, 0, sizeof *gpu);
     gpu->c = *c;
+    gpu->dump = m->dump, gpu->dump_arg = m->dump_arg;
     gpu->output = upload_mat(&m->output, 1);
     gpu->output_norm = upload_vec(m->output_norm, c->n_embd);
     gpu->layers = (Layer *)xmalloc((size_t)c->n_layer * sizeof(Layer));
@@ -1436,6 +1446,31 @@ extern "C" Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type,
 // kernel computes each row (or head, or expert row) in one fixed order, so a verify batch's rows
 // equal single-token decoding's bit for bit, and exact draft-self prints what plain decoding prints.
 enum Pass { CAUSAL, PREVIEW };
+
+// --dump-tensors: the dump points of clover.c's pass (the names, shapes and places of its dump,
+// dump3, dump_slice, dump_state) that the device computes, copied to the host and handed to
+// clover.c's writer, so that test/dumpcmp.py compares the two builds op by op. The values clover.c
+// recomputes only for its dumps (conv_input, a_softplus, the routing steps, the expert slots) are
+// not among them. A no-op without --dump-tensors; with it, the host waits at each point.
+static void dump_nd(Gpu *gpu, const char *name, int il, const float *x, size_t stride, int rows, int ne2, int ne1, int ne0) {
+    if (!gpu->dump) return;
+    size_t row = (size_t)ne2 * ne1 * ne0, n = (size_t)rows * row;
+    if (gpu->dump_n < n) {
+        free(gpu->dump_host);
+        gpu->dump_host = (float *)xmalloc(n * sizeof(float));
+        gpu->dump_n = n;
+    }
+    for (int r = 0; r < rows; r++) host_copy(gpu->dump_host + r * row, x + r * stride, row * sizeof(float));
+    gpu->dump(gpu->dump_arg, name, il, gpu->dump_host, rows, ne2, ne1, ne0);
+}
+static void dump(Gpu *gpu, const char *name, int il, const float *x, int T, int n) { dump_nd(gpu, name, il, x, (size_t)n, T, 1, 1, n); }
+static void dump3(Gpu *gpu, const char *name, int il, const float *x, int T, int n1, int n0) {
+    dump_nd(gpu, name, il, x, (size_t)n1 * n0, T, 1, n1, n0);
+}
+// n1 x n0 values of each of T rows stride floats apart
+static void dump_slice(Gpu *gpu, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0) {
+    dump_nd(gpu, name, il, x, stride, T, 1, n1, n0);
+}
 
 // y[t] = W x[t] for T rows: the activations rounded to W's dot type, then the matmul (clover.c's matmul)
 static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) {
@@ -1500,11 +1535,18 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
     int H = c->n_v_heads;
+    int C = c->conv_dim, d = c->d_state;
     matmul(gpu, &L->qkv, s->xn, T, s->qkv);           // u = W_qkv a
     matmul(gpu, &L->gate, s->xn, T, s->z);            // z = W_gate a
     matmul(gpu, &L->beta, s->xn, T, s->beta_logit);   // W_beta a
     matmul(gpu, &L->alpha, s->xn, T, s->alpha);       // W_alpha a
+    dump3(gpu, "beta", il, s->beta_logit, T, H, 1);
+    dump(gpu, "alpha", il, s->alpha, T, H);
     gdn_gates_gpu(L->a, L->dt, s->alpha, s->beta_logit, T, H, s->g, s->beta);
+    dump(gpu, "linear_attn_qkv_mixed", il, s->qkv, T, C);
+    dump(gpu, "z", il, s->z, T, c->value_dim);
+    dump3(gpu, "beta_sigmoid", il, s->beta, T, H, 1);
+    dump(gpu, "gate", il, s->g, T, H);
     if (log) {
         copy_floats(gpu->st.log_u[il], s->qkv, (size_t)T * c->conv_dim);
         copy_floats(gpu->st.log_g[il], s->g, (size_t)T * H);
@@ -1512,8 +1554,15 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
     }
     if (pass == CAUSAL) gdn_advance(gpu, il, T, s->qkv, s->g, s->beta);
     else gdn_preview(gpu, L, il, T);
-    gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, c->d_state, c->eps, s->o_normed);   // RMSNorm(o_h) * SiLU(z_h)
-    matmul(gpu, &L->ssm_out, s->o_normed, T, s->mix);                                    // out = W_out [...]_h
+    dump_slice(gpu, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
+    dump_slice(gpu, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
+    dump_slice(gpu, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
+    if (pass == CAUSAL) dump_nd(gpu, "new_state", il, gpu->st.S[il], 0, 1, H, d, d);
+    dump3(gpu, "attn_output", il, s->o, T, H, d);
+    gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, d, c->eps, s->o_normed);   // RMSNorm(o_h) * SiLU(z_h)
+    dump(gpu, "final_output", il, s->o_normed, T, c->value_dim);
+    matmul(gpu, &L->ssm_out, s->o_normed, T, s->mix);                            // out = W_out [...]_h
+    dump(gpu, "linear_attn_out", il, s->mix, T, c->n_embd);
 }
 
 // --- gated attention -----------------------------------------------------------------------------
@@ -1528,13 +1577,20 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
     matmul(gpu, &L->wq, s->xn, T, s->qg);   // [q_h | gate_h] = W_q a
     matmul(gpu, &L->wk, s->xn, T, s->kr);   // k = W_k a
     matmul(gpu, &L->wv, s->xn, T, s->vr);   // v = W_v a
+    dump(gpu, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
+    dump(gpu, "Vcur", il, s->vr, T, kvd);
     attn_qk_norm_gpu(s->qg, s->kr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps);
+    dump3(gpu, "Kcur_normed", il, s->kr, T, c->n_head_kv, hd);
     attn_rope_gpu(s->qg, s->kr, T, s->pos, c->n_head, c->n_head_kv, hd, c->n_rot, c->rope_base);
+    dump3(gpu, "Kcur", il, s->kr, T, c->n_head_kv, hd);
     store_as_gpu(st->k_type, st->k[il], s->pos, kvd, s->kr, (int64_t)T * kvd);   // K and V rows into the cache at pos..
     store_as_gpu(st->v_type, st->v[il], s->pos, kvd, s->vr, (int64_t)T * kvd);
     attention_gpu(s->qg, st->k[il], st->v[il], st->k_type, st->v_type, s->pos, T, pass == CAUSAL, c->n_head, c->n_head_kv, hd,
                   c->kq_scale, s->att, s->att_stride, s->ao, s->ao_gated);
+    dump(gpu, "attn_pregate", il, s->ao, T, c->n_head * hd);
+    dump(gpu, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
     matmul(gpu, &L->wo, s->ao_gated, T, s->mix);   // out = W_o o
+    dump(gpu, "attn_output", il, s->mix, T, c->n_embd);
 }
 
 // --- MoE -----------------------------------------------------------------------------------------
@@ -1576,14 +1632,19 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T) {
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used;
     matmul(gpu, &L->router, s->xn, T, s->router_logits);   // W_router m
+    dump(gpu, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
     bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
     route_gpu(s->router_logits, s->probs, nullptr, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, true, !use_coreset);
     if (use_coreset) {
         coreset_gpu(s->probs, T, c->n_expert, c->coreset_top_p, s->coreset);
         route_gpu(nullptr, s->probs, s->coreset, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, false, true);
     }
+    dump(gpu, "ffn_moe_probs", il, s->probs, T, c->n_expert);
+    dump(gpu, "ffn_moe_weights_norm", il, s->w, T, K);
     moe_experts(gpu, L, T);
+    dump(gpu, "ffn_moe_out", il, s->mix, T, c->n_embd);
     moe_shared(gpu, L, T);
+    dump(gpu, "ffn_out", il, s->mix, T, c->n_embd);
 }
 
 // --- the whole pass ------------------------------------------------------------------------------
@@ -1596,12 +1657,16 @@ static void forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
     for (int il = 0; il < c->n_layer; il++) {
         const Layer *L = &gpu->layers[il];
         rmsnorm_gpu(s->xn, s->x, L->attn_norm, E, c->eps, T);
+        dump(gpu, "attn_norm", il, s->xn, T, E);
         if (L->recurrent) gdn_layer(gpu, pass, il, T, log);
         else attn_layer(gpu, pass, il, T);
         add_gpu(s->x, s->mix, (int64_t)T * E);
+        dump(gpu, "attn_residual", il, s->x, T, E);
         rmsnorm_gpu(s->xn, s->x, L->post_norm, E, c->eps, T);
+        dump(gpu, "attn_post_norm", il, s->xn, T, E);
         moe_layer(gpu, pass, il, T);
         add_gpu(s->x, s->mix, (int64_t)T * E);
+        dump(gpu, "l_out", il, s->x, T, E);
     }
 }
 
@@ -1610,7 +1675,9 @@ static void lm_head(Gpu *gpu, int first, int n) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     rmsnorm_gpu(s->xn, s->x + (size_t)first * c->n_embd, gpu->output_norm, c->n_embd, c->eps, n);
+    dump(gpu, "result_norm", -1, s->xn, n, c->n_embd);
     matmul(gpu, &gpu->output, s->xn, n, s->logits);
+    dump(gpu, "result_output", -1, s->logits, n, c->n_vocab);
 }
 
 // A decode step (one causal row, no log): every layer, the LM head and the argmax (the greedy token)
@@ -1648,10 +1715,11 @@ extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n
     *s->pos_host = n_past;
     CUDA_CHECK(cudaMemcpyAsync(s->x, s->x_host, (size_t)T * E * sizeof(float), cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(s->pos, s->pos_host, sizeof(int), cudaMemcpyHostToDevice, stream));
-    if (T == 1 && !preview && !log && n_logits <= 1) decode_step(gpu);
+    if (T == 1 && !preview && !log && n_logits <= 1 && !gpu->dump) decode_step(gpu);   // (dumps copy at each point: no graph)
     else {
         forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
         if (n_logits > 0) lm_head(gpu, first, n_logits);
+        if (token) argmax_gpu(s->logits, (int)V, 1, s->token);
     }
     if (token) CUDA_CHECK(cudaMemcpyAsync(s->token_host, s->token, sizeof(int), cudaMemcpyDeviceToHost, stream));
     else if (n_logits > 0)

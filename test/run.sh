@@ -1597,7 +1597,7 @@ test_gpu() {
 # llama.cpp's CPU variants, since the GPU sums in another order), prompts in ubatches of 1, 7 and 512
 # rows bit-identical, the preview pass against the CPU's, exact draft-self == plain decoding on the
 # GPU for several n_max with and without reverse scan and coreset, forced rollbacks (random drafts),
-# diffusion, and the refusals (-ngl split, a GPU too small, --dump-tensors).
+# diffusion, --dump-tensors against the CPU's, and the refusals (-ngl split, a GPU too small).
 GPU_ORDERS=${GPU_ORDERS:-forward reverse random}
 emu() { CLOVER_EMU_ORDER=$ORDER $TO "$EMU" -ngl 99 "$@" 2> "$TMP/err" && return 0; echo "clover-emu exit $?: $(first_line "$TMP/err")" > "$TMP/why"; return 1; }
 
@@ -1693,9 +1693,31 @@ test_gpu_forward() {
             else fail "$name" "$(why)$(text_diff "$TMP/gt.txt" "$TMP/gt.want")"; fi
         done
     done
+    # --dump-tensors on the GPU against the CPU's, name by name (test/dumpcmp.py, F32: 1e-4 of each
+    # tensor's largest value): a prompt and 3 decode steps, and a preview pass with the extras; and the
+    # comparison must fail against another model's dumps
+    local d=$TMP/gdump
+    m=$(model f32)
+    for args in "f32|$m|--tokens $GPU_PROMPT -n 3" "preview|$(model f32 51 --arch clover_moe --mask --right-conv --reverse --coreset 0.5 --shift-logits --block-size 8)|--tokens 1,2,3 --preview-block 3,4,5,0,0,0,0,0 --dump-logits $TMP/gdump.bin"; do
+        local tag=${args%%|*} rest=${args#*|}
+        local mm=${rest%%|*} flags=${rest#*|}
+        name="gpu_forward/dumps $tag: GPU --dump-tensors == CPU's within 1e-4"
+        rm -rf "$d/$tag-cpu" "$d/$tag-gpu"
+        # shellcheck disable=SC2086
+        if clover -m "$mm" --temp 0 -ctk f32 -ctv f32 $flags --dump-tensors "$d/$tag-cpu" > /dev/null &&
+           emu -m "$mm" --temp 0 -ctk f32 -ctv f32 $flags --dump-tensors "$d/$tag-gpu" > /dev/null &&
+           out=$(python3 test/dumpcmp.py "$d/$tag-gpu" "$d/$tag-cpu" --tol 1e-4 --skip . 2>&1); then pass "$name: $(echo "$out" | tail -n 1)"
+        else fail "$name" "$(why)$(echo "$out" | tail -n 3 | tr '\n' ' ')"; fi
+    done
+    name="gpu_forward/dumps: the comparison fails against another model's CPU dumps"
+    if clover -m "$(model f32 2)" --tokens "$GPU_PROMPT" -n 3 --temp 0 -ctk f32 -ctv f32 --dump-tensors "$d/other" > /dev/null &&
+       ! python3 test/dumpcmp.py "$d/f32-gpu" "$d/other" --tol 1e-4 --skip . > "$TMP/gdneg.txt" 2>&1 && grep -q ' disagree' "$TMP/gdneg.txt"; then
+        pass "$name ($(grep -m 1 ' disagree' "$TMP/gdneg.txt" | cut -c1-100))"
+    else fail "$name" "$(why)dumpcmp.py passed"; fi
+
     # refusals: one line, exit 1 (-c 2^30: a KV cache of 512 GiB, more than any GPU has)
     m=$(model q8_0 1 --ctx 1073741824)
-    for args in "-ngl 2|splitting" "-ngl 99 --dump-tensors $TMP/dt|--dump-tensors" "-ngl 99 -c 1073741824|smaller -c or -ub"; do
+    for args in "-ngl 2|splitting" "-ngl 99 -c 1073741824|smaller -c or -ub"; do
         local flags=${args%%|*} want=${args#*|}
         name="gpu_forward/refused: $flags"
         # shellcheck disable=SC2086
