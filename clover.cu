@@ -3,9 +3,9 @@
 //
 // What runs here: with -ngl >= the layer count, the whole forward pass (sections 11-12: weights
 // uploaded once as stored, KV cache and GDN state on the device, causal batches, verify batches with
-// the GDN log, the preview pass, the rollback replay); clover.c keeps the tokenizer, the embedding
-// lookup, the sampler and the draft-self loop. Every kernel is checked against its CPU twin by
-// --check-ops.
+// the GDN log, the preview pass, the rollback replay, a decode step as one CUDA graph ending in the
+// greedy argmax, the --dump-tensors points); clover.c keeps the tokenizer, the embedding lookup, the
+// sampler and the draft-self loop. Every kernel is checked against its CPU twin by --check-ops.
 //
 // Layout, as clover.c's sections: 1. errors and launches; 2. half precision; 3. block layouts;
 // 4. reductions; 5. activation rounding (quantize_row); 6. matmul per weight type; 7. the other ops
