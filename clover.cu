@@ -1472,11 +1472,26 @@ static void dump_slice(Gpu *gpu, const char *name, int il, const float *x, size_
     dump_nd(gpu, name, il, x, stride, T, 1, n1, n0);
 }
 
-// y[t] = W x[t] for T rows: the activations rounded to W's dot type, then the matmul (clover.c's matmul)
-static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) {
-    quantize_row_gpu(w->type, x, gpu->sc.xq, w->n_in, T);
-    matmul_gpu(w->type, w->data, gpu->sc.xq, w->n_in, w->n_out, T, y);
+// The T rows of n activations x as a matmul with weights of type wtype reads them: rounded to its
+// dot type into xq, or x itself where that is F32 (nothing to round).
+static const void *rounded(uint32_t wtype, const float *x, int64_t n, int T, uint8_t *xq) {
+    if (dot_type(wtype) == T_F32) return x;
+    quantize_row_gpu(wtype, x, xq, n, T);
+    return xq;
 }
+
+// y_i = W_i x[t] for the n matrices that read one input x (T rows), in order: x rounded once for
+// each run of matrices of one dot type (a GDN layer's four projections, attention's q, k and v),
+// not once each. clover.c's matmul, for each of them.
+static void matmuls(Gpu *gpu, const float *x, int T, int n, const Mat *const w[], float *const y[]) {
+    const void *xq = nullptr;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || dot_type(w[i]->type) != dot_type(w[i - 1]->type)) xq = rounded(w[i]->type, x, w[i]->n_in, T, gpu->sc.xq);
+        matmul_gpu(w[i]->type, w[i]->data, xq, w[i]->n_in, w[i]->n_out, T, y[i]);
+    }
+}
+
+static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) { matmuls(gpu, x, T, 1, &w, &y); }
 
 // x += y over n floats (the residual adds)
 __global__ void add_kernel(float *x, const float *y, int64_t n) {
@@ -1521,8 +1536,9 @@ static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
     gdn_qk_norm_gpu(s->conv, T, c->conv_dim, d, 2 * c->n_k_heads, c->eps);
     delta_rule_gpu(s->S, s->conv, s->g, s->beta, s->o, T, false, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     if (!L->a_rev) return;
-    matmul(gpu, &L->beta_rev, s->xn, T, s->beta_rev_logit);
-    matmul(gpu, &L->alpha_rev, s->xn, T, s->alpha_rev);
+    const Mat *w[] = {&L->beta_rev, &L->alpha_rev};
+    float *y[] = {s->beta_rev_logit, s->alpha_rev};
+    matmuls(gpu, s->xn, T, 2, w, y);   // W_beta_rev a, W_alpha_rev a
     gdn_gates_gpu(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, H, s->g_rev, s->beta_rev);
     CUDA_CHECK(cudaMemsetAsync(s->S_rev, 0, S_floats * sizeof(float), stream));
     delta_rule_gpu(s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
@@ -1536,10 +1552,9 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
     Scratch *s = &gpu->sc;
     int H = c->n_v_heads;
     int C = c->conv_dim, d = c->d_state;
-    matmul(gpu, &L->qkv, s->xn, T, s->qkv);           // u = W_qkv a
-    matmul(gpu, &L->gate, s->xn, T, s->z);            // z = W_gate a
-    matmul(gpu, &L->beta, s->xn, T, s->beta_logit);   // W_beta a
-    matmul(gpu, &L->alpha, s->xn, T, s->alpha);       // W_alpha a
+    const Mat *w[] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
+    float *y[] = {s->qkv, s->z, s->beta_logit, s->alpha};
+    matmuls(gpu, s->xn, T, 4, w, y);   // u = W_qkv a, z = W_gate a, W_beta a, W_alpha a
     dump3(gpu, "beta", il, s->beta_logit, T, H, 1);
     dump(gpu, "alpha", il, s->alpha, T, H);
     gdn_gates_gpu(L->a, L->dt, s->alpha, s->beta_logit, T, H, s->g, s->beta);
@@ -1574,9 +1589,9 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
     Scratch *s = &gpu->sc;
     State *st = &gpu->st;
     int hd = c->head_dim, kvd = c->n_head_kv * hd;
-    matmul(gpu, &L->wq, s->xn, T, s->qg);   // [q_h | gate_h] = W_q a
-    matmul(gpu, &L->wk, s->xn, T, s->kr);   // k = W_k a
-    matmul(gpu, &L->wv, s->xn, T, s->vr);   // v = W_v a
+    const Mat *w[] = {&L->wq, &L->wk, &L->wv};
+    float *y[] = {s->qg, s->kr, s->vr};
+    matmuls(gpu, s->xn, T, 3, w, y);   // [q_h | gate_h] = W_q a, k = W_k a, v = W_v a
     dump(gpu, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
     dump(gpu, "Vcur", il, s->vr, T, kvd);
     attn_qk_norm_gpu(s->qg, s->kr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps);
@@ -1601,13 +1616,13 @@ static void moe_experts(Gpu *gpu, const Layer *L, int T) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
-    quantize_row_gpu(L->up_exps.type, s->xn, s->xq, E, T);
-    quantize_row_gpu(L->gate_exps.type, s->xn, s->xq2, E, T);
-    matmul_id_gpu(L->up_exps.type, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, s->xq, E, F, s->ue);
-    matmul_id_gpu(L->gate_exps.type, L->gate_exps.data, L->gate_exps.row_bytes * F, s->sel, T * K, K, s->xq2, E, F, s->ge);
+    const void *xu = rounded(L->up_exps.type, s->xn, E, T, s->xq);   // (gate's the same where the dot types agree)
+    const void *xg = dot_type(L->gate_exps.type) == dot_type(L->up_exps.type) ? xu : rounded(L->gate_exps.type, s->xn, E, T, s->xq2);
+    matmul_id_gpu(L->up_exps.type, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xu, E, F, s->ue);
+    matmul_id_gpu(L->gate_exps.type, L->gate_exps.data, L->gate_exps.row_bytes * F, s->sel, T * K, K, xg, E, F, s->ge);
     swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
-    quantize_row_gpu(L->down_exps.type, s->he, s->xq, F, T * K);
-    matmul_id_gpu(L->down_exps.type, L->down_exps.data, L->down_exps.row_bytes * E, s->sel, T * K, 1, s->xq, F, E, s->ye);
+    const void *xh = rounded(L->down_exps.type, s->he, F, T * K, s->xq);
+    matmul_id_gpu(L->down_exps.type, L->down_exps.data, L->down_exps.row_bytes * E, s->sel, T * K, 1, xh, F, E, s->ye);
     moe_sum_gpu(s->sel, s->w, s->ye, T, K, E, s->mix);
 }
 
@@ -1616,8 +1631,9 @@ static void moe_shared(Gpu *gpu, const Layer *L, int T) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int E = c->n_embd;
-    matmul(gpu, &L->up_shexp, s->xn, T, s->ue);
-    matmul(gpu, &L->gate_shexp, s->xn, T, s->ge);
+    const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
+    float *y[] = {s->ue, s->ge};
+    matmuls(gpu, s->xn, T, 2, w, y);
     swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * c->n_ff_shexp);
     matmul(gpu, &L->down_shexp, s->he, T, s->sh);
     matmul(gpu, &L->shexp_gate, s->xn, T, s->sh_logit);
