@@ -2059,6 +2059,24 @@ static float *random_floats(int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) x[i] = scale * rng_normal();
     return x;
 }
+
+// add (the residual adds; clover.c's loop x[i] += mix[i] in forward_layers): exact
+static void check_add(Tally *tl, int n) {
+    for (int T : BATCHES) {
+        int64_t all = (int64_t)T * n;
+        float *x = random_floats(all, 3), *y = random_floats(all, 3), *got = (float *)xmalloc((size_t)all * 4);
+        float *dx = (float *)dev_copy(x, (size_t)all * 4), *dy = (float *)dev_copy(y, (size_t)all * 4);
+        add_gpu(dx, dy, all);
+        host_copy(got, dx, (size_t)all * 4);
+        for (int64_t i = 0; i < all; i++) x[i] += y[i];
+        char name[96];
+        snprintf(name, sizeof name, "add n=%d T=%d", n, T);
+        report(tl, name, bytes_differ(got, x, (size_t)all * 4), 0, "bytes");
+        CUDA_CHECK(cudaFree(dx));
+        CUDA_CHECK(cudaFree(dy));
+        free(x), free(y), free(got);
+    }
+}
 static float *dev_copy_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
 
 // gdn_gates: beta and g (with alpha + dt past 20 now and then, softplus's other branch); device
@@ -2584,6 +2602,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_row_op(&tl, cpu, OP_SOFTMAX, 1000);
     check_row_op(&tl, cpu, OP_SILU, cpu->n_ff);
     check_argmax(&tl, cpu, cpu->n_vocab);
+    check_add(&tl, cpu->n_embd);
     // GDN checks (section 8)
     if (cpu->n_v_heads > 0) {
         check_gdn_gates(&tl, cpu);
