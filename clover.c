@@ -5361,7 +5361,7 @@ typedef struct {
     void (*moe_shared_gate)(float *mix, const float *sh, float sh_logit, int E);
     int n_head_kv, n_expert_used;
     float kq_scale, coreset_top_p, expert_weights_scale;
-    GpuMat up_exps, down_exps;
+    GpuMat up_exps, down_exps, gate_exps;
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
     int n_mats;
@@ -5416,6 +5416,7 @@ static void check_ops(const Model *m) {
                   .moe_shared_gate = moe_shared_gate, .n_head_kv = c->n_head_kv, .n_expert_used = c->n_expert_used,
                   .kq_scale = c->kq_scale, .coreset_top_p = c->coreset_top_p, .expert_weights_scale = c->expert_weights_scale,
                   .up_exps = gpu_mat(&m->layers[0].up_exps), .down_exps = gpu_mat(&m->layers[0].down_exps),
+                  .gate_exps = gpu_mat(&m->layers[0].gate_exps),
                   .n_embd = c->n_embd, .n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->n_rot,
                   .n_expert = c->n_expert, .n_ff = c->n_ff, .n_vocab = c->n_vocab, .d_state = c->d_state,
                   .eps = c->eps, .rope_base = c->rope_base, .n_mats = n, .mats = mats};

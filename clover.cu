@@ -1110,6 +1110,43 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_kernel, g, u, h, n));
 }
 
+// The experts' gate, up and SwiGLU in one launch, for gate and up tensors of one type: the fused twin
+// of matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is rows_dot's
+// chain, then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p], t = p / in_div;
+// ids[p] < 0: h row p is 0 (= silu(0) * 0). One warp per (o, p), as matmul_id_kernel.
+template <typename Unit>
+__global__ void swiglu_id_kernel(const uint8_t *G, const uint8_t *U, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div,
+                                 const uint8_t *xg, const uint8_t *xu, size_t xq_bytes, int64_t n, int64_t n_out, float *h) {
+    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+    int p = blockIdx.y, e = ids[p];
+    bool active = o < n_out;
+    float g = 0, u = 0;
+    if (e >= 0) {
+        size_t at = e * expert_bytes + (active ? o : 0) * w_bytes, in = (size_t)(p / in_div) * xq_bytes;
+        rows_dot<Unit>(G + at, xg + in, xq_bytes, 1, n, active, &g);
+        rows_dot<Unit>(U + at, xu + in, xq_bytes, 1, n, active, &u);
+    }
+    if (active && threadIdx.x % WARP == 0) h[(int64_t)p * n_out + o] = silu(g) * u;
+}
+
+static void swiglu_id_gpu(uint32_t wtype, const void *G, const void *U, size_t expert_bytes, const int *ids, int n_pairs, int in_div,
+                          const void *xg, const void *xu, int64_t n, int64_t n_out, float *h) {
+    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)n_pairs), BLOCK);
+    const uint8_t *g = (const uint8_t *)G, *u = (const uint8_t *)U, *ag = (const uint8_t *)xg, *au = (const uint8_t *)xu;
+    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
+    switch (wtype) {
+    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitF32>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
+    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitF16>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
+    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitBF16>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
+    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ8_0>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
+    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ4_0>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
+    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitK4<false>>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
+    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitK4<true>>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
+    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ6_K>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
+    default: fprintf(stderr, "clover: error: swiglu_id_gpu: no kernel for weight type %u\n", wtype); exit(1);
+    }
+}
+
 // Twin: moe_sum. Thread per (t, i): out[t][i] = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each
 // term rounded to float before it is added; rank sel[t][r] < 0 adds nothing. The CPU's order exactly.
 __global__ void moe_sum_kernel(const int *sel, const float *w, const float *ye, int T, int K, int E, float *out) {
@@ -1618,9 +1655,13 @@ static void moe_experts(Gpu *gpu, const Layer *L, int T) {
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
     const void *xu = rounded(L->up_exps.type, s->xn, E, T, s->xq);   // (gate's the same where the dot types agree)
     const void *xg = dot_type(L->gate_exps.type) == dot_type(L->up_exps.type) ? xu : rounded(L->gate_exps.type, s->xn, E, T, s->xq2);
-    matmul_id_gpu(L->up_exps.type, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xu, E, F, s->ue);
-    matmul_id_gpu(L->gate_exps.type, L->gate_exps.data, L->gate_exps.row_bytes * F, s->sel, T * K, K, xg, E, F, s->ge);
-    swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
+    if (L->gate_exps.type == L->up_exps.type)   // h = silu(gate_e m) * up_e m in one launch
+        swiglu_id_gpu(L->up_exps.type, L->gate_exps.data, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xg, xu, E, F, s->he);
+    else {
+        matmul_id_gpu(L->up_exps.type, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xu, E, F, s->ue);
+        matmul_id_gpu(L->gate_exps.type, L->gate_exps.data, L->gate_exps.row_bytes * F, s->sel, T * K, K, xg, E, F, s->ge);
+        swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
+    }
     const void *xh = rounded(L->down_exps.type, s->he, F, T * K, s->xq);
     matmul_id_gpu(L->down_exps.type, L->down_exps.data, L->down_exps.row_bytes * E, s->sel, T * K, 1, xh, F, E, s->ye);
     moe_sum_gpu(s->sel, s->w, s->ye, T, K, E, s->mix);
@@ -1810,7 +1851,7 @@ struct GpuCheck {
     void (*moe_shared_gate)(float *mix, const float *sh, float sh_logit, int E);
     int n_head_kv, n_expert_used;
     float kq_scale, coreset_top_p, expert_weights_scale;
-    GpuMat up_exps, down_exps;
+    GpuMat up_exps, down_exps, gate_exps;
     int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
     float eps, rope_base;
     int n_mats;
@@ -2495,6 +2536,43 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
     CUDA_CHECK(cudaFree(dw));
 }
 
+// swiglu_id (gate, up and SwiGLU of the experts in one launch) against its plain twins on the GPU,
+// matmul_id for gate and for up and then swiglu: bit for bit, with some ids -1. Gate: the model's
+// gate_exps; up: its up_exps (of one type in the test models).
+static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
+    const GpuMat *gm = &cpu->gate_exps, *um = &cpu->up_exps;
+    if (gm->type != um->type) return;   // the forward pass runs the plain twins then
+    int64_t n = um->n_in, F = um->n_out;
+    int K = cpu->n_expert_used, E = cpu->n_expert;
+    uint32_t wt = um->type;
+    size_t ab = row_bytes(dot_type(wt), n), eb = row_bytes(wt, n) * F;
+    void *dg = dev_copy(gm->data, eb * E), *du = dev_copy(um->data, eb * E);
+    for (int T : BATCHES) {
+        int n_pairs = T * K;
+        int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
+        for (int p = 0; p < n_pairs; p++) ids[p] = p % 5 == 3 ? -1 : (int)(rng_next() % E);
+        float *x = random_floats(n * T, 1), *got = (float *)xmalloc((size_t)(F * n_pairs) * 4), *want = (float *)xmalloc((size_t)(F * n_pairs) * 4);
+        float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4), *dh = (float *)dev_alloc((size_t)(F * n_pairs) * 4);
+        float *dgo = (float *)dev_alloc((size_t)(F * n_pairs) * 4), *duo = (float *)dev_alloc((size_t)(F * n_pairs) * 4);
+        int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
+        void *dxq = dev_alloc(ab * T);
+        quantize_row_gpu(wt, dx, dxq, n, T);
+        swiglu_id_gpu(wt, dg, du, eb, dids, n_pairs, K, dxq, dxq, n, F, dh);
+        host_copy(got, dh, (size_t)(F * n_pairs) * 4);
+        matmul_id_gpu(wt, dg, eb, dids, n_pairs, K, dxq, n, F, dgo);
+        matmul_id_gpu(wt, du, eb, dids, n_pairs, K, dxq, n, F, duo);
+        swiglu_gpu(dgo, duo, dh, F * n_pairs);
+        host_copy(want, dh, (size_t)(F * n_pairs) * 4);
+        char name[128];
+        snprintf(name, sizeof name, "swiglu_id %s %lldx%lld x%d pairs=%d T=%d = matmul_id x2 + swiglu", type_name(wt), (long long)F, (long long)n, E, n_pairs, T);
+        report(tl, name, bytes_differ(got, want, (size_t)(F * n_pairs) * 4), 0, "bytes");
+        for (void *p : {(void *)dx, (void *)dh, (void *)dgo, (void *)duo, (void *)dids, dxq}) CUDA_CHECK(cudaFree(p));
+        free(ids), free(x), free(got), free(want);
+    }
+    CUDA_CHECK(cudaFree(dg));
+    CUDA_CHECK(cudaFree(du));
+}
+
 // swiglu on T rows of n_ff: the same bits (expf_ggml is the CPU's)
 static void check_swiglu(Tally *tl, const GpuCheck *cpu) {
     for (int T : BATCHES) {
@@ -2631,6 +2709,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_matmul_id(&tl, cpu, &cpu->up_exps, cpu->n_expert_used);
     check_matmul_id(&tl, cpu, &cpu->down_exps, 1);
     check_swiglu(&tl, cpu);
+    check_swiglu_id(&tl, cpu);
     check_moe_sum(&tl, cpu, cpu->n_expert_used);
     if (cpu->n_expert_used != 8) check_moe_sum(&tl, cpu, 8);
     check_moe_shared_gate(&tl, cpu);
