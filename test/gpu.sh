@@ -63,7 +63,7 @@ trap 'exit 130' INT TERM
 # N_DRAFT: draft-self's tokens; a random model accepts ~no draft, so a run is ~N_DRAFT rounds, of
 # which the last 15 are cut short by -n: 128 makes the mean round 14 drafts (the table says it)
 if [ -n "$DRY" ]; then
-    SHAPE=tiny REPS=3 N_DEC=8 N_PRE=32 N_DRAFT=8
+    SHAPE=tiny REPS=1 N_DEC=8 N_PRE=32 N_DRAFT=8
 else
     SHAPE=real REPS=3 N_DEC=64 N_PRE=512 N_DRAFT=128
 fi
