@@ -5447,9 +5447,12 @@ static GpuModel gpu_model(const Model *m, GpuLayer *layers) {
             .down_exps = gpu_mat(&L->down_exps), .gate_shexp = gpu_mat(&L->gate_shexp), .up_shexp = gpu_mat(&L->up_shexp),
             .down_shexp = gpu_mat(&L->down_shexp), .shexp_gate = L->shexp_gate};
     }
-    GpuConfig g = {c->n_embd, c->n_layer, c->n_vocab, c->n_head, c->n_head_kv, c->head_dim, c->n_rot, c->eps, c->rope_base,
-                   c->kq_scale, c->n_expert, c->n_expert_used, c->n_ff, c->n_ff_shexp, c->expert_weights_scale, c->d_conv,
-                   c->n_k_heads, c->n_v_heads, c->d_state, c->key_dim, c->value_dim, c->conv_dim, c->coreset_top_p};
+    GpuConfig g = {.n_embd = c->n_embd, .n_layer = c->n_layer, .n_vocab = c->n_vocab, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
+                   .head_dim = c->head_dim, .n_rot = c->n_rot, .eps = c->eps, .rope_base = c->rope_base, .kq_scale = c->kq_scale,
+                   .n_expert = c->n_expert, .n_expert_used = c->n_expert_used, .n_ff = c->n_ff, .n_ff_shexp = c->n_ff_shexp,
+                   .expert_weights_scale = c->expert_weights_scale, .d_conv = c->d_conv, .n_k_heads = c->n_k_heads,
+                   .n_v_heads = c->n_v_heads, .d_state = c->d_state, .key_dim = c->key_dim, .value_dim = c->value_dim,
+                   .conv_dim = c->conv_dim, .coreset_top_p = c->coreset_top_p};
     return (GpuModel){sizeof(GpuModel), g, gpu_mat(&m->output), m->output_norm, layers, NULL, NULL};
 }
 

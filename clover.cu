@@ -919,7 +919,7 @@ __device__ float round_as(uint32_t type, float x) {
     return type == T_F16 ? fp16_to_fp32(fp32_to_fp16(x)) : bf16_to_fp32(fp32_to_bf16(x));
 }
 
-__device__ size_t cache_bytes(uint32_t type) { return type == T_F32 ? 4 : 2; }
+__host__ __device__ size_t cache_bytes(uint32_t type) { return type == T_F32 ? 4 : 2; }   // bytes of a cache value
 
 // Twin: attn_qk_norm. Block b of T * (n_head + n_head_kv): row t = b / (n_head + n_head_kv), then q
 // head i (i < n_head: y = RMSNorm(q_i) * q_norm, in qg at stride 2*hd) or k head i - n_head (in kr).
@@ -1285,6 +1285,17 @@ struct Gpu {
     size_t dump_n;
 };
 
+// Floats of a GDN layer's conv ring and of its state S (clover.c's ring_floats, S_floats); the
+// widest FFN and the widest matmul input, which size the scratch rows.
+static size_t ring_floats(const GpuConfig *c) { return (size_t)(c->d_conv - 1) * c->conv_dim; }
+static size_t S_floats(const GpuConfig *c) { return (size_t)c->n_v_heads * c->d_state * c->d_state; }
+static size_t widest_ff(const GpuConfig *c) { return (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp); }
+static size_t widest_input(const GpuConfig *c) {
+    size_t n = (size_t)c->n_embd, ins[] = {(size_t)c->value_dim, (size_t)c->n_head * c->head_dim, widest_ff(c)};
+    for (size_t m : ins) n = m > n ? m : n;
+    return n;
+}
+
 // Bytes of a matrix as stored (n_stack matrices of n_out rows).
 static size_t mat_bytes(const GpuMat *m, int n_stack) { return row_bytes(m->type, m->n_in) * (size_t)m->n_out * (size_t)n_stack; }
 
@@ -1317,18 +1328,14 @@ static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15;
 static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type) {
     const GpuConfig *c = &m->c;
     Plan p = {(double)mat_bytes(&m->output, 1) + 4.0 * c->n_embd, 0, 0, 0};
-    double kvd = (double)c->n_head_kv * c->head_dim, ring = (double)(c->d_conv - 1) * c->conv_dim,
-           S = (double)c->n_v_heads * c->d_state * c->d_state;
+    double kvd = (double)c->n_head_kv * c->head_dim, ring = (double)ring_floats(c), S = (double)S_floats(c);
     for (int il = 0; il < c->n_layer; il++) {
         const GpuLayer *L = &m->layers[il];
         p.weights += layer_mat_bytes(c, L) + 4 * vec_floats(c, L);
         if (L->recurrent) p.gdn += 4 * (2 * (ring + S) + (double)cap * (c->conv_dim + 2.0 * c->n_v_heads));
-        else p.kv += (double)n_ctx * kvd * ((k_type == T_F32 ? 4 : 2) + (v_type == T_F32 ? 4 : 2));
+        else p.kv += (double)n_ctx * kvd * (double)(cache_bytes(k_type) + cache_bytes(v_type));
     }
-    double T = cap, K = c->n_expert_used, ff = c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp;
-    double maxin = c->n_embd;
-    double ins[] = {(double)c->value_dim, (double)c->n_head * c->head_dim, ff};
-    for (double n : ins) maxin = n > maxin ? n : maxin;
+    double T = cap, K = c->n_expert_used, ff = (double)widest_ff(c), maxin = (double)widest_input(c);
     double per_row = 4.0 * c->n_embd + 2.0 * c->conv_dim + 4.0 * c->value_dim + 8.0 * c->n_v_heads + 4.0 * c->n_head * c->head_dim +
                      2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + 1 + c->n_vocab +
                      (double)c->n_head * att_stride(n_ctx);
@@ -1381,8 +1388,7 @@ static Layer upload_layer(const GpuConfig *c, const GpuLayer *h) {
 }
 
 static void state_init(State *s, const GpuConfig *c, const Layer *layers, int n_ctx, int cap, uint32_t k_type, uint32_t v_type) {
-    size_t kvd = (size_t)c->n_head_kv * c->head_dim, ring = (size_t)(c->d_conv - 1) * c->conv_dim,
-           S = (size_t)c->n_v_heads * c->d_state * c->d_state;
+    size_t kvd = (size_t)c->n_head_kv * c->head_dim, ring = ring_floats(c), S = S_floats(c);
     s->n_ctx = n_ctx, s->k_type = k_type, s->v_type = v_type;
     uint8_t ***bytes[] = {&s->k, &s->v};
     for (uint8_t ***b : bytes) *b = (uint8_t **)xmalloc((size_t)c->n_layer * sizeof(uint8_t *));
@@ -1399,19 +1405,16 @@ static void state_init(State *s, const GpuConfig *c, const Layer *layers, int n_
             s->log_u[il] = dev_floats((size_t)cap * c->conv_dim);
             s->log_g[il] = dev_floats((size_t)cap * c->n_v_heads), s->log_beta[il] = dev_floats((size_t)cap * c->n_v_heads);
         } else {
-            s->k[il] = (uint8_t *)dev_alloc((size_t)n_ctx * kvd * (k_type == T_F32 ? 4 : 2));
-            s->v[il] = (uint8_t *)dev_alloc((size_t)n_ctx * kvd * (v_type == T_F32 ? 4 : 2));
+            s->k[il] = (uint8_t *)dev_alloc((size_t)n_ctx * kvd * cache_bytes(k_type));
+            s->v[il] = (uint8_t *)dev_alloc((size_t)n_ctx * kvd * cache_bytes(v_type));
         }
     }
 }
 
 static void scratch_init(Scratch *s, const GpuConfig *c, int cap, int n_ctx) {
     size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used, H = (size_t)c->n_v_heads;
-    size_t ff = (size_t)(c->n_ff > c->n_ff_shexp ? c->n_ff : c->n_ff_shexp), q = (size_t)c->n_head * c->head_dim,
-           kvd = (size_t)c->n_head_kv * c->head_dim, S = H * c->d_state * c->d_state;
-    size_t maxin = E;
-    size_t ins[] = {(size_t)c->value_dim, q, ff};
-    for (size_t n : ins) maxin = n > maxin ? n : maxin;
+    size_t ff = widest_ff(c), q = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_head_kv * c->head_dim, S = S_floats(c);
+    size_t maxin = widest_input(c);
     s->cap = cap;
     s->x = dev_floats(T * E), s->xn = dev_floats(T * E), s->mix = dev_floats(T * E), s->sh = dev_floats(T * E);
     s->sh_logit = dev_floats(T);
@@ -1566,8 +1569,7 @@ static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int H = c->n_v_heads, d = c->d_state;
-    size_t S_floats = (size_t)H * d * d;
-    copy_floats(s->S, gpu->st.S[il], S_floats);
+    copy_floats(s->S, gpu->st.S[il], S_floats(c));
     gdn_conv_gpu(L->conv, c->d_conv, c->conv_dim, gpu->st.ring[il], s->qkv, T, s->conv);
     if (L->conv_right) gdn_conv_right_gpu(L->conv_right, c->d_conv, c->conv_dim, s->qkv, T, s->conv);
     gdn_qk_norm_gpu(s->conv, T, c->conv_dim, d, 2 * c->n_k_heads, c->eps);
@@ -1577,7 +1579,7 @@ static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
     float *y[] = {s->beta_rev_logit, s->alpha_rev};
     matmuls(gpu, s->xn, T, 2, w, y);   // W_beta_rev a, W_alpha_rev a
     gdn_gates_gpu(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, H, s->g_rev, s->beta_rev);
-    CUDA_CHECK(cudaMemsetAsync(s->S_rev, 0, S_floats * sizeof(float), stream));
+    CUDA_CHECK(cudaMemsetAsync(s->S_rev, 0, S_floats(c) * sizeof(float), stream));
     delta_rule_gpu(s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     gdn_rev_mix_gpu(s->o, s->o_rev, L->rev_mix, T, H, d);
 }
@@ -1786,28 +1788,26 @@ extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n
     else if (n_logits > 0) memcpy(logits, s->logits_host, (size_t)n_logits * V * sizeof(float));
 }
 
-// Before a verify batch: the committed GDN state of every recurrent layer, saved on the device.
-extern "C" void gpu_gdn_save(Gpu *gpu) {
-    const GpuConfig *c = &gpu->c;
-    size_t ring = (size_t)(c->d_conv - 1) * c->conv_dim, S = (size_t)c->n_v_heads * c->d_state * c->d_state;
-    for (int il = 0; il < c->n_layer; il++) {
+// ring[il] = from_ring[il] and S[il] = from_S[il] for every recurrent layer, in stream order (a save
+// or a restore; clover.c's gdn_copy)
+static void gdn_copy(Gpu *gpu, float **ring, float **S, float *const *from_ring, float *const *from_S) {
+    for (int il = 0; il < gpu->c.n_layer; il++) {
         if (!gpu->layers[il].recurrent) continue;
-        copy_floats(gpu->st.save_ring[il], gpu->st.ring[il], ring);
-        copy_floats(gpu->st.save_S[il], gpu->st.S[il], S);
+        copy_floats(ring[il], from_ring[il], ring_floats(&gpu->c));
+        copy_floats(S[il], from_S[il], S_floats(&gpu->c));
     }
 }
+
+// Before a verify batch: the committed GDN state of every recurrent layer, saved on the device.
+extern "C" void gpu_gdn_save(Gpu *gpu) { gdn_copy(gpu, gpu->st.save_ring, gpu->st.save_S, gpu->st.ring, gpu->st.S); }
 
 // Rollback after a partly accepted verify batch: the saved state back, then the first `rows` logged
 // rows replayed through gdn_advance, the function the batch used (clover.c's rollback).
 extern "C" void gpu_rollback(Gpu *gpu, int rows) {
-    const GpuConfig *c = &gpu->c;
-    size_t ring = (size_t)(c->d_conv - 1) * c->conv_dim, S = (size_t)c->n_v_heads * c->d_state * c->d_state;
-    for (int il = 0; il < c->n_layer; il++) {
-        if (!gpu->layers[il].recurrent) continue;
-        copy_floats(gpu->st.ring[il], gpu->st.save_ring[il], ring);
-        copy_floats(gpu->st.S[il], gpu->st.save_S[il], S);
-        gdn_advance(gpu, il, rows, gpu->st.log_u[il], gpu->st.log_g[il], gpu->st.log_beta[il]);
-    }
+    State *st = &gpu->st;
+    gdn_copy(gpu, st->ring, st->S, st->save_ring, st->save_S);
+    for (int il = 0; il < gpu->c.n_layer; il++)
+        if (gpu->layers[il].recurrent) gdn_advance(gpu, il, rows, st->log_u[il], st->log_g[il], st->log_beta[il]);
     CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
@@ -2325,7 +2325,6 @@ static void check_attn_rope(Tally *tl, const GpuCheck *cpu, int pos) {
 
 static const uint32_t CACHE_TYPES[] = {T_F32, T_F16, T_BF16};
 
-static size_t cache_type_bytes(uint32_t type) { return type == T_F32 ? 4 : 2; }
 
 // store_as: T rows of k into a cache of each type, with fill_activations' edge cases: the same bytes
 static void check_store_as(Tally *tl, const GpuCheck *cpu) {
@@ -2333,16 +2332,16 @@ static void check_store_as(Tally *tl, const GpuCheck *cpu) {
     for (uint32_t type : CACHE_TYPES)
         for (int T : BATCHES) {
             int64_t all = (int64_t)T * n;
-            size_t bytes = (size_t)all * cache_type_bytes(type);
+            size_t bytes = (size_t)all * cache_bytes(type);
             float *x = (float *)xmalloc((size_t)all * 4);
             uint8_t *want = (uint8_t *)xmalloc(bytes), *got = (uint8_t *)xmalloc(bytes);
             fill_activations(x, all, true);
             cpu->store_as(type, want, x, (int)all);
             float *dx = (float *)dev_copy(x, (size_t)all * 4);
-            uint8_t *dy = (uint8_t *)dev_alloc(bytes + 3 * n * cache_type_bytes(type));   // rows from 3 on
+            uint8_t *dy = (uint8_t *)dev_alloc(bytes + 3 * n * cache_bytes(type));   // rows from 3 on
             int *dpos = dev_int(3);
             store_as_gpu(type, dy, dpos, n, dx, all);
-            host_copy(got, dy + 3 * n * cache_type_bytes(type), bytes);
+            host_copy(got, dy + 3 * n * cache_bytes(type), bytes);
             CUDA_CHECK(cudaFree(dpos));
             char name[96];
             snprintf(name, sizeof name, "store_as %s n=%d T=%d", type_name(type), n, T);
@@ -2360,7 +2359,7 @@ static void check_store_as(Tally *tl, const GpuCheck *cpu) {
 // What is left is the V sum's order (one chain against the CPU's 64 lanes) and the device's expf in the gate.
 static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T, int pos, bool causal) {
     int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv, n_keys = pos + T, kvd = nkv * hd;
-    size_t cb = cache_type_bytes(type), stride = ((size_t)n_keys + 15) / 16 * 16 + 16;   // past the minimum
+    size_t cb = cache_bytes(type), stride = ((size_t)n_keys + 15) / 16 * 16 + 16;   // past the minimum
     int64_t nq = (int64_t)T * nh * 2 * hd, nkv_all = (int64_t)n_keys * kvd, no = (int64_t)T * nh * hd;
     float *qg = random_floats(nq, 1), *k = (float *)xmalloc((size_t)nkv_all * 4), *v = random_floats(nkv_all, 1);
     for (int64_t i = 0; i < nq; i++)
@@ -2422,11 +2421,8 @@ static void check_route(Tally *tl, const GpuCheck *cpu) {
             memcpy(p, logits, (size_t)np * 4);
             for (int t = 0; t < T; t++) {
                 float *pt = p + (size_t)t * E;
-                if (mode == 0) cpu->softmax(pt, E);
-                else {   // given p: the softmax of the logits, ties kept
-                    cpu->softmax(pt, E);
-                    memcpy(logits + (size_t)t * E, pt, (size_t)E * 4);
-                }
+                cpu->softmax(pt, E);
+                if (mode != 0) memcpy(logits + (size_t)t * E, pt, (size_t)E * 4);   // given p: the softmax of the logits, ties kept
                 cpu->route_top_k(pt, mode == 0 ? NULL : allowed, E, K, scale, sel + (size_t)t * K, w + (size_t)t * K);
             }
             float *dl = (float *)dev_copy(logits, (size_t)np * 4), *dp = (float *)dev_alloc((size_t)np * 4), *dw = (float *)dev_alloc((size_t)nw * 4);

@@ -393,10 +393,7 @@ template <typename T> static cudaError_t cudaMallocHost(T **p, size_t n) { retur
 
 // The stream-ordered calls: done at once, or recorded while a graph is being captured.
 static cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
-    if (!emu_capture) {
-        cudaMemcpy(dst, src, n, kind);
-        return cudaSuccess;
-    }
+    if (!emu_capture) return cudaMemcpy(dst, src, n, kind);
     emu_capture->ops.push_back([=] { cudaMemcpy(dst, src, n, kind); });
     return cudaSuccess;
 }
