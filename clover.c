@@ -4,15 +4,20 @@
  * attention / MoE forward pass, tokenizer, sampler, and draft-self decoding (the model drafts a
  * block with its bidirectional diffusion pass and verifies it with its own causal pass).
  *
- * Read it top to bottom; each section is one concept, in the order data flows:
+ * Read it top to bottom; each section is one concept, in the order data flows. The method first:
  *    1. errors and checked arithmetic          9. the forward pass: embedding, GDN, attention, MoE,
  *    2. half precision                            head; the causal pass and the preview pass
- *    3. GGUF reader                           10. tensor dumps (--dump-tensors), outside the math
- *    4. block layouts and dequantisation      11. the SIMD twins of the kernels; the thread pool
- *    5. activation rounding and dot products  12. tokenizer
- *    6. the model: hyper-parameters, names    13. sampler
- *    7. state, scratch and the context        14. generation and the command line
- *    8. matmul                                15. draft-self: drafts, verification, rollback
+ *    3. GGUF reader                           10. decoding: plain steps, draft-self (drafts,
+ *    4. block layouts and dequantisation          verification, acceptance, rollback), diffusion
+ *    5. activation rounding and dot products
+ *    6. the model: hyper-parameters, names    then the machinery it runs on:
+ *    7. state, scratch and the context        11. tensor dumps (--dump-tensors)
+ *    8. matmul                                12. the SIMD twins of the kernels; the thread pool
+ *                                             13. tokenizer, and printing tokens
+ *                                             14. sampler
+ *                                             15. the GPU side: clover.cu's interface
+ *                                             16. the command line, the reports and main
+ * "spec Sx.y" cites README.md's Specification, which states the formats and rules this code follows.
  * The numerics follow llama.cpp's CPU path (activations rounded to the weight's dot type, integer
  * dots inside blocks) so that logits match it; see README.md for the tour and the checks.
  */
@@ -915,7 +920,7 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
  * The dot products by summation order and layout (dot_kernel picks one for a matrix), and every
  * other function whose inner loop has a SIMD twin, in one table. KERNELS_PLAIN holds the plain
  * definitions, written next to the math they serve; KERNELS_AVX2 holds their x86-64 twins
- * (section 11), which compute the same bits; kernels() is the table chosen for this CPU. */
+ * (section 12), which compute the same bits; kernels() is the table chosen for this CPU. */
 typedef float (*DotFn)(const void *w, const void *a, int64_t n);
 /* R <= MAX_ROWS activation rows at once against one weight row (matmul_rows, section 8) */
 typedef void (*DotRowsFn)(const void *w, const void *a, size_t stride, int R, int64_t n, float *out);
@@ -933,7 +938,7 @@ typedef struct {
     void (*round_row_as)(uint32_t type, float *p, int n);
     void (*attn_v_sum)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
 } Kernels;
-static const Kernels *kernels(void);   /* section 11 */
+static const Kernels *kernels(void);   /* section 12 */
 
 /* quantize_row with the chosen kernels: the Q8_0 and Q8_K rounding have SIMD twins */
 static void round_row(uint32_t wtype, const float *x, void *y, int64_t n) {
@@ -1437,7 +1442,7 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->coreset = xcalloc((size_t)c->n_expert, sizeof(bool));
 }
 
-/* Threads (the pool itself is in section 11): pool_run(pool, fn, arg) calls fn(arg, ith, nth) on
+/* Threads (the pool itself is in section 12): pool_run(pool, fn, arg) calls fn(arg, ith, nth) on
  * nth threads, the caller being thread 0, and returns when all are done; pool_use sets nth for the
  * tasks that follow (-t for single-token steps, -tb for batches). Work shared by the threads of one
  * task: items 0..n-1 go to whichever thread claims them next (work_next), so a thread that starts
@@ -1455,7 +1460,7 @@ static int work_next(Work *w);
 static void work_done(Work *w);
 static void work_wait(Work *w, int n);
 
-typedef struct Gpu Gpu;   /* the model, state and scratch on the device (clover.cu), behind gpu_* (section 14) */
+typedef struct Gpu Gpu;   /* the model, state and scratch on the device (clover.cu), behind gpu_* (section 15) */
 
 typedef struct {
     Model *m;
@@ -1624,14 +1629,14 @@ static void matmul(Ctx *ctx, const Mat *w, const float *x, int T, float *y) {
 /* ============================================================================================== */
 /* 9. The forward pass                                                                            */
 /* ============================================================================================== */
-/* --dump-tensors hooks (section 10): dump(ctx, name, il, x, T, n) writes T rows of n floats as
+/* --dump-tensors hooks (section 11): dump(ctx, name, il, x, T, n) writes T rows of n floats as
  * <name>-<il>.bin (il < 0: <name>.bin), the name llama.cpp's graph callback gives the same value;
  * nothing happens unless --dump-tensors was given. */
 static void dump(const Ctx *ctx, const char *name, int il, const float *x, int T, int n);
 static void dump3(const Ctx *ctx, const char *name, int il, const float *x, int T, int n1, int n0);
 static void dump_slice(const Ctx *ctx, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0);
 static void dump_state(const Ctx *ctx, const char *name, int il);   /* layer il's S, one block per batch */
-/* values the math does not keep, recomputed from what it keeps (section 10) */
+/* values the math does not keep, recomputed from what it keeps (section 11) */
 static void dump_a_softplus(const Ctx *ctx, int il, int T);
 static void dump_gdn_conv(const Ctx *ctx, int il, int T);
 static void dump_q_heads(const Ctx *ctx, const char *name, int il, int T);
@@ -1642,7 +1647,7 @@ static void dump_shared_expert(const Ctx *ctx, int il, int T);
 
 /* The two passes over a batch of rows: CAUSAL appends the rows to the state, each computed exactly
  * as if the tokens came one at a time; PREVIEW is the block-diffusion pass over a block
- * [id_last, MASK x n] (clover.md 3), which reads the state and never writes it. */
+ * [id_last, MASK x n] (spec S2.2), which reads the state and never writes it. */
 typedef enum { CAUSAL, PREVIEW } Pass;
 
 /* --- primitives, as llama.cpp's CPU ops compute them ------------------------------------------ */
@@ -1911,7 +1916,7 @@ typedef struct {
     float **u, **g, **beta;           /* per GDN layer: [cap][conv_dim], [cap][n_v_heads] x2 */
 } GdnLog;
 
-/* The preview mixer (clover.md 3.2) over a block of T rows, never writing the committed state: the
+/* The preview mixer (spec S2.4) over a block of T rows, never writing the committed state: the
  * causal conv over [ring | block] plus the right taps, a forward scan from a copy of S, and, when
  * the layer has it, a reverse scan from zero state mixed in per value head:
  * o_t = o_fwd_t + gamma_h * o_rev_t. */
@@ -1934,7 +1939,7 @@ static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     gdn_rev_mix(s->o, s->o_rev, L->rev_mix, T, c->n_v_heads, c->d_state);
 }
 
-/* A Gated DeltaNet layer (README: the GDN pseudocode), the mixer output in s->mix. */
+/* A Gated DeltaNet layer (spec S1.4), the mixer output in s->mix. */
 static void gdn_layer(Ctx *ctx, Pass pass, int il, int T, GdnLog *log) {
     const Config *c = &ctx->m->c;
     const Layer *L = &ctx->m->layers[il];
@@ -2073,7 +2078,7 @@ static void attn_rope(float *qg, float *kr, int T, int pos, int n_head, int n_he
     }
 }
 
-/* A gated attention layer (README: the attention pseudocode), the mixer output in s->mix.
+/* A gated attention layer (spec S1.5), the mixer output in s->mix.
  * Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
  * committed prefix (scratch: nothing there is committed) and every row sees the whole prefix and
  * the whole block. */
@@ -2369,7 +2374,7 @@ static void route_task(void *p, int ith, int nth) {
     }
 }
 
-/* Coreset routing (clover.md 3.4): sum the block rows' router probabilities, sort experts by the
+/* Coreset routing (spec S2.5): sum the block rows' router probabilities, sort experts by the
  * sum (ties to the lower index), keep the shortest prefix whose sum reaches top_p * T. */
 static void coreset(const float *p, int T, int n_expert, float top_p, bool *allowed) {
     int E = n_expert;
@@ -2392,7 +2397,7 @@ static void coreset(const float *p, int T, int n_expert, float top_p, bool *allo
     }
 }
 
-/* The MoE FFN (README: the MoE pseudocode), its output in s->mix: route each row to its
+/* The MoE FFN (spec S1.6), its output in s->mix: route each row to its
  * n_expert_used experts (in the preview, within the block's coreset), the experts, the shared expert. */
 static void moe_layer(Ctx *ctx, Pass pass, int il, int T) {
     const Config *c = &ctx->m->c;
@@ -2458,10 +2463,14 @@ static void forward_layers(Ctx *ctx, Pass pass, const int *tokens, int T, GdnLog
     }
 }
 
-/* The same pass on the GPU (section 14): the host looks up the embeddings, the device does the rest
+/* The same pass on the GPU (section 15): the host looks up the embeddings, the device does the rest
  * (log: record the GDN inputs); logits of rows first..first+n_logits-1, or, token non-NULL (a greedy
  * decode step), only the argmax of the one row. */
 static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token);
+/* draft-self's save of the device's GDN state before a verify batch, and its rollback to the first
+ * `rows` rows of that batch (clover.cu; no-ops in the CPU build, which never calls them) */
+void gpu_gdn_save(Gpu *gpu);
+void gpu_rollback(Gpu *gpu, int rows);
 
 /* The causal pass: appends T tokens to the state, every row computed exactly as if the tokens were
  * fed one at a time (in decoding order; on the CPU, prompt prefill may use the batch order,
@@ -2486,7 +2495,7 @@ static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, Gd
     ctx->st.n_past += T;
 }
 
-/* The preview pass (clover.md 3) over a block of T rows after the committed prefix: reads the
+/* The preview pass (spec S2.2) over a block of T rows after the committed prefix: reads the
  * state, never writes it; logits of every row. */
 static void forward_preview(Ctx *ctx, const int *block, int T, float *logits) {
     if (ctx->gpu) gpu_pass(ctx, PREVIEW, block, T, false, logits, 0, T, NULL);
@@ -2497,7 +2506,525 @@ static void forward_preview(Ctx *ctx, const int *block, int T, float *logits) {
 }
 
 /* ============================================================================================== */
-/* 10. Tensor dumps (--dump-tensors)                                                              */
+/* 10. Decoding: plain steps, draft-self, block diffusion                                         */
+/* ============================================================================================== */
+/* How a run turns the forward pass into text. Plain decoding feeds one token per step; draft-self
+ * (spec S3) drafts a block with the preview pass and verifies it with one causal batch; --diffusion
+ * (spec S2.6) fills whole blocks with preview passes. What decoding uses from the machinery after
+ * this section: the sampler (section 14), the tokenizer and the token printer (section 13), the
+ * --trace report (section 16). */
+typedef struct Tokenizer Tokenizer;
+typedef struct Sampler Sampler;
+typedef struct Printer Printer;
+static int argmax(const float *x, int n);
+static bool sampler_greedy(const Sampler *s);
+static int sample(Sampler *s, const float *logits, int n_vocab);
+static float random_uniform(uint64_t *state);
+static void print_token(Printer *pr, int id);
+static void print_colored(Printer *pr, int id, bool drafted, bool color);
+
+/* The options of a run, as the command line gives them (parse_args, section 16). */
+typedef struct {
+    const char *model, *prompt_file, *prompt, *tokens, *dump_logits, *spec_type, *preview_block;
+    const char *dump_tensors, *dump_filter;
+    const char *test_drafts;   /* test only: "random" or "truth" drafts replace the model's */
+    bool test_check_state;     /* test only: compare the committed state with plain decoding each round */
+    int n_predict, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, n_gpu_layers;
+    int draft_n_max, draft_n_min, draft_steps;
+    float draft_p_min, accept_ratio, accept_delta;
+    float temp, top_p;
+    int top_k;
+    long long seed;
+    uint32_t k_type, v_type;
+    bool tokenize, chat, color, diffusion, check_ops;
+    bool trace;                /* --trace: one block per draft-self round on stderr */
+    bool utf8_replace;         /* --utf8-replace: print valid UTF-8 only (else the tokens' raw bytes) */
+    bool draft_adaptive;       /* --spec-draft-adaptive: each round drafts as many tokens as pay (draft_size) */
+    float diffusion_threshold;
+} Args;
+
+/* Token ids that end generation: the file's eos id and the chat terminators, found by text. */
+typedef struct { int ids[4]; int n; } EogSet;
+
+static bool is_eog(const EogSet *e, int id) {
+    for (int i = 0; i < e->n; i++)
+        if (e->ids[i] == id) return true;
+    return false;
+}
+
+/* What a run counts and times, for the statistics (spec S3.5). */
+typedef struct {
+    int n_encoded, n_predict, n_drafted, n_accept, n_relaxed, n_rounds;
+    double t_encode, t_decode, t_draft, t_verify;
+} Stats;
+
+/* What a generation run works with; main sets it up (run_init). */
+typedef struct {
+    Ctx *ctx;
+    const Args *a;
+    EogSet eog;
+    Sampler *smp;
+    Printer *pr;       /* text to stdout */
+    Stats stats;
+    uint64_t seed;     /* --seed, or the time */
+} Run;
+
+/* Evaluate tokens[0..n) causally in chunks of at most cap rows; logits of the last row, or of every
+ * row streamed to `dump` when it is given. */
+static void prefill(Ctx *ctx, const int *tokens, int n, float *logits, FILE *dump) {
+    int cap = ctx->sc.cap, V = ctx->m->c.n_vocab;
+    ctx->tile_order = true;
+    for (int i = 0; i < n; i += cap) {
+        int T = n - i < cap ? n - i : cap;
+        forward_causal(ctx, tokens + i, T, logits, dump ? T : logits && i + T == n ? 1 : 0);
+        if (dump && fwrite(logits, sizeof(float) * (size_t)V, (size_t)T, dump) != (size_t)T) fatal("writing logits: %s", strerror(errno));
+    }
+    ctx->tile_order = false;
+}
+
+/* A greedy decode step: the causal pass over one token and the argmax of its logits (the sampler's
+ * greedy choice); on the GPU the argmax is taken there and only the id comes back. */
+static int forward_greedy(Ctx *ctx, int token, float *logits) {
+    if (!ctx->gpu) {
+        forward_causal(ctx, &token, 1, logits, 1);
+        return argmax(logits, ctx->m->c.n_vocab);
+    }
+    int id;
+    gpu_pass(ctx, CAUSAL, &token, 1, false, NULL, 0, 1, &id);
+    ctx->st.n_past++;
+    return id;
+}
+
+/* Plain causal decoding (--spec-type none): one token per step, the loop of
+ * llama-speculative-simple with no drafts. */
+static void generate_causal(Run *r, const int *prompt, int n_prompt) {
+    Ctx *ctx = r->ctx;
+    Stats *stats = &r->stats;
+    int V = ctx->m->c.n_vocab;
+    float *logits = xmalloc((size_t)V * sizeof(float));
+    double t0 = now_seconds();
+    prefill(ctx, prompt, n_prompt - 1, logits, NULL);
+    stats->t_encode = now_seconds() - t0;
+    stats->n_encoded = n_prompt;
+    int id_last = prompt[n_prompt - 1];
+    t0 = now_seconds();
+    while ((r->a->n_predict < 0 || stats->n_predict <= r->a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
+        int id;
+        if (sampler_greedy(r->smp)) id = forward_greedy(ctx, id_last, logits);
+        else {
+            forward_causal(ctx, &id_last, 1, logits, 1);
+            id = sample(r->smp, logits, V);
+        }
+        stats->n_predict++;
+        stats->n_rounds++;
+        if (is_eog(&r->eog, id)) break;
+        print_token(r->pr, id);
+        id_last = id;
+    }
+    stats->t_decode = now_seconds() - t0;
+    free(logits);
+}
+
+/* draft-self (spec S3). One round:
+ *   1. draft:  preview pass over [id_last, MASK x n] at n_past..n_past+n; row j proposes d_j.
+ *   2. verify: one causal batch [id_last, d_1..d_m]; row j's target t_j is the verifier's token.
+ *   3. accept: walk the rows; keep d_{j+1} while accept_draft() says so; the first rejecting row
+ *              contributes its own token (or the last row a bonus token if all were kept).
+ *   4. commit: keep the KV rows of the a+1 committed tokens; restore the GDN state saved before
+ *              the batch and replay its recurrence over those rows (logged inputs, same function). */
+typedef struct { int id; float p, H; } Draft;   /* token, drafter probability, drafter entropy (nats) */
+
+/* Greedy token of softmax(z) excluding `skip` (the mask id; -1 for none), its probability and the
+ * distribution's entropy H = log S - sum_i p_i (z_i - max). */
+static int best_token(const float *z, int V, int skip, float *p_top, float *H) {
+    int best = skip == 0 ? 1 : 0;
+    float max = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        max = fmaxf(max, z[i]);
+        if (i != skip && z[i] > z[best]) best = i;
+    }
+    double S = 0, Sz = 0;
+    for (int i = 0; i < V; i++) {
+        double e = exp((double)z[i] - max);
+        S += e;
+        Sz += e * ((double)z[i] - max);
+    }
+    *p_top = (float)(exp((double)z[best] - max) / S);
+    *H = (float)(log(S) - Sz / S);
+    return best;
+}
+
+/* Draft up to n tokens after id_last with --spec-draft-steps denoising steps; returns how many to
+ * verify after the p-min cut, the end-of-generation cut and the n-min rule. */
+static int draft_block(Ctx *ctx, const Args *a, const EogSet *eog, int id_last, int n, Draft *d, int *block, float *logits) {
+    const Config *c = &ctx->m->c;
+    int V = c->n_vocab;
+    block[0] = id_last;
+    for (int j = 1; j <= n; j++) block[j] = c->mask_id;
+    for (int step = 0; step < a->draft_steps; step++) {
+        bool last = step == a->draft_steps - 1, leftmost = true;
+        forward_preview(ctx, block, n + 1, logits);
+        for (int j = 1; j <= n; j++) {
+            if (block[j] != c->mask_id) continue;
+            const float *z = logits + (size_t)(c->shift_logits ? j - 1 : j) * V;
+            Draft cand;
+            cand.id = best_token(z, V, c->mask_id, &cand.p, &cand.H);
+            if (last || leftmost || cand.p >= 0.9f) {   /* unmask the leftmost and the confident */
+                block[j] = cand.id;
+                d[j - 1] = cand;
+            }
+            leftmost = false;
+        }
+    }
+    int m = n;
+    for (int j = 0; j < n; j++) {
+        if (d[j].p < a->draft_p_min) { m = j; break; }
+        if (is_eog(eog, d[j].id)) { m = j + 1; break; }
+    }
+    return m < a->draft_n_min ? 0 : m;
+}
+
+/* The acceptance rule (spec S3.3), the only place it is decided. Row logits z, the
+ * verifier's token t and a draft d with drafter entropy H:
+ *   accept  iff  d == t  or  (relaxed and z[d] - z[t] >= ln(ratio) and H <= delta),
+ *   relaxed iff  0 < ratio < 1 and delta >= 0  (otherwise the rule is exact and lossless). */
+static bool accept_draft(const float *z, int t, const Draft *d, float ratio, float delta, bool *relaxed) {
+    *relaxed = false;
+    if (d->id == t) return true;
+    if (!(ratio > 0 && ratio < 1 && delta >= 0)) return false;
+    *relaxed = z[d->id] - z[t] >= logf(ratio) && d->H <= delta;
+    return *relaxed;
+}
+
+/* The committed GDN state of every recurrent layer, saved before a verify batch. */
+typedef struct { float **ring, **S; } GdnSave;
+
+/* Per recurrent layer: room for cap rows of GDN inputs (the verify batch's log), and for a copy of
+ * the committed ring and S. */
+static void gdn_log_init(GdnLog *log, GdnSave *save, const Model *m, int cap) {
+    const Config *c = &m->c;
+    *log = (GdnLog){xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
+    *save = (GdnSave){xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
+    for (int il = 0; il < c->n_layer; il++) {
+        if (!m->layers[il].recurrent) continue;
+        log->u[il] = xmalloc((size_t)cap * c->conv_dim * sizeof(float));
+        log->g[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
+        log->beta[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
+        save->ring[il] = xmalloc(ring_floats(c) * sizeof(float));
+        save->S[il] = xmalloc(S_floats(c) * sizeof(float));
+    }
+}
+
+/* ring[il] = from_ring[il] and S[il] = from_S[il] for every recurrent layer (a save or a restore) */
+static void gdn_copy(const Model *m, float **ring, float **S, float *const *from_ring, float *const *from_S) {
+    for (int il = 0; il < m->c.n_layer; il++) {
+        if (!m->layers[il].recurrent) continue;
+        memcpy(ring[il], from_ring[il], ring_floats(&m->c) * sizeof(float));
+        memcpy(S[il], from_S[il], S_floats(&m->c) * sizeof(float));
+    }
+}
+
+/* Rollback after a of m drafts were accepted: positions past n_past0 + a + 1 are forgotten (KV rows
+ * there are overwritten later), and the GDN layers go back to the saved state and replay the
+ * logged rows 0..a through gdn_advance, the same function the batch used. */
+static void rollback(Ctx *ctx, const GdnSave *sv, const GdnLog *log, int n_past0, int a) {
+    const Model *m = ctx->m;
+    if (ctx->gpu) gpu_rollback(ctx->gpu, a + 1);   /* the same on the device, with its own save and log */
+    else {
+        gdn_copy(m, ctx->st.ring, ctx->st.S, sv->ring, sv->S);
+        for (int il = 0; il < m->c.n_layer; il++)
+            if (m->layers[il].recurrent) gdn_advance(ctx, il, a + 1, log->u[il], log->g[il], log->beta[il]);
+    }
+    ctx->st.n_past = n_past0 + a + 1;
+}
+
+/* One round (spec S3.1): the drafts, the verify batch and its rows' logits, what the
+ * acceptance walk found, and what the commit needs. */
+typedef struct {
+    int pos, id_last;      /* id_last: the last committed token, fed at pos (not yet in the state) */
+    int n, m;              /* drafts asked for, drafts verified */
+    Draft *d;              /* [m] drafts */
+    int *batch;            /* [id_last, d_1 .. d_m]; also the preview's block */
+    float *logits;         /* [m + 1][n_vocab]: the verifier's rows (and the preview's) */
+    int *t;                /* [rows] the verifier's token per row walked */
+    bool *relaxed;         /* [rows] accepted by the relaxed rule */
+    int acc, rows;         /* drafts accepted; rows walked (acc + 1, or acc if an accepted EOG ended it) */
+    bool eog_stop;         /* the walk stopped at an accepted end-of-generation draft */
+    int *out, n_out;       /* the tokens the round commits */
+    GdnLog log;            /* the verify batch's GDN inputs */
+    GdnSave save;          /* the GDN state before it */
+} Round;
+
+static void round_init(Round *rd, const Model *m, int n_max, int cap) {
+    size_t n = (size_t)n_max + 1;
+    *rd = (Round){.d = xmalloc(n * sizeof(Draft)), .batch = xmalloc(n * sizeof(int)),
+                  .logits = xmalloc(mul_size(n * (size_t)m->c.n_vocab, sizeof(float), "draft logits")),
+                  .t = xmalloc(n * sizeof(int)), .relaxed = xmalloc(n * sizeof(bool)), .out = xmalloc(n * sizeof(int))};
+    gdn_log_init(&rd->log, &rd->save, m, cap);
+}
+
+/* Test-only drafts (--test-drafts): random tokens, or the true greedy continuation. */
+typedef struct { int kind; const int *truth; int n_truth; uint64_t rng; } TestDrafts;
+enum { DRAFTS_MODEL, DRAFTS_RANDOM, DRAFTS_TRUTH };
+
+/* --test-drafts: n random tokens, or the true continuation after the n_done tokens predicted so far
+ * (as far as it is known); returns how many */
+static int test_drafts(TestDrafts *td, int n, int n_done, int V, Draft *d) {
+    int m = 0;
+    if (td->kind == DRAFTS_RANDOM)
+        for (; m < n; m++) d[m] = (Draft){(int)(random_uniform(&td->rng) * V) % V, 1, 0};
+    else
+        for (; m < n && n_done + m < td->n_truth; m++) d[m] = (Draft){td->truth[n_done + m], 1, 0};
+    return m;
+}
+
+typedef struct { Ctx *ctx; int rounds; } StateCheck;   /* --test-check-state: a plain decoder in lockstep */
+
+static void check_state(StateCheck *chk, const Ctx *ctx, const int *tokens, int n) {
+    Ctx *sh = chk->ctx;
+    for (int i = 0; i < n; i++) forward_causal(sh, &tokens[i], 1, NULL, 0);
+    const Model *m = ctx->m;
+    const Config *c = &m->c;
+    if (sh->st.n_past != ctx->st.n_past) fatal("state check: n_past %d != plain decoding's %d", ctx->st.n_past, sh->st.n_past);
+    for (int il = 0; il < c->n_layer; il++) {
+        bool same;
+        if (m->layers[il].recurrent)
+            same = !memcmp(sh->st.S[il], ctx->st.S[il], S_floats(c) * 4) && !memcmp(sh->st.ring[il], ctx->st.ring[il], ring_floats(c) * 4);
+        else
+            same = !memcmp(sh->st.k[il], ctx->st.k[il], kv_bytes(c, ctx->st.k_type, ctx->st.n_past)) &&
+                   !memcmp(sh->st.v[il], ctx->st.v[il], kv_bytes(c, ctx->st.v_type, ctx->st.n_past));
+        if (!same) fatal("state check: layer %d differs from plain causal decoding after round %d", il, chk->rounds + 1);
+    }
+    chk->rounds++;
+}
+
+/* --trace: the round as a table on stderr (section 16) */
+static void trace_round(const Round *r, int round, int V, const Printer *pr, const Args *a, const EogSet *eog);
+
+/* The acceptance walk (step 3 of a round): keep d_j while accept_draft says so; the first
+ * rejecting row commits the verifier's token t_j instead, the last row a bonus token when all m
+ * were kept; an accepted end-of-generation draft ends the round. */
+static void accept_round(Run *r, Round *rd) {
+    const Args *a = r->a;
+    int V = r->ctx->m->c.n_vocab;
+    rd->n_out = rd->acc = rd->rows = 0;
+    rd->eog_stop = false;
+    for (int j = 0; j <= rd->m; j++) {
+        const float *z = rd->logits + (size_t)j * V;
+        int t = sample(r->smp, z, V);
+        bool relaxed = false;
+        rd->t[j] = t;
+        rd->relaxed[j] = false;
+        rd->rows = j + 1;
+        if (j < rd->m && accept_draft(z, t, &rd->d[j], a->accept_ratio, a->accept_delta, &relaxed)) {
+            rd->out[rd->n_out++] = rd->d[j].id;
+            rd->acc++;
+            rd->relaxed[j] = relaxed;
+            if (relaxed) {
+                r->stats.n_relaxed++;
+                fprintf(stderr, "clover: relaxed accept: row %d draft %d target %d ratio %.3f entropy %.3f\n", j, rd->d[j].id, t,
+                        expf(z[rd->d[j].id] - z[t]), rd->d[j].H);
+            }
+            if (is_eog(&r->eog, rd->d[j].id)) { rd->eog_stop = true; break; }
+            continue;
+        }
+        rd->out[rd->n_out++] = t;
+        break;
+    }
+}
+
+/* Print the round's committed tokens; true when generation is over (an end-of-generation token, or
+ * past -n). */
+static bool print_round(Run *r, const Round *rd) {
+    for (int i = 0; i < rd->n_out; i++) {
+        r->stats.n_predict++;
+        if (is_eog(&r->eog, rd->out[i])) return true;
+        print_colored(r->pr, rd->out[i], i < rd->acc, r->a->color);
+    }
+    return r->a->n_predict >= 0 && r->stats.n_predict > r->a->n_predict;
+}
+
+/* --spec-draft-adaptive: how many tokens a round drafts. A round of n drafts, each accepted with
+ * probability q once the ones before it were, commits 1 + q + ... + q^n tokens on average and costs
+ * a preview and a verify batch of n + 1 rows, modelled as t(n + 1 rows) = step + n row (the running
+ * means of the measured times); plain decoding (n = 0) commits 1 token per step. With q estimated
+ * from the drafts tried so far (a round that accepts a of m tried a + 1 drafts, a if all were
+ * accepted), the round drafts the n <= n_max with the most tokens per second if that beats plain
+ * decoding by MARGIN: exploitation, q = accepted / (tried + 1). Otherwise it may probe: the best n
+ * under the optimistic q = (accepted + 1) / (tried + 1) (the first probe: one draft, whose cost is
+ * guessed as 3 steps), once the plain rounds since the last drafted one have cost 1 / PROBE_SHARE
+ * times what that probe costs beyond a step, so at most 2% of the time goes to probes and short
+ * runs (under about 150 tokens) may never draft. Any n keeps the exact rule lossless. */
+static const double MARGIN = 1.1, PROBE_SHARE = 0.02;
+typedef struct {
+    double step, preview_row, verify_row;   /* seconds; < 0: not measured yet */
+    double accepted, tried;                 /* drafts, over every drafted round */
+    int plain_rounds;                       /* rounds since the last drafted one */
+} Adaptive;
+
+static double running_mean(double mean, double x) { return mean < 0 ? x : 0.75 * mean + 0.25 * x; }
+
+/* The n <= n_max with the most tokens per second at acceptance q; its rate in *rate. */
+static int best_draft(const Adaptive *ad, int n_max, double q, double *rate) {
+    double row = ad->preview_row + ad->verify_row, tokens = 1, qn = 1;
+    int best = 0;
+    *rate = 1 / ad->step;
+    for (int n = 1; n <= n_max; n++) {
+        qn *= q;
+        tokens += qn;
+        double r = tokens / (2 * ad->step + n * row);
+        if (r > *rate) *rate = r, best = n;
+    }
+    return best;
+}
+
+static int draft_size(Adaptive *ad, int n_max) {
+    if (n_max == 0 || ad->step < 0) return 0;
+    int probe = 1;                  /* the first probe: one draft, its cost guessed as 3 steps */
+    double extra = 3 * ad->step;
+    if (ad->preview_row >= 0) {     /* row costs measured: exploit, or size the probe */
+        double rate;
+        int n = best_draft(ad, n_max, ad->accepted / (ad->tried + 1), &rate);
+        if (n > 0 && rate >= MARGIN / ad->step) return n;
+        probe = best_draft(ad, n_max, (ad->accepted + 1) / (ad->tried + 1), &rate);
+        extra = ad->step + probe * (ad->preview_row + ad->verify_row);
+    }
+    if (probe == 0 || ++ad->plain_rounds * ad->step * PROBE_SHARE < extra) return 0;
+    return probe;
+}
+
+/* What a round measured: its preview and verify times, m drafts of which acc were accepted. */
+static void draft_costs(Adaptive *ad, double t_draft, double t_verify, int m, int acc) {
+    if (m == 0) {
+        ad->step = running_mean(ad->step, t_verify);
+        return;
+    }
+    ad->plain_rounds = 0;
+    double row_p = (t_draft - ad->step) / m, row_v = (t_verify - ad->step) / m;
+    ad->preview_row = running_mean(ad->preview_row, row_p > 0 ? row_p : 0);
+    ad->verify_row = running_mean(ad->verify_row, row_v > 0 ? row_v : 0);
+    ad->accepted += acc;
+    ad->tried += acc < m ? acc + 1 : acc;
+}
+
+/* --spec-type draft-self: rounds of draft, verify, accept, commit (spec S3.1);
+ * td: where the drafts come from (the model, or test drafts); chk: a plain decoder to compare the
+ * committed state with after every round, or NULL. */
+static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
+    Ctx *ctx = r->ctx;
+    const Args *a = r->a;
+    const Config *c = &ctx->m->c;
+    Stats *stats = &r->stats;
+    int cap = ctx->sc.cap;
+    int n_max = a->draft_n_max < c->block_size - 1 ? a->draft_n_max : c->block_size - 1;
+    if (n_max > cap - 1) n_max = cap - 1;
+    Round rd;
+    round_init(&rd, ctx->m, n_max, cap);
+    double t0 = now_seconds();
+    prefill(ctx, prompt, n_prompt - 1, rd.logits, NULL);
+    stats->t_encode = now_seconds() - t0;
+    stats->n_encoded = n_prompt;
+    int id_last = prompt[n_prompt - 1];
+    bool done = false;
+    Adaptive ad = {.step = -1, .preview_row = -1, .verify_row = -1};
+    t0 = now_seconds();
+    while (!done && ctx->st.n_past < ctx->st.n_ctx) {
+        rd.pos = ctx->st.n_past;
+        rd.id_last = id_last;
+        rd.n = a->draft_adaptive ? draft_size(&ad, n_max) : n_max;   /* as many as fit before -c and -n */
+        if (ctx->st.n_ctx - ctx->st.n_past - 2 < rd.n) rd.n = ctx->st.n_ctx - ctx->st.n_past - 2;
+        if (a->n_predict >= 0 && a->n_predict - stats->n_predict - 1 < rd.n) rd.n = a->n_predict - stats->n_predict - 1;
+        if (rd.n < 0) rd.n = 0;
+        /* 1. DRAFT: a preview pass over [id_last, MASK x n] (or test drafts) */
+        double td0 = now_seconds();
+        rd.m = rd.n == 0 ? 0 : td->kind == DRAFTS_MODEL ? draft_block(ctx, a, &r->eog, id_last, rd.n, rd.d, rd.batch, rd.logits)
+                                                        : test_drafts(td, rd.n, stats->n_predict, c->n_vocab, rd.d);
+        double t_draft = now_seconds() - td0;
+        stats->t_draft += t_draft;
+        /* 2. VERIFY: save the GDN state; one causal batch [id_last, d_1 .. d_m], in decoding order,
+         * every row's logits, the GDN inputs logged for the rollback */
+        double tv0 = now_seconds();
+        rd.batch[0] = id_last;
+        for (int j = 0; j < rd.m; j++) rd.batch[j + 1] = rd.d[j].id;
+        if (rd.m > 0 && ctx->gpu) gpu_gdn_save(ctx->gpu);   /* no drafts: nothing to roll back */
+        else if (rd.m > 0) gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);
+        forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, rd.m > 0 ? &rd.log : NULL);
+        /* 3. ACCEPT */
+        accept_round(r, &rd);
+        if (a->trace) trace_round(&rd, stats->n_rounds + 1, c->n_vocab, r->pr, a, &r->eog);
+        /* 4. COMMIT: the KV rows of the a + 1 new tokens stay; the GDN layers roll back and replay them */
+        if (rd.acc < rd.m) rollback(ctx, &rd.save, &rd.log, rd.pos, rd.acc);
+        double t_verify = now_seconds() - tv0;
+        stats->t_verify += t_verify;
+        draft_costs(&ad, t_draft, t_verify, rd.m, rd.acc);
+        stats->n_drafted += rd.m;
+        stats->n_accept += rd.acc;
+        stats->n_rounds++;
+        if (chk) check_state(chk, ctx, rd.batch, rd.acc + 1);
+        done = print_round(r, &rd);
+        id_last = rd.out[rd.n_out - 1];
+    }
+    stats->t_decode = now_seconds() - t0;
+}
+
+/* --diffusion (spec S2.6): fill a block of block_size masks by repeated preview passes,
+ * unmasking every position whose top-1 probability reaches the threshold (at least the most
+ * confident one), then commit the block causally; stop at the first end-of-generation token. */
+static void generate_diffusion(Run *r, const int *prompt, int n_prompt) {
+    Ctx *ctx = r->ctx;
+    const Args *a = r->a;
+    Stats *stats = &r->stats;
+    const Config *c = &ctx->m->c;
+    int V = c->n_vocab, B = c->block_size < ctx->sc.cap ? c->block_size : ctx->sc.cap;
+    float *logits = xmalloc(mul_size((size_t)B * V, sizeof(float), "diffusion logits"));
+    int *block = xmalloc((size_t)B * sizeof(int));
+    /* the last committed row's logits: with shift_logits they predict block position 0 */
+    float *last = xmalloc((size_t)V * sizeof(float));
+    double t0 = now_seconds();
+    prefill(ctx, prompt, n_prompt, last, NULL);
+    stats->t_encode = now_seconds() - t0;
+    stats->n_encoded = n_prompt;
+    t0 = now_seconds();
+    int passes = 0, blocks = 0;
+    bool done = false;
+    while (!done && (a->n_predict < 0 || stats->n_predict < a->n_predict)) {
+        int n = B;
+        if (ctx->st.n_past + n > ctx->st.n_ctx) n = ctx->st.n_ctx - ctx->st.n_past;
+        if (n <= 0) break;
+        for (int j = 0; j < n; j++) block[j] = c->mask_id;
+        for (int masked = n; masked > 0;) {
+            forward_preview(ctx, block, n, logits);
+            passes++;
+            int best_j = -1, best_id = 0, ids[n];
+            float best_p = -1, p[n], H;
+            for (int j = 0; j < n; j++) {
+                if (block[j] != c->mask_id) continue;
+                int row = c->shift_logits ? j - 1 : j;   /* shifted: row j-1 predicts position j */
+                ids[j] = best_token(row < 0 ? last : logits + (size_t)row * V, V, c->mask_id, &p[j], &H);
+                if (p[j] > best_p) { best_p = p[j]; best_j = j; best_id = ids[j]; }
+            }
+            for (int j = 0; j < n; j++)
+                if (block[j] == c->mask_id && p[j] >= a->diffusion_threshold) { block[j] = ids[j]; masked--; }
+            if (block[best_j] == c->mask_id) { block[best_j] = best_id; masked--; }
+        }
+        int keep = n;
+        for (int j = 0; j < n; j++)
+            if (is_eog(&r->eog, block[j]) || (a->n_predict >= 0 && stats->n_predict + j >= a->n_predict)) { keep = j; done = true; break; }
+        prefill(ctx, block, keep, last, NULL);
+        for (int j = 0; j < keep; j++) print_token(r->pr, block[j]);
+        stats->n_predict += keep;
+        blocks++;
+    }
+    stats->t_decode = now_seconds() - t0;
+    fprintf(stderr, "\ndiffusion: %d blocks, %d passes, %.2f passes per block, %.2f tokens per pass\n", blocks, passes,
+            blocks ? (double)passes / blocks : 0.0, passes ? (double)stats->n_predict / passes : 0.0);
+    free(logits);
+    free(block);
+    free(last);
+}
+
+/* ============================================================================================== */
+/* 11. Tensor dumps (--dump-tensors)                                                              */
 /* ============================================================================================== */
 /* --dump-tensors DIR: every intermediate activation as DIR/<name>.bin, named as llama.cpp's graph
  * callback names the same value (cb(cur, "attn_norm", il) -> "attn_norm-0"), with the same element
@@ -2812,7 +3339,7 @@ static void dump_shared_expert(const Ctx *ctx, int il, int T) {
 }
 
 /* ============================================================================================== */
-/* 11. SIMD twins of the kernels, and the thread pool                                             */
+/* 12. SIMD twins of the kernels, and the thread pool                                             */
 /* ============================================================================================== */
 /* Each kernel of the table (section 5) has its plain definition next to the math it serves and, here,
  * its x86-64 twin, which performs the per-lane operations of the plain definition in the same order.
@@ -3850,7 +4377,7 @@ static void work_wait(Work *w, int n) {
 }
 
 /* ============================================================================================== */
-/* 12. Tokenizer                                                                                  */
+/* 13. Tokenizer                                                                                  */
 /* ============================================================================================== */
 /* ----------------------------------------------------------------------------------------------
  * Tokenizer: byte-level BPE with the "qwen35" pre-tokenizer, matching llama.cpp's llama_tokenize
@@ -3873,7 +4400,7 @@ enum {
     TOKEN_FLAG_BYTE = 8,          /* "<0xHH>" byte token */
 };
 
-typedef struct {
+struct Tokenizer {
     int n_vocab;
     char *token_text;           /* every token's text, back to back */
     uint32_t *token_offset;     /* token i is token_text[token_offset[i] .. token_offset[i+1]) */
@@ -3894,7 +4421,7 @@ typedef struct {
     char byte_char[256][2];     /* GPT-2 byte map: byte -> UTF-8 of its printable stand-in character */
     uint8_t byte_char_len[256];
     int16_t char_byte[0x144];   /* inverse map: stand-in codepoint (all are < U+0144) -> byte, or -1 */
-} Tokenizer;
+};
 
 /* ---- Unicode character classes for the pre-tokenizer --------------------------------------- */
 
@@ -4284,6 +4811,7 @@ static size_t empty_token_name(int id, char *out) {
 }
 
 static const char *load_tokens(Tokenizer *t, int n_vocab, const GGUFString *tokens, const int32_t *types) {
+    if (n_vocab <= 0) return "tokenizer: empty vocabulary";
     uint64_t total = 0;
     for (int i = 0; i < n_vocab; i++) {
         size_t len = gguf_text_len(&tokens[i]);
@@ -4408,7 +4936,6 @@ static void tokenizer_free(Tokenizer *t) {
 static const char *tokenizer_init(Tokenizer *t, int n_vocab, const GGUFString *tokens, const int32_t *types,
                            int n_merges, const GGUFString *merges) {
     memset(t, 0, sizeof(*t));
-    if (n_vocab <= 0) return "tokenizer: empty vocabulary";
     if (n_merges < 0) return "tokenizer: negative merge count";
     t->n_vocab = n_vocab;
     init_byte_map(t);
@@ -4841,19 +5368,41 @@ static void utf8_stream_flush(Utf8Stream *s, FILE *out) {
 }
 /* end of tokenizer */
 
+/* ---- printing tokens -------------------------------------------------------------------------- */
+/* Stream tokens to stdout: their raw bytes, as llama.cpp's examples print them (so the output can be
+ * diffed with upstream's byte for byte), or with --utf8-replace as whole UTF-8 characters, each
+ * invalid sequence one U+FFFD (for a terminal). */
+struct Printer { const Tokenizer *tok; bool utf8_replace; Utf8Stream utf8; };
+
+static void print_token(Printer *pr, int id) {
+    char buf[512];
+    int n = tokenizer_decode(pr->tok, id, buf, sizeof buf);
+    if (n > 0 && pr->utf8_replace) utf8_stream_write(&pr->utf8, buf, n, stdout);
+    else if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
+    fflush(stdout);
+}
+
+/* Print a token, coloured when it came from an accepted draft (--color on). */
+static void print_colored(Printer *pr, int id, bool drafted, bool color) {
+    bool paint = color && drafted && pr->utf8.n == 0;
+    if (paint) fputs("\033[32m", stdout);
+    print_token(pr, id);
+    if (paint) fputs("\033[0m", stdout);
+}
+
 /* ============================================================================================== */
-/* 13. Sampler                                                                                    */
+/* 14. Sampler                                                                                    */
 /* ============================================================================================== */
 /* Greedy when --temp <= 0 or --top-k 1 (argmax, ties to the lowest id, as llama.cpp). Otherwise,
  * in llama.cpp's order: keep the top-k logits, keep the smallest set whose probability reaches
  * top-p, then sample from softmax(logits / temp) with a seeded generator (deterministic). */
-typedef struct {
+struct Sampler {
     float temp, top_p;
     int top_k;
     uint64_t rng;
     int *idx;      /* [n_vocab] candidate ids */
     float *p;      /* [n_vocab] candidate probabilities */
-} Sampler;
+};
 
 static int argmax(const float *x, int n) {
     int best = 0;
@@ -4906,27 +5455,227 @@ static int sample(Sampler *s, const float *logits, int n_vocab) {
 }
 
 /* ============================================================================================== */
-/* 14. Generation and the command line                                                            */
+/* 15. The GPU side: clover.cu's interface                                                        */
 /* ============================================================================================== */
+/* --- The GPU side (clover.cu), called through these functions only ------------------------------
+ * gpu_init finds the device; gpu_load uploads the model (GpuModel: every tensor as stored, by the
+ * field names of Config / Layer / Model) after planning the device memory; gpu_forward runs a
+ * causal or preview pass; gpu_gdn_save and gpu_rollback are draft-self's save and replay of the GDN
+ * state; gpu_check_ops runs every GPU kernel against its CPU twin, handed over in GpuCheck with the
+ * model's shapes and matrices. clover.cu declares the same structs (their `size` is checked). */
+typedef struct { uint32_t type; int64_t n_in, n_out; const void *data; } GpuMat;
 typedef struct {
-    const char *model, *prompt_file, *prompt, *tokens, *dump_logits, *spec_type, *preview_block;
-    const char *dump_tensors, *dump_filter;
-    const char *test_drafts;   /* test only: "random" or "truth" drafts replace the model's */
-    bool test_check_state;     /* test only: compare the committed state with plain decoding each round */
-    int n_predict, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, n_gpu_layers;
-    int draft_n_max, draft_n_min, draft_steps;
-    float draft_p_min, accept_ratio, accept_delta;
-    float temp, top_p;
-    int top_k;
-    long long seed;
-    uint32_t k_type, v_type;
-    bool tokenize, chat, color, diffusion, check_ops;
-    bool trace;                /* --trace: one block per draft-self round on stderr */
-    bool utf8_replace;         /* --utf8-replace: print valid UTF-8 only (else the tokens' raw bytes) */
-    bool draft_adaptive;       /* --spec-draft-adaptive: each round drafts as many tokens as pay (draft_size) */
-    float diffusion_threshold;
-} Args;
+    int n_embd, n_layer, n_vocab;
+    int n_head, n_head_kv, head_dim, n_rot;
+    float eps, rope_base, kq_scale;
+    int n_expert, n_expert_used, n_ff, n_ff_shexp;
+    float expert_weights_scale;
+    int d_conv, n_k_heads, n_v_heads, d_state, key_dim, value_dim, conv_dim;
+    float coreset_top_p;
+} GpuConfig;
+typedef struct {
+    bool recurrent;
+    const float *attn_norm, *post_norm;
+    GpuMat qkv, gate, beta, alpha, ssm_out;
+    const float *conv, *dt, *a, *ssm_norm;
+    const float *conv_right, *a_rev, *dt_rev, *rev_mix;
+    GpuMat alpha_rev, beta_rev;
+    GpuMat wq, wk, wv, wo;
+    const float *q_norm, *k_norm;
+    GpuMat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
+    const float *shexp_gate;
+} GpuLayer;
+/* dump: the --dump-tensors writer (gpu_dump; NULL: no dumps), given host copies of the values */
+typedef void (*GpuDumpFn)(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0);
+typedef struct {
+    size_t size;
+    GpuConfig c;
+    GpuMat output;
+    const float *output_norm;
+    const GpuLayer *layers;
+    GpuDumpFn dump;
+    void *dump_arg;
+} GpuModel;
+typedef struct {
+    size_t size;
+    void (*quantize_row)(uint32_t wtype, const float *x, void *y, int64_t n);
+    float (*dot)(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n);   /* row order */
+    void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
+    void (*l2norm)(float *x, int n, float eps);
+    void (*rope)(float *x, int n_rot, int pos, float base);
+    void (*softmax)(float *x, int n);
+    void (*silu_row)(float *y, const float *x, int n);
+    int (*argmax)(const float *x, int n);
+    /* GDN twins (clover.cu section 8) */
+    void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
+    void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
+    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, float *y);
+    void (*gdn_qk_norm)(float *y, int C, int d, int n_qk, float eps);   /* one row */
+    void (*gdn_ring_push)(float *ring, const float *u, int T, int K, int C);
+    void (*gdn_scan_head)(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+                          int H, int n_k_heads, int d, int C, int key_dim, int value_dim, int h);
+    void (*gdn_rev_mix)(float *o, const float *o_rev, const float *gamma, int T, int H, int d);
+    void (*gdn_gated_norm)(const float *o, const float *z, const float *w, int H, int d, float eps, float *y);   /* one row */
+    int n_k_heads, n_v_heads, d_conv, conv_dim, key_dim, value_dim;
+    /* attention and MoE twins (clover.cu sections 9, 10), and their shapes; up/down_exps: layer 0's stacked experts */
+    void (*attn_qk_norm)(float *qg, float *kr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv, int hd, float eps);
+    void (*attn_rope)(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base);
+    void (*store_as)(uint32_t type, void *dst, const float *x, int n);
+    void (*attend)(const float *q, const float *gate, const uint8_t *K, size_t kstride, uint32_t k_type, const uint8_t *V,
+                   size_t vstride, uint32_t v_type, int n, int hd, float kq_scale, int lanes, float *sc, float *acc, float *o, float *og);
+    void (*route_top_k)(const float *p, const bool *allowed, int n_expert, int k, float weights_scale, int *sel, float *w);
+    void (*coreset)(const float *p, int T, int n_expert, float top_p, bool *allowed);
+    void (*swiglu)(const float *g, const float *u, float *h, int64_t n);
+    void (*moe_sum)(const int *slot, const float *w, const float *y, int K, int E, float *out);
+    void (*moe_shared_gate)(float *mix, const float *sh, float sh_logit, int E);
+    int n_head_kv, n_expert_used;
+    float kq_scale, coreset_top_p, expert_weights_scale;
+    GpuMat up_exps, down_exps, gate_exps;
+    int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
+    float eps, rope_base;
+    int n_mats;
+    const GpuMat *mats;
+} GpuCheck;
 
+#ifdef CLOVER_CUDA
+bool gpu_init(char *info, size_t n);
+int gpu_check_ops(const GpuCheck *c);
+Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type);
+void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits,
+                 int *token);
+#endif
+
+/* the single-row dot product of a matrix of n_rows rows (the CPU's matmul for one row) */
+static float dot_row_order(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n) {
+    return dot_fn(wtype, false, n_rows)(w, a, n);
+}
+
+static GpuMat gpu_mat(const Mat *w) { return (GpuMat){w->type, w->n_in, w->n_out, w->data}; }
+
+/* --check-ops: the model's matrices (expert 0 of stacked ones) and shapes to clover.cu; exit 1 if a
+ * kernel differs from its CPU twin beyond its limit. */
+static void check_ops(const Model *m) {
+    size_t n_names = sizeof TENSOR_NAMES / sizeof TENSOR_NAMES[0];
+    GpuMat *mats = xcalloc(2 + (size_t)m->c.n_layer * n_names, sizeof *mats);
+    int n = 0;
+    const Mat *top[] = {&m->tok_embd, &m->output};
+    for (int i = 0; i < 2; i++)
+        if (top[i]->data) mats[n++] = (GpuMat){top[i]->type, top[i]->n_in, top[i]->n_out, top[i]->data};
+    for (int il = 0; il < m->c.n_layer; il++)
+        for (size_t k = 0; k < n_names; k++) {
+            const TensorName *tn = &TENSOR_NAMES[k];
+            if (tn->kind != AS_MAT || tn->where == IN_MODEL) continue;
+            const Mat *w = (const Mat *)((const char *)&m->layers[il] + tn->field);
+            if (w->data) mats[n++] = (GpuMat){w->type, w->n_in, w->n_out, w->data};
+        }
+    const Config *c = &m->c;
+    GpuCheck g = {.size = sizeof g, .quantize_row = quantize_row, .dot = dot_row_order, .rmsnorm = rmsnorm, .l2norm = l2norm,
+                  .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax,
+                  /* GDN twins (clover.cu section 8) */
+                  .gdn_gates = gdn_gates, .gdn_conv = kernels()->gdn_conv, .gdn_conv_right = gdn_conv_right,
+                  .gdn_qk_norm = gdn_qk_norm, .gdn_ring_push = gdn_ring_push, .gdn_scan_head = gdn_scan_head,
+                  .gdn_rev_mix = gdn_rev_mix, .gdn_gated_norm = gdn_gated_norm, .n_k_heads = c->n_k_heads,
+                  .n_v_heads = c->n_v_heads, .d_conv = c->d_conv, .conv_dim = c->conv_dim, .key_dim = c->key_dim,
+                  .value_dim = c->value_dim,
+                  /* attention and MoE twins (clover.cu sections 9, 10) */
+                  .attn_qk_norm = attn_qk_norm, .attn_rope = attn_rope, .store_as = store_as, .attend = attend,
+                  .route_top_k = route_top_k, .coreset = coreset, .swiglu = swiglu, .moe_sum = moe_sum,
+                  .moe_shared_gate = moe_shared_gate, .n_head_kv = c->n_head_kv, .n_expert_used = c->n_expert_used,
+                  .kq_scale = c->kq_scale, .coreset_top_p = c->coreset_top_p, .expert_weights_scale = c->expert_weights_scale,
+                  .up_exps = gpu_mat(&m->layers[0].up_exps), .down_exps = gpu_mat(&m->layers[0].down_exps),
+                  .gate_exps = gpu_mat(&m->layers[0].gate_exps),
+                  .n_embd = c->n_embd, .n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->n_rot,
+                  .n_expert = c->n_expert, .n_ff = c->n_ff, .n_vocab = c->n_vocab, .d_state = c->d_state,
+                  .eps = c->eps, .rope_base = c->rope_base, .n_mats = n, .mats = mats};
+#ifdef CLOVER_CUDA
+    exit(gpu_check_ops(&g) ? 1 : 0);
+#else
+    (void)g;
+    fatal("--check-ops compares the GPU kernels with the CPU, and this is the CPU build (make cuda builds clover-cuda, make cuda-emu build/clover-emu)");
+#endif
+}
+
+#ifdef CLOVER_CUDA
+
+/* The model as gpu_load takes it: pointers into the mapped file (layers: n_layer of them). */
+static GpuModel gpu_model(const Model *m, GpuLayer *layers) {
+    const Config *c = &m->c;
+    for (int il = 0; il < c->n_layer; il++) {
+        const Layer *L = &m->layers[il];
+        layers[il] = (GpuLayer){
+            .recurrent = L->recurrent, .attn_norm = L->attn_norm, .post_norm = L->post_norm,
+            .qkv = gpu_mat(&L->qkv), .gate = gpu_mat(&L->gate), .beta = gpu_mat(&L->beta), .alpha = gpu_mat(&L->alpha),
+            .ssm_out = gpu_mat(&L->ssm_out), .conv = L->conv, .dt = L->dt, .a = L->a, .ssm_norm = L->ssm_norm,
+            .conv_right = L->conv_right, .a_rev = L->a_rev, .dt_rev = L->dt_rev, .rev_mix = L->rev_mix,
+            .alpha_rev = gpu_mat(&L->alpha_rev), .beta_rev = gpu_mat(&L->beta_rev),
+            .wq = gpu_mat(&L->wq), .wk = gpu_mat(&L->wk), .wv = gpu_mat(&L->wv), .wo = gpu_mat(&L->wo),
+            .q_norm = L->q_norm, .k_norm = L->k_norm,
+            .router = gpu_mat(&L->router), .gate_exps = gpu_mat(&L->gate_exps), .up_exps = gpu_mat(&L->up_exps),
+            .down_exps = gpu_mat(&L->down_exps), .gate_shexp = gpu_mat(&L->gate_shexp), .up_shexp = gpu_mat(&L->up_shexp),
+            .down_shexp = gpu_mat(&L->down_shexp), .shexp_gate = L->shexp_gate};
+    }
+    GpuConfig g = {.n_embd = c->n_embd, .n_layer = c->n_layer, .n_vocab = c->n_vocab, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
+                   .head_dim = c->head_dim, .n_rot = c->n_rot, .eps = c->eps, .rope_base = c->rope_base, .kq_scale = c->kq_scale,
+                   .n_expert = c->n_expert, .n_expert_used = c->n_expert_used, .n_ff = c->n_ff, .n_ff_shexp = c->n_ff_shexp,
+                   .expert_weights_scale = c->expert_weights_scale, .d_conv = c->d_conv, .n_k_heads = c->n_k_heads,
+                   .n_v_heads = c->n_v_heads, .d_state = c->d_state, .key_dim = c->key_dim, .value_dim = c->value_dim,
+                   .conv_dim = c->conv_dim, .coreset_top_p = c->coreset_top_p};
+    return (GpuModel){sizeof(GpuModel), g, gpu_mat(&m->output), m->output_norm, layers, NULL, NULL};
+}
+
+/* --dump-tensors on the GPU: clover.cu hands over its dump points' values, written as the CPU's */
+static void gpu_dump(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0) {
+    dump_nd(arg, name, il, x, false, rows, ne2, ne1, ne0);
+}
+
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
+    int E = ctx->m->c.n_embd;
+    for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], ctx->sc.x + (size_t)t * E);
+    ctx->dump_preview = pass == PREVIEW;
+    dump(ctx, "model.input_embed", -1, ctx->sc.x, T, E);
+    gpu_forward(ctx->gpu, pass == PREVIEW, ctx->sc.x, T, ctx->st.n_past, log, logits, first, n_logits, token);
+}
+
+/* -ngl N: the whole model on the GPU when N is at least the layer count (or -1), the CPU for 0; a
+ * split between the two is not supported. On the GPU the device holds the state and scratch, and
+ * the host keeps only n_past / n_ctx and the rows of embeddings it looks up. Returns whether the
+ * GPU runs the model. */
+static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
+    const Config *c = &m->c;
+    if (a->n_gpu_layers == 0) return false;
+    if (a->n_gpu_layers > 0 && a->n_gpu_layers < c->n_layer)
+        fatal("-ngl %d: splitting the %d layers between GPU and CPU is not supported; use -ngl %d (all on the GPU) or -ngl 0 (the CPU)",
+              a->n_gpu_layers, c->n_layer, c->n_layer);
+    char info[256];
+    if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a->n_gpu_layers, info);
+    if (a->test_check_state) fatal("--test-check-state compares the CPU's state; it does not work with -ngl (use -ngl 0)");
+    fprintf(stderr, "clover: GPU %s: all %d layers on the GPU\n", info, c->n_layer);
+    ctx->st = (State){.n_ctx = n_ctx, .k_type = a->k_type, .v_type = a->v_type};
+    ctx->sc = (Scratch){.cap = cap, .x = xmalloc(mul_size(mul_size((size_t)cap, (size_t)c->n_embd, "scratch"), sizeof(float), "scratch"))};
+    GpuLayer *layers = xcalloc((size_t)c->n_layer, sizeof(GpuLayer));
+    GpuModel gm = gpu_model(m, layers);
+    if (ctx->dump_dir) gm.dump = gpu_dump, gm.dump_arg = ctx;
+    ctx->gpu = gpu_load(&gm, n_ctx, cap, a->k_type, a->v_type);
+    free(layers);
+    return true;
+}
+
+#else   /* the CPU build: gpu_setup leaves ctx->gpu NULL, so the other three are never reached */
+static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
+    (void)ctx, (void)m, (void)n_ctx, (void)cap;
+    if (a->n_gpu_layers != 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
+    return false;
+}
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
+    (void)ctx, (void)pass, (void)tokens, (void)T, (void)log, (void)logits, (void)first, (void)n_logits, (void)token;
+}
+void gpu_gdn_save(Gpu *gpu) { (void)gpu; }
+void gpu_rollback(Gpu *gpu, int rows) { (void)gpu, (void)rows; }
+#endif
+
+/* ============================================================================================== */
+/* 16. The command line, the reports and main                                                     */
+/* ============================================================================================== */
 static void usage(void) {
     fprintf(stderr,
         "usage: clover -m MODEL.gguf (-p TEXT | -f FILE | --tokens IDS) [options]\n"
@@ -5100,15 +5849,6 @@ static char *read_file(const char *path, size_t max, size_t *len) {
     return buf;
 }
 
-/* Token ids that end generation: the file's eos id and the chat terminators, found by text. */
-typedef struct { int ids[4]; int n; } EogSet;
-
-static bool is_eog(const EogSet *e, int id) {
-    for (int i = 0; i < e->n; i++)
-        if (e->ids[i] == id) return true;
-    return false;
-}
-
 static void tokenizer_load(Tokenizer *tok, EogSet *eog, const Model *m) {
     const GGUF *f = &m->file;
     const GGUFKV *model = gguf_find(f, "tokenizer.ggml.model");
@@ -5136,19 +5876,6 @@ static void tokenizer_load(Tokenizer *tok, EogSet *eog, const Model *m) {
         int id = tokenizer_find(tok, names[i]);
         if (id >= 0 && !is_eog(eog, id)) eog->ids[eog->n++] = id;
     }
-}
-
-/* Stream tokens to stdout: their raw bytes, as llama.cpp's examples print them (so the output can be
- * diffed with upstream's byte for byte), or with --utf8-replace as whole UTF-8 characters, each
- * invalid sequence one U+FFFD (for a terminal). */
-typedef struct { const Tokenizer *tok; bool utf8_replace; Utf8Stream utf8; } Printer;
-
-static void print_token(Printer *pr, int id) {
-    char buf[512];
-    int n = tokenizer_decode(pr->tok, id, buf, sizeof buf);
-    if (n > 0 && pr->utf8_replace) utf8_stream_write(&pr->utf8, buf, n, stdout);
-    else if (n > 0) fwrite(buf, 1, (size_t)n, stdout);
-    fflush(stdout);
 }
 
 /* Memory this process may use: /proc/meminfo's MemAvailable, or the cgroup's limit when lower
@@ -5202,24 +5929,6 @@ static void memory_plan(const Model *m, const Args *a, int n_ctx, int cap, int n
             w, k, n_ctx, TYPES[a->k_type].name, TYPES[a->v_type].name, g, sc, cap, t, avail ? av : "unknown");
 }
 
-/* Evaluate tokens[0..n) causally in chunks of at most cap rows; logits of the last row, or of every
- * row streamed to `dump` when it is given. */
-static void prefill(Ctx *ctx, const int *tokens, int n, float *logits, FILE *dump) {
-    int cap = ctx->sc.cap, V = ctx->m->c.n_vocab;
-    ctx->tile_order = true;
-    for (int i = 0; i < n; i += cap) {
-        int T = n - i < cap ? n - i : cap;
-        forward_causal(ctx, tokens + i, T, logits, dump ? T : logits && i + T == n ? 1 : 0);
-        if (dump && fwrite(logits, sizeof(float) * (size_t)V, (size_t)T, dump) != (size_t)T) fatal("writing logits: %s", strerror(errno));
-    }
-    ctx->tile_order = false;
-}
-
-typedef struct {
-    int n_encoded, n_predict, n_drafted, n_accept, n_relaxed, n_rounds;
-    double t_encode, t_decode, t_draft, t_verify;
-} Stats;
-
 static void print_stats(const Args *a, const Stats *s) {
     fprintf(stderr, "\n\nencoded %4d tokens in %8.3f seconds, speed: %8.3f t/s\n", s->n_encoded, s->t_encode,
             s->t_encode > 0 ? s->n_encoded / s->t_encode : 0.0);
@@ -5234,596 +5943,6 @@ static void print_stats(const Args *a, const Stats *s) {
     fprintf(stderr, "mean accepted length = %.3f tokens per round (%d rounds)\n",
             s->n_rounds ? (double)s->n_predict / s->n_rounds : 0.0, s->n_rounds);
     fprintf(stderr, "draft time = %.3f s, verify time = %.3f s\n", s->t_draft, s->t_verify);
-}
-
-/* What a generation run works with; main sets it up (run_init). */
-typedef struct {
-    Ctx *ctx;
-    const Args *a;
-    EogSet eog;
-    Sampler smp;
-    Printer pr;        /* text to stdout */
-    Stats stats;
-    uint64_t seed;     /* --seed, or the time */
-} Run;
-
-/* The prompt: token ids (--tokens), or text (-p, -f: a prompt file loses one trailing newline, as
- * upstream), wrapped in the chat template with --chat, then tokenized. */
-static int *read_prompt(const Args *a, const Tokenizer *tok, int n_vocab, int *n_prompt) {
-    if (a->tokens) return parse_ids(a->tokens, n_vocab, n_prompt);
-    size_t len = 0;
-    /* no token is longer than 1 KiB of text, so a prompt that fits in -b is at most that per token */
-    char *text = a->prompt_file ? read_file(a->prompt_file, mul_size((size_t)a->n_batch, 1024, "prompt size"), &len) : strdup(a->prompt);
-    if (!text) fatal("out of memory");
-    if (a->prompt) len = strlen(text);
-    if (a->prompt_file && len > 0 && text[len - 1] == '\n') len--;
-    if (a->chat) {
-        const char *pre = "<|im_start|>user\n", *post = "<|im_end|>\n<|im_start|>assistant\n<think>\n";
-        char *w = xmalloc(strlen(pre) + len + strlen(post) + 1);
-        sprintf(w, "%s%.*s%s", pre, (int)len, text, post);
-        free(text);
-        text = w;
-        len = strlen(w);
-    }
-    int *prompt = tokenizer_encode(tok, text, len, true, n_prompt);
-    if (!prompt) fatal("out of memory tokenizing the prompt");
-    free(text);
-    return prompt;
-}
-
-/* The options against the model and the prompt: the context size (-c 0: the model's), which the
- * prompt must fit in, as in -b; block diffusion needs a clover_moe file with a mask token. */
-static int check_run(const Args *a, const Config *c, int n_prompt) {
-    if (n_prompt == 0) fatal("the prompt is empty; give some text with -p or -f");
-    int n_ctx = a->n_ctx ? a->n_ctx : c->n_ctx_train;
-    if (n_ctx > c->n_ctx_train) fatal("-c %d is beyond the model's context length %d; use -c %d or less", n_ctx, c->n_ctx_train, c->n_ctx_train);
-    if (n_prompt > a->n_batch) fatal("the prompt has %d tokens, more than the batch size -b %d; raise -b", n_prompt, a->n_batch);
-    if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
-    bool draft_self = !strcmp(a->spec_type, "draft-self");
-    if ((draft_self || a->diffusion || a->preview_block) && c->mask_id < 0)
-        fatal("%s: %s needs a clover_moe model with a mask token (%s); this %s file has none",
-              a->model, a->diffusion ? "--diffusion" : a->preview_block ? "--preview-block" : "--spec-type draft-self", KEY_MASK_ID, c->arch);
-    if ((draft_self || a->diffusion || a->preview_block) && strcmp(c->arch, "clover_moe"))
-        fatal("%s: block diffusion needs a clover_moe model; this is %s (plain causal decoding works with --spec-type none)", a->model, c->arch);
-    return n_ctx;
-}
-
-/* --- The GPU side (clover.cu), called through these functions only ------------------------------
- * gpu_init finds the device; gpu_load uploads the model (GpuModel: every tensor as stored, by the
- * field names of Config / Layer / Model) after planning the device memory; gpu_forward runs a
- * causal or preview pass; gpu_gdn_save and gpu_rollback are draft-self's save and replay of the GDN
- * state; gpu_check_ops runs every GPU kernel against its CPU twin, handed over in GpuCheck with the
- * model's shapes and matrices. clover.cu declares the same structs (their `size` is checked). */
-typedef struct { uint32_t type; int64_t n_in, n_out; const void *data; } GpuMat;
-typedef struct {
-    int n_embd, n_layer, n_vocab;
-    int n_head, n_head_kv, head_dim, n_rot;
-    float eps, rope_base, kq_scale;
-    int n_expert, n_expert_used, n_ff, n_ff_shexp;
-    float expert_weights_scale;
-    int d_conv, n_k_heads, n_v_heads, d_state, key_dim, value_dim, conv_dim;
-    float coreset_top_p;
-} GpuConfig;
-typedef struct {
-    bool recurrent;
-    const float *attn_norm, *post_norm;
-    GpuMat qkv, gate, beta, alpha, ssm_out;
-    const float *conv, *dt, *a, *ssm_norm;
-    const float *conv_right, *a_rev, *dt_rev, *rev_mix;
-    GpuMat alpha_rev, beta_rev;
-    GpuMat wq, wk, wv, wo;
-    const float *q_norm, *k_norm;
-    GpuMat router, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp;
-    const float *shexp_gate;
-} GpuLayer;
-/* dump: the --dump-tensors writer (gpu_dump; NULL: no dumps), given host copies of the values */
-typedef void (*GpuDumpFn)(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0);
-typedef struct {
-    size_t size;
-    GpuConfig c;
-    GpuMat output;
-    const float *output_norm;
-    const GpuLayer *layers;
-    GpuDumpFn dump;
-    void *dump_arg;
-} GpuModel;
-typedef struct {
-    size_t size;
-    void (*quantize_row)(uint32_t wtype, const float *x, void *y, int64_t n);
-    float (*dot)(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n);   /* row order */
-    void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
-    void (*l2norm)(float *x, int n, float eps);
-    void (*rope)(float *x, int n_rot, int pos, float base);
-    void (*softmax)(float *x, int n);
-    void (*silu_row)(float *y, const float *x, int n);
-    int (*argmax)(const float *x, int n);
-    /* GDN twins (clover.cu section 8) */
-    void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
-    void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
-    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, float *y);
-    void (*gdn_qk_norm)(float *y, int C, int d, int n_qk, float eps);   /* one row */
-    void (*gdn_ring_push)(float *ring, const float *u, int T, int K, int C);
-    void (*gdn_scan_head)(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
-                          int H, int n_k_heads, int d, int C, int key_dim, int value_dim, int h);
-    void (*gdn_rev_mix)(float *o, const float *o_rev, const float *gamma, int T, int H, int d);
-    void (*gdn_gated_norm)(const float *o, const float *z, const float *w, int H, int d, float eps, float *y);   /* one row */
-    int n_k_heads, n_v_heads, d_conv, conv_dim, key_dim, value_dim;
-    /* attention and MoE twins (clover.cu sections 9, 10), and their shapes; up/down_exps: layer 0's stacked experts */
-    void (*attn_qk_norm)(float *qg, float *kr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv, int hd, float eps);
-    void (*attn_rope)(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base);
-    void (*store_as)(uint32_t type, void *dst, const float *x, int n);
-    void (*attend)(const float *q, const float *gate, const uint8_t *K, size_t kstride, uint32_t k_type, const uint8_t *V,
-                   size_t vstride, uint32_t v_type, int n, int hd, float kq_scale, int lanes, float *sc, float *acc, float *o, float *og);
-    void (*route_top_k)(const float *p, const bool *allowed, int n_expert, int k, float weights_scale, int *sel, float *w);
-    void (*coreset)(const float *p, int T, int n_expert, float top_p, bool *allowed);
-    void (*swiglu)(const float *g, const float *u, float *h, int64_t n);
-    void (*moe_sum)(const int *slot, const float *w, const float *y, int K, int E, float *out);
-    void (*moe_shared_gate)(float *mix, const float *sh, float sh_logit, int E);
-    int n_head_kv, n_expert_used;
-    float kq_scale, coreset_top_p, expert_weights_scale;
-    GpuMat up_exps, down_exps, gate_exps;
-    int n_embd, n_head, head_dim, n_rot, n_expert, n_ff, n_vocab, d_state;
-    float eps, rope_base;
-    int n_mats;
-    const GpuMat *mats;
-} GpuCheck;
-
-#ifdef CLOVER_CUDA
-bool gpu_init(char *info, size_t n);
-int gpu_check_ops(const GpuCheck *c);
-Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type);
-void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits,
-                 int *token);
-void gpu_gdn_save(Gpu *gpu);
-void gpu_rollback(Gpu *gpu, int rows);
-#endif
-
-/* the single-row dot product of a matrix of n_rows rows (the CPU's matmul for one row) */
-static float dot_row_order(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n) {
-    return dot_fn(wtype, false, n_rows)(w, a, n);
-}
-
-static GpuMat gpu_mat(const Mat *w) { return (GpuMat){w->type, w->n_in, w->n_out, w->data}; }
-
-/* --check-ops: the model's matrices (expert 0 of stacked ones) and shapes to clover.cu; exit 1 if a
- * kernel differs from its CPU twin beyond its limit. */
-static void check_ops(const Model *m) {
-    size_t n_names = sizeof TENSOR_NAMES / sizeof TENSOR_NAMES[0];
-    GpuMat *mats = xcalloc(2 + (size_t)m->c.n_layer * n_names, sizeof *mats);
-    int n = 0;
-    const Mat *top[] = {&m->tok_embd, &m->output};
-    for (int i = 0; i < 2; i++)
-        if (top[i]->data) mats[n++] = (GpuMat){top[i]->type, top[i]->n_in, top[i]->n_out, top[i]->data};
-    for (int il = 0; il < m->c.n_layer; il++)
-        for (size_t k = 0; k < n_names; k++) {
-            const TensorName *tn = &TENSOR_NAMES[k];
-            if (tn->kind != AS_MAT || tn->where == IN_MODEL) continue;
-            const Mat *w = (const Mat *)((const char *)&m->layers[il] + tn->field);
-            if (w->data) mats[n++] = (GpuMat){w->type, w->n_in, w->n_out, w->data};
-        }
-    const Config *c = &m->c;
-    GpuCheck g = {.size = sizeof g, .quantize_row = quantize_row, .dot = dot_row_order, .rmsnorm = rmsnorm, .l2norm = l2norm,
-                  .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax,
-                  /* GDN twins (clover.cu section 8) */
-                  .gdn_gates = gdn_gates, .gdn_conv = kernels()->gdn_conv, .gdn_conv_right = gdn_conv_right,
-                  .gdn_qk_norm = gdn_qk_norm, .gdn_ring_push = gdn_ring_push, .gdn_scan_head = gdn_scan_head,
-                  .gdn_rev_mix = gdn_rev_mix, .gdn_gated_norm = gdn_gated_norm, .n_k_heads = c->n_k_heads,
-                  .n_v_heads = c->n_v_heads, .d_conv = c->d_conv, .conv_dim = c->conv_dim, .key_dim = c->key_dim,
-                  .value_dim = c->value_dim,
-                  /* attention and MoE twins (clover.cu sections 9, 10) */
-                  .attn_qk_norm = attn_qk_norm, .attn_rope = attn_rope, .store_as = store_as, .attend = attend,
-                  .route_top_k = route_top_k, .coreset = coreset, .swiglu = swiglu, .moe_sum = moe_sum,
-                  .moe_shared_gate = moe_shared_gate, .n_head_kv = c->n_head_kv, .n_expert_used = c->n_expert_used,
-                  .kq_scale = c->kq_scale, .coreset_top_p = c->coreset_top_p, .expert_weights_scale = c->expert_weights_scale,
-                  .up_exps = gpu_mat(&m->layers[0].up_exps), .down_exps = gpu_mat(&m->layers[0].down_exps),
-                  .gate_exps = gpu_mat(&m->layers[0].gate_exps),
-                  .n_embd = c->n_embd, .n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->n_rot,
-                  .n_expert = c->n_expert, .n_ff = c->n_ff, .n_vocab = c->n_vocab, .d_state = c->d_state,
-                  .eps = c->eps, .rope_base = c->rope_base, .n_mats = n, .mats = mats};
-#ifdef CLOVER_CUDA
-    exit(gpu_check_ops(&g) ? 1 : 0);
-#else
-    (void)g;
-    fatal("--check-ops compares the GPU kernels with the CPU, and this is the CPU build (make cuda builds clover-cuda, make cuda-emu build/clover-emu)");
-#endif
-}
-
-#ifdef CLOVER_CUDA
-
-/* The model as gpu_load takes it: pointers into the mapped file (layers: n_layer of them). */
-static GpuModel gpu_model(const Model *m, GpuLayer *layers) {
-    const Config *c = &m->c;
-    for (int il = 0; il < c->n_layer; il++) {
-        const Layer *L = &m->layers[il];
-        layers[il] = (GpuLayer){
-            .recurrent = L->recurrent, .attn_norm = L->attn_norm, .post_norm = L->post_norm,
-            .qkv = gpu_mat(&L->qkv), .gate = gpu_mat(&L->gate), .beta = gpu_mat(&L->beta), .alpha = gpu_mat(&L->alpha),
-            .ssm_out = gpu_mat(&L->ssm_out), .conv = L->conv, .dt = L->dt, .a = L->a, .ssm_norm = L->ssm_norm,
-            .conv_right = L->conv_right, .a_rev = L->a_rev, .dt_rev = L->dt_rev, .rev_mix = L->rev_mix,
-            .alpha_rev = gpu_mat(&L->alpha_rev), .beta_rev = gpu_mat(&L->beta_rev),
-            .wq = gpu_mat(&L->wq), .wk = gpu_mat(&L->wk), .wv = gpu_mat(&L->wv), .wo = gpu_mat(&L->wo),
-            .q_norm = L->q_norm, .k_norm = L->k_norm,
-            .router = gpu_mat(&L->router), .gate_exps = gpu_mat(&L->gate_exps), .up_exps = gpu_mat(&L->up_exps),
-            .down_exps = gpu_mat(&L->down_exps), .gate_shexp = gpu_mat(&L->gate_shexp), .up_shexp = gpu_mat(&L->up_shexp),
-            .down_shexp = gpu_mat(&L->down_shexp), .shexp_gate = L->shexp_gate};
-    }
-    GpuConfig g = {.n_embd = c->n_embd, .n_layer = c->n_layer, .n_vocab = c->n_vocab, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
-                   .head_dim = c->head_dim, .n_rot = c->n_rot, .eps = c->eps, .rope_base = c->rope_base, .kq_scale = c->kq_scale,
-                   .n_expert = c->n_expert, .n_expert_used = c->n_expert_used, .n_ff = c->n_ff, .n_ff_shexp = c->n_ff_shexp,
-                   .expert_weights_scale = c->expert_weights_scale, .d_conv = c->d_conv, .n_k_heads = c->n_k_heads,
-                   .n_v_heads = c->n_v_heads, .d_state = c->d_state, .key_dim = c->key_dim, .value_dim = c->value_dim,
-                   .conv_dim = c->conv_dim, .coreset_top_p = c->coreset_top_p};
-    return (GpuModel){sizeof(GpuModel), g, gpu_mat(&m->output), m->output_norm, layers, NULL, NULL};
-}
-
-/* --dump-tensors on the GPU: clover.cu hands over its dump points' values, written as the CPU's */
-static void gpu_dump(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0) {
-    dump_nd(arg, name, il, x, false, rows, ne2, ne1, ne0);
-}
-
-static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
-    int E = ctx->m->c.n_embd;
-    for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], ctx->sc.x + (size_t)t * E);
-    ctx->dump_preview = pass == PREVIEW;
-    dump(ctx, "model.input_embed", -1, ctx->sc.x, T, E);
-    gpu_forward(ctx->gpu, pass == PREVIEW, ctx->sc.x, T, ctx->st.n_past, log, logits, first, n_logits, token);
-}
-
-/* -ngl N: the whole model on the GPU when N is at least the layer count (or -1), the CPU for 0; a
- * split between the two is not supported. On the GPU the device holds the state and scratch, and
- * the host keeps only n_past / n_ctx and the rows of embeddings it looks up. Returns whether the
- * GPU runs the model. */
-static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
-    const Config *c = &m->c;
-    if (a->n_gpu_layers == 0) return false;
-    if (a->n_gpu_layers > 0 && a->n_gpu_layers < c->n_layer)
-        fatal("-ngl %d: splitting the %d layers between GPU and CPU is not supported; use -ngl %d (all on the GPU) or -ngl 0 (the CPU)",
-              a->n_gpu_layers, c->n_layer, c->n_layer);
-    char info[256];
-    if (!gpu_init(info, sizeof info)) fatal("-ngl %d asks for the GPU but %s; use -ngl 0 to run on the CPU", a->n_gpu_layers, info);
-    if (a->test_check_state) fatal("--test-check-state compares the CPU's state; it does not work with -ngl (use -ngl 0)");
-    fprintf(stderr, "clover: GPU %s: all %d layers on the GPU\n", info, c->n_layer);
-    ctx->st = (State){.n_ctx = n_ctx, .k_type = a->k_type, .v_type = a->v_type};
-    ctx->sc = (Scratch){.cap = cap, .x = xmalloc(mul_size(mul_size((size_t)cap, (size_t)c->n_embd, "scratch"), sizeof(float), "scratch"))};
-    GpuLayer *layers = xcalloc((size_t)c->n_layer, sizeof(GpuLayer));
-    GpuModel gm = gpu_model(m, layers);
-    if (ctx->dump_dir) gm.dump = gpu_dump, gm.dump_arg = ctx;
-    ctx->gpu = gpu_load(&gm, n_ctx, cap, a->k_type, a->v_type);
-    free(layers);
-    return true;
-}
-
-#else   /* the CPU build: gpu_setup leaves ctx->gpu NULL, so the other three are never reached */
-static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
-    (void)ctx, (void)m, (void)n_ctx, (void)cap;
-    if (a->n_gpu_layers != 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
-    return false;
-}
-static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
-    (void)ctx, (void)pass, (void)tokens, (void)T, (void)log, (void)logits, (void)first, (void)n_logits, (void)token;
-}
-static void gpu_gdn_save(Gpu *gpu) { (void)gpu; }
-static void gpu_rollback(Gpu *gpu, int rows) { (void)gpu, (void)rows; }
-#endif
-
-/* Rows per batch: a ubatch, a verify batch, a diffusion block, the preview block. */
-static int batch_rows(const Args *a, const Config *c, int n_block) {
-    bool draft_self = !strcmp(a->spec_type, "draft-self");
-    int cap = a->n_ubatch;
-    if (draft_self && a->draft_n_max + 1 > cap) cap = a->draft_n_max + 1 < c->block_size ? a->draft_n_max + 1 : c->block_size;
-    if ((a->diffusion || draft_self) && c->block_size > cap) cap = c->block_size;
-    return n_block > cap ? n_block : cap;
-}
-
-/* The context for n_ctx positions and batches of cap rows, after the memory plan (logit_rows: the
- * rows of logits the caller will hold). */
-static void ctx_init(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap, int logit_rows) {
-    ctx->m = m;
-    ctx->n_threads = a->n_threads;
-    ctx->n_threads_batch = a->n_threads_batch;
-    ctx->dump_dir = a->dump_tensors;
-    if (ctx->dump_dir) make_dirs(ctx->dump_dir);
-    static Dumps dumps;
-    ctx->dumps = &dumps;
-    if (regcomp(&ctx->dump_filter, a->dump_filter ? a->dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
-        fatal("--dump-filter '%s' is not a valid regular expression", a->dump_filter);
-    if (gpu_setup(ctx, m, a, n_ctx, cap)) return;
-    int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
-    memory_plan(m, a, n_ctx, cap, n_threads, mul_size((size_t)logit_rows, (size_t)m->c.n_vocab, "logits"));
-    ctx->pool = pool_new(n_threads);
-    state_init(&ctx->st, m, n_ctx, a->k_type, a->v_type);
-    scratch_init(&ctx->sc, &m->c, cap, n_ctx, n_threads);
-}
-
-/* --dump-logits: the logits of every prompt position, causally; or, with --preview-block, commit the
- * prompt and write those of one preview pass over the block right after it. */
-static void write_logits(Ctx *ctx, FILE *fp, const int *prompt, int n_prompt, const int *block, int n_block) {
-    size_t V = (size_t)ctx->m->c.n_vocab;
-    float *logits = xmalloc(mul_size(mul_size((size_t)ctx->sc.cap, V, "logits"), sizeof(float), "logits"));
-    if (!block) prefill(ctx, prompt, n_prompt, logits, fp);
-    else {
-        prefill(ctx, prompt, n_prompt, logits, NULL);
-        forward_preview(ctx, block, n_block, logits);
-        if (fwrite(logits, sizeof(float) * V, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
-    }
-    free(logits);
-}
-
-/* The sampler (seeded), the printer, the end-of-generation ids; the prompt printed. */
-static void run_init(Run *r, Ctx *ctx, const Args *a, const Tokenizer *tok, const EogSet *eog, const int *prompt, int n_prompt) {
-    int V = ctx->m->c.n_vocab;
-    *r = (Run){.ctx = ctx, .a = a, .eog = *eog};
-    r->smp = (Sampler){a->temp, a->top_p, a->top_k, 0, xmalloc((size_t)V * sizeof(int)), xmalloc((size_t)V * sizeof(float))};
-    r->seed = a->seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a->seed;
-    r->smp.rng = r->seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
-    r->pr = (Printer){tok, a->utf8_replace, {{0}, 0}};
-    for (int i = 0; i < n_prompt; i++) print_token(&r->pr, prompt[i]);
-}
-
-/* A greedy decode step: the causal pass over one token and the argmax of its logits (the sampler's
- * greedy choice); on the GPU the argmax is taken there and only the id comes back. */
-static int forward_greedy(Ctx *ctx, int token, float *logits) {
-    if (!ctx->gpu) {
-        forward_causal(ctx, &token, 1, logits, 1);
-        return argmax(logits, ctx->m->c.n_vocab);
-    }
-    int id;
-    gpu_pass(ctx, CAUSAL, &token, 1, false, NULL, 0, 1, &id);
-    ctx->st.n_past++;
-    return id;
-}
-
-/* Plain causal decoding (--spec-type none): one token per step, the loop of
- * llama-speculative-simple with no drafts. */
-static void generate_causal(Run *r, const int *prompt, int n_prompt) {
-    Ctx *ctx = r->ctx;
-    Stats *stats = &r->stats;
-    int V = ctx->m->c.n_vocab;
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    double t0 = now_seconds();
-    prefill(ctx, prompt, n_prompt - 1, logits, NULL);
-    stats->t_encode = now_seconds() - t0;
-    stats->n_encoded = n_prompt;
-    int id_last = prompt[n_prompt - 1];
-    t0 = now_seconds();
-    while ((r->a->n_predict < 0 || stats->n_predict <= r->a->n_predict) && ctx->st.n_past < ctx->st.n_ctx) {
-        int id;
-        if (sampler_greedy(&r->smp)) id = forward_greedy(ctx, id_last, logits);
-        else {
-            forward_causal(ctx, &id_last, 1, logits, 1);
-            id = sample(&r->smp, logits, V);
-        }
-        stats->n_predict++;
-        stats->n_rounds++;
-        if (is_eog(&r->eog, id)) break;
-        print_token(&r->pr, id);
-        id_last = id;
-    }
-    stats->t_decode = now_seconds() - t0;
-    free(logits);
-}
-
-/* ============================================================================================== */
-/* 15. draft-self: block-diffusion drafts, causal verification, exact rollback                    */
-/* ============================================================================================== */
-/* One round (draft-self.md):
- *   1. draft:  preview pass over [id_last, MASK x n] at n_past..n_past+n; row j proposes d_j.
- *   2. verify: one causal batch [id_last, d_1..d_m]; row j's target t_j is the verifier's token.
- *   3. accept: walk the rows; keep d_{j+1} while accept_draft() says so; the first rejecting row
- *              contributes its own token (or the last row a bonus token if all were kept).
- *   4. commit: keep the KV rows of the a+1 committed tokens; restore the GDN state saved before
- *              the batch and replay its recurrence over those rows (logged inputs, same function). */
-typedef struct { int id; float p, H; } Draft;   /* token, drafter probability, drafter entropy (nats) */
-
-/* Greedy token of softmax(z) excluding `skip` (the mask id; -1 for none), its probability and the
- * distribution's entropy H = log S - sum_i p_i (z_i - max). */
-static int best_token(const float *z, int V, int skip, float *p_top, float *H) {
-    int best = skip == 0 ? 1 : 0;
-    float max = -INFINITY;
-    for (int i = 0; i < V; i++) {
-        max = fmaxf(max, z[i]);
-        if (i != skip && z[i] > z[best]) best = i;
-    }
-    double S = 0, Sz = 0;
-    for (int i = 0; i < V; i++) {
-        double e = exp((double)z[i] - max);
-        S += e;
-        Sz += e * ((double)z[i] - max);
-    }
-    *p_top = (float)(exp((double)z[best] - max) / S);
-    *H = (float)(log(S) - Sz / S);
-    return best;
-}
-
-/* Draft up to n tokens after id_last with --spec-draft-steps denoising steps; returns how many to
- * verify after the p-min cut, the end-of-generation cut and the n-min rule. */
-static int draft_block(Ctx *ctx, const Args *a, const EogSet *eog, int id_last, int n, Draft *d, int *block, float *logits) {
-    const Config *c = &ctx->m->c;
-    int V = c->n_vocab;
-    block[0] = id_last;
-    for (int j = 1; j <= n; j++) block[j] = c->mask_id;
-    for (int step = 0; step < a->draft_steps; step++) {
-        bool last = step == a->draft_steps - 1, leftmost = true;
-        forward_preview(ctx, block, n + 1, logits);
-        for (int j = 1; j <= n; j++) {
-            if (block[j] != c->mask_id) continue;
-            const float *z = logits + (size_t)(c->shift_logits ? j - 1 : j) * V;
-            Draft cand;
-            cand.id = best_token(z, V, c->mask_id, &cand.p, &cand.H);
-            if (last || leftmost || cand.p >= 0.9f) {   /* unmask the leftmost and the confident */
-                block[j] = cand.id;
-                d[j - 1] = cand;
-            }
-            leftmost = false;
-        }
-    }
-    int m = n;
-    for (int j = 0; j < n; j++) {
-        if (d[j].p < a->draft_p_min) { m = j; break; }
-        if (is_eog(eog, d[j].id)) { m = j + 1; break; }
-    }
-    return m < a->draft_n_min ? 0 : m;
-}
-
-/* The acceptance rule (draft-self.md 3), the only place it is decided. Row logits z, the
- * verifier's token t and a draft d with drafter entropy H:
- *   accept  iff  d == t  or  (relaxed and z[d] - z[t] >= ln(ratio) and H <= delta),
- *   relaxed iff  0 < ratio < 1 and delta >= 0  (otherwise the rule is exact and lossless). */
-static bool accept_draft(const float *z, int t, const Draft *d, float ratio, float delta, bool *relaxed) {
-    *relaxed = false;
-    if (d->id == t) return true;
-    if (!(ratio > 0 && ratio < 1 && delta >= 0)) return false;
-    *relaxed = z[d->id] - z[t] >= logf(ratio) && d->H <= delta;
-    return *relaxed;
-}
-
-/* The committed GDN state of every recurrent layer, saved before a verify batch. */
-typedef struct { float **ring, **S; } GdnSave;
-
-/* Per recurrent layer: room for cap rows of GDN inputs (the verify batch's log), and for a copy of
- * the committed ring and S. */
-static void gdn_log_init(GdnLog *log, GdnSave *save, const Model *m, int cap) {
-    const Config *c = &m->c;
-    *log = (GdnLog){xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
-    *save = (GdnSave){xcalloc((size_t)c->n_layer, sizeof(float *)), xcalloc((size_t)c->n_layer, sizeof(float *))};
-    for (int il = 0; il < c->n_layer; il++) {
-        if (!m->layers[il].recurrent) continue;
-        log->u[il] = xmalloc((size_t)cap * c->conv_dim * sizeof(float));
-        log->g[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
-        log->beta[il] = xmalloc((size_t)cap * c->n_v_heads * sizeof(float));
-        save->ring[il] = xmalloc(ring_floats(c) * sizeof(float));
-        save->S[il] = xmalloc(S_floats(c) * sizeof(float));
-    }
-}
-
-/* ring[il] = from_ring[il] and S[il] = from_S[il] for every recurrent layer (a save or a restore) */
-static void gdn_copy(const Model *m, float **ring, float **S, float *const *from_ring, float *const *from_S) {
-    for (int il = 0; il < m->c.n_layer; il++) {
-        if (!m->layers[il].recurrent) continue;
-        memcpy(ring[il], from_ring[il], ring_floats(&m->c) * sizeof(float));
-        memcpy(S[il], from_S[il], S_floats(&m->c) * sizeof(float));
-    }
-}
-
-/* Rollback after a of m drafts were accepted: positions past n_past0 + a + 1 are forgotten (KV rows
- * there are overwritten later), and the GDN layers go back to the saved state and replay the
- * logged rows 0..a through gdn_advance, the same function the batch used. */
-static void rollback(Ctx *ctx, const GdnSave *sv, const GdnLog *log, int n_past0, int a) {
-    const Model *m = ctx->m;
-    if (ctx->gpu) gpu_rollback(ctx->gpu, a + 1);   /* the same on the device, with its own save and log */
-    else {
-        gdn_copy(m, ctx->st.ring, ctx->st.S, sv->ring, sv->S);
-        for (int il = 0; il < m->c.n_layer; il++)
-            if (m->layers[il].recurrent) gdn_advance(ctx, il, a + 1, log->u[il], log->g[il], log->beta[il]);
-    }
-    ctx->st.n_past = n_past0 + a + 1;
-}
-
-/* One round (the README's diagram): the drafts, the verify batch and its rows' logits, what the
- * acceptance walk found, and what the commit needs. */
-typedef struct {
-    int pos, id_last;      /* id_last: the last committed token, fed at pos (not yet in the state) */
-    int n, m;              /* drafts asked for, drafts verified */
-    Draft *d;              /* [m] drafts */
-    int *batch;            /* [id_last, d_1 .. d_m]; also the preview's block */
-    float *logits;         /* [m + 1][n_vocab]: the verifier's rows (and the preview's) */
-    int *t;                /* [rows] the verifier's token per row walked */
-    bool *relaxed;         /* [rows] accepted by the relaxed rule */
-    int acc, rows;         /* drafts accepted; rows walked (acc + 1, or acc if an accepted EOG ended it) */
-    bool eog_stop;         /* the walk stopped at an accepted end-of-generation draft */
-    int *out, n_out;       /* the tokens the round commits */
-    GdnLog log;            /* the verify batch's GDN inputs */
-    GdnSave save;          /* the GDN state before it */
-} Round;
-
-static void round_init(Round *rd, const Model *m, int n_max, int cap) {
-    size_t n = (size_t)n_max + 1;
-    *rd = (Round){.d = xmalloc(n * sizeof(Draft)), .batch = xmalloc(n * sizeof(int)),
-                  .logits = xmalloc(mul_size(n * (size_t)m->c.n_vocab, sizeof(float), "draft logits")),
-                  .t = xmalloc(n * sizeof(int)), .relaxed = xmalloc(n * sizeof(bool)), .out = xmalloc(n * sizeof(int))};
-    gdn_log_init(&rd->log, &rd->save, m, cap);
-}
-
-/* Test-only drafts (--test-drafts): random tokens, or the true greedy continuation. */
-typedef struct { int kind; const int *truth; int n_truth; uint64_t rng; } TestDrafts;
-enum { DRAFTS_MODEL, DRAFTS_RANDOM, DRAFTS_TRUTH };
-
-/* --test-drafts: n random tokens, or the true continuation after the n_done tokens predicted so far
- * (as far as it is known); returns how many */
-static int test_drafts(TestDrafts *td, int n, int n_done, int V, Draft *d) {
-    int m = 0;
-    if (td->kind == DRAFTS_RANDOM)
-        for (; m < n; m++) d[m] = (Draft){(int)(random_uniform(&td->rng) * V) % V, 1, 0};
-    else
-        for (; m < n && n_done + m < td->n_truth; m++) d[m] = (Draft){td->truth[n_done + m], 1, 0};
-    return m;
-}
-
-/* Print a token, coloured when it came from an accepted draft (--color on). */
-static void print_colored(Printer *pr, int id, bool drafted, bool color) {
-    bool paint = color && drafted && pr->utf8.n == 0;
-    if (paint) fputs("\033[32m", stdout);
-    print_token(pr, id);
-    if (paint) fputs("\033[0m", stdout);
-}
-
-typedef struct { Ctx *ctx; int rounds; } StateCheck;   /* --test-check-state: a plain decoder in lockstep */
-
-static void check_state(StateCheck *chk, const Ctx *ctx, const int *tokens, int n) {
-    Ctx *sh = chk->ctx;
-    for (int i = 0; i < n; i++) forward_causal(sh, &tokens[i], 1, NULL, 0);
-    const Model *m = ctx->m;
-    const Config *c = &m->c;
-    if (sh->st.n_past != ctx->st.n_past) fatal("state check: n_past %d != plain decoding's %d", ctx->st.n_past, sh->st.n_past);
-    for (int il = 0; il < c->n_layer; il++) {
-        bool same;
-        if (m->layers[il].recurrent)
-            same = !memcmp(sh->st.S[il], ctx->st.S[il], S_floats(c) * 4) && !memcmp(sh->st.ring[il], ctx->st.ring[il], ring_floats(c) * 4);
-        else
-            same = !memcmp(sh->st.k[il], ctx->st.k[il], kv_bytes(c, ctx->st.k_type, ctx->st.n_past)) &&
-                   !memcmp(sh->st.v[il], ctx->st.v[il], kv_bytes(c, ctx->st.v_type, ctx->st.n_past));
-        if (!same) fatal("state check: layer %d differs from plain causal decoding after round %d", il, chk->rounds + 1);
-    }
-    chk->rounds++;
-}
-
-/* Test only, on a shadow context over the same model (one thread): --test-drafts truth first
- * decodes the greedy continuation plainly; --test-check-state keeps a plain decoder in lockstep
- * with the rounds (check_state). */
-static void test_setup(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
-    const Args *a = r->a;
-    Ctx *ctx = r->ctx;
-    const Model *m = ctx->m;
-    int n_ctx = ctx->st.n_ctx, V = m->c.n_vocab;
-    static Ctx shadow;
-    *td = (TestDrafts){DRAFTS_MODEL, NULL, 0, r->seed + 1};
-    *chk = (StateCheck){&shadow, 0};
-    if (!a->test_drafts && !a->test_check_state) return;
-    shadow = *ctx;   /* shares the model; runs on the calling thread only, on the CPU */
-    shadow.gpu = NULL;
-    shadow.n_threads = shadow.n_threads_batch = 1;
-    shadow.pool = pool_new(1);
-    int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
-    state_init(&shadow.st, m, n_ctx, a->k_type, a->v_type);
-    scratch_init(&shadow.sc, &m->c, ctx->sc.cap, n_ctx, n_threads);
-    if (a->test_drafts && !strcmp(a->test_drafts, "random")) td->kind = DRAFTS_RANDOM;
-    if (a->test_drafts && !strcmp(a->test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
-        Sampler greedy = r->smp;
-        greedy.temp = 0;
-        int limit = a->n_predict >= 0 && a->n_predict < n_ctx ? a->n_predict + 1 : n_ctx;   /* -n N runs N+1 */
-        int *truth = xmalloc((size_t)limit * sizeof(int));
-        float *z = xmalloc((size_t)V * sizeof(float));
-        prefill(&shadow, prompt, n_prompt - 1, z, NULL);
-        int last = prompt[n_prompt - 1];
-        while (td->n_truth < limit && shadow.st.n_past < n_ctx) {
-            forward_causal(&shadow, &last, 1, z, 1);
-            last = truth[td->n_truth++] = sample(&greedy, z, V);
-        }
-        td->kind = DRAFTS_TRUTH;
-        td->truth = truth;
-        state_init(&shadow.st, m, n_ctx, a->k_type, a->v_type);
-    }
-    if (a->test_check_state) prefill(&shadow, prompt, n_prompt - 1, NULL, NULL);
 }
 
 /* --trace: a token's text, quoted and escaped so that one token is one cell: printable ASCII and
@@ -5863,7 +5982,8 @@ static const char *trace_pad(const char *s, int w, char *out, size_t cap) {
  * draft, its drafter probability p_q and entropy H_q in nats; the verifier's token at that
  * position, the verifier's entropy H_p, and log p(d)/p(t) = z[d] - z[t]; the decision), the
  * position after the last draft when the last row gave a bonus token, and the committed tokens. */
-static void trace_round(const Round *r, int round, int V, const Tokenizer *tok, const Args *a, const EogSet *eog) {
+static void trace_round(const Round *r, int round, int V, const Printer *pr, const Args *a, const EogSet *eog) {
+    const Tokenizer *tok = pr->tok;
     char dt[96], tt[96], p1[128], p2[128];
     bool relaxed_rule = a->accept_ratio > 0 && a->accept_ratio < 1 && a->accept_delta >= 0;
     const char *cut = "";
@@ -5918,226 +6038,140 @@ static void trace_round(const Round *r, int round, int V, const Tokenizer *tok, 
     fputc('\n', stderr);
 }
 
-/* 3. ACCEPT: walk the verified rows; keep d_j while accept_draft says so; the first rejecting row
- * commits the verifier's token t_j instead, the last row a bonus token when all m were kept; an
- * accepted end-of-generation draft ends the round. */
-static void accept_round(Run *r, Round *rd) {
-    const Args *a = r->a;
-    int V = r->ctx->m->c.n_vocab;
-    rd->n_out = rd->acc = rd->rows = 0;
-    rd->eog_stop = false;
-    for (int j = 0; j <= rd->m; j++) {
-        const float *z = rd->logits + (size_t)j * V;
-        int t = sample(&r->smp, z, V);
-        bool relaxed = false;
-        rd->t[j] = t;
-        rd->relaxed[j] = false;
-        rd->rows = j + 1;
-        if (j < rd->m && accept_draft(z, t, &rd->d[j], a->accept_ratio, a->accept_delta, &relaxed)) {
-            rd->out[rd->n_out++] = rd->d[j].id;
-            rd->acc++;
-            rd->relaxed[j] = relaxed;
-            if (relaxed) {
-                r->stats.n_relaxed++;
-                fprintf(stderr, "clover: relaxed accept: row %d draft %d target %d ratio %.3f entropy %.3f\n", j, rd->d[j].id, t,
-                        expf(z[rd->d[j].id] - z[t]), rd->d[j].H);
-            }
-            if (is_eog(&r->eog, rd->d[j].id)) { rd->eog_stop = true; break; }
-            continue;
-        }
-        rd->out[rd->n_out++] = t;
-        break;
+/* The prompt: token ids (--tokens), or text (-p, -f: a prompt file loses one trailing newline, as
+ * upstream), wrapped in the chat template with --chat, then tokenized. */
+static int *read_prompt(const Args *a, const Tokenizer *tok, int n_vocab, int *n_prompt) {
+    if (a->tokens) return parse_ids(a->tokens, n_vocab, n_prompt);
+    size_t len = 0;
+    /* no token is longer than 1 KiB of text, so a prompt that fits in -b is at most that per token */
+    char *text = a->prompt_file ? read_file(a->prompt_file, mul_size((size_t)a->n_batch, 1024, "prompt size"), &len) : strdup(a->prompt);
+    if (!text) fatal("out of memory");
+    if (a->prompt) len = strlen(text);
+    if (a->prompt_file && len > 0 && text[len - 1] == '\n') len--;
+    if (a->chat) {
+        const char *pre = "<|im_start|>user\n", *post = "<|im_end|>\n<|im_start|>assistant\n<think>\n";
+        char *w = xmalloc(strlen(pre) + len + strlen(post) + 1);
+        sprintf(w, "%s%.*s%s", pre, (int)len, text, post);
+        free(text);
+        text = w;
+        len = strlen(w);
     }
+    int *prompt = tokenizer_encode(tok, text, len, true, n_prompt);
+    if (!prompt) fatal("out of memory tokenizing the prompt");
+    free(text);
+    return prompt;
 }
 
-/* Print the round's committed tokens; true when generation is over (an end-of-generation token, or
- * past -n). */
-static bool print_round(Run *r, const Round *rd) {
-    for (int i = 0; i < rd->n_out; i++) {
-        r->stats.n_predict++;
-        if (is_eog(&r->eog, rd->out[i])) return true;
-        print_colored(&r->pr, rd->out[i], i < rd->acc, r->a->color);
-    }
-    return r->a->n_predict >= 0 && r->stats.n_predict > r->a->n_predict;
+/* The options against the model and the prompt: the context size (-c 0: the model's), which the
+ * prompt must fit in, as in -b; block diffusion needs a clover_moe file with a mask token. */
+static int check_run(const Args *a, const Config *c, int n_prompt) {
+    if (n_prompt == 0) fatal("the prompt is empty; give some text with -p or -f");
+    int n_ctx = a->n_ctx ? a->n_ctx : c->n_ctx_train;
+    if (n_ctx > c->n_ctx_train) fatal("-c %d is beyond the model's context length %d; use -c %d or less", n_ctx, c->n_ctx_train, c->n_ctx_train);
+    if (n_prompt > a->n_batch) fatal("the prompt has %d tokens, more than the batch size -b %d; raise -b", n_prompt, a->n_batch);
+    if (n_prompt >= n_ctx) fatal("the prompt has %d tokens, which does not fit in the context -c %d; raise -c", n_prompt, n_ctx);
+    bool draft_self = !strcmp(a->spec_type, "draft-self");
+    if ((draft_self || a->diffusion || a->preview_block) && c->mask_id < 0)
+        fatal("%s: %s needs a clover_moe model with a mask token (%s); this %s file has none",
+              a->model, a->diffusion ? "--diffusion" : a->preview_block ? "--preview-block" : "--spec-type draft-self", KEY_MASK_ID, c->arch);
+    if ((draft_self || a->diffusion || a->preview_block) && strcmp(c->arch, "clover_moe"))
+        fatal("%s: block diffusion needs a clover_moe model; this is %s (plain causal decoding works with --spec-type none)", a->model, c->arch);
+    return n_ctx;
 }
 
-/* --spec-type draft-self: rounds of draft, verify, accept, commit (README, "One draft-self round");
- * td: where the drafts come from (the model, or test drafts); chk: a plain decoder to compare the
- * committed state with after every round, or NULL. */
-/* --spec-draft-adaptive: how many tokens a round drafts. A round of n drafts, each accepted with
- * probability q once the ones before it were, commits 1 + q + ... + q^n tokens on average and costs
- * a preview and a verify batch of n + 1 rows, modelled as t(n + 1 rows) = step + n row (the running
- * means of the measured times); plain decoding (n = 0) commits 1 token per step. With q estimated
- * from the drafts tried so far (a round that accepts a of m tried a + 1 drafts, a if all were
- * accepted), the round drafts the n <= n_max with the most tokens per second if that beats plain
- * decoding by MARGIN: exploitation, q = accepted / (tried + 1). Otherwise it may probe: the best n
- * under the optimistic q = (accepted + 1) / (tried + 1) (the first probe: one draft, whose cost is
- * guessed as 3 steps), once the plain rounds since the last drafted one have cost 1 / PROBE_SHARE
- * times what that probe costs beyond a step, so at most 2% of the time goes to probes and short
- * runs (under about 150 tokens) may never draft. Any n keeps the exact rule lossless. */
-static const double MARGIN = 1.1, PROBE_SHARE = 0.02;
-typedef struct {
-    double step, preview_row, verify_row;   /* seconds; < 0: not measured yet */
-    double accepted, tried;                 /* drafts, over every drafted round */
-    int plain_rounds;                       /* rounds since the last drafted one */
-} Adaptive;
-
-static double running_mean(double mean, double x) { return mean < 0 ? x : 0.75 * mean + 0.25 * x; }
-
-/* The n <= n_max with the most tokens per second at acceptance q; its rate in *rate. */
-static int best_draft(const Adaptive *ad, int n_max, double q, double *rate) {
-    double row = ad->preview_row + ad->verify_row, tokens = 1, qn = 1;
-    int best = 0;
-    *rate = 1 / ad->step;
-    for (int n = 1; n <= n_max; n++) {
-        qn *= q;
-        tokens += qn;
-        double r = tokens / (2 * ad->step + n * row);
-        if (r > *rate) *rate = r, best = n;
-    }
-    return best;
+/* Rows per batch: a ubatch, a verify batch, a diffusion block, the preview block. */
+static int batch_rows(const Args *a, const Config *c, int n_block) {
+    bool draft_self = !strcmp(a->spec_type, "draft-self");
+    int cap = a->n_ubatch;
+    if (draft_self && a->draft_n_max + 1 > cap) cap = a->draft_n_max + 1 < c->block_size ? a->draft_n_max + 1 : c->block_size;
+    if ((a->diffusion || draft_self) && c->block_size > cap) cap = c->block_size;
+    return n_block > cap ? n_block : cap;
 }
 
-static int draft_size(Adaptive *ad, int n_max) {
-    if (n_max == 0 || ad->step < 0) return 0;
-    int probe = 1;                  /* the first probe: one draft, its cost guessed as 3 steps */
-    double extra = 3 * ad->step;
-    if (ad->preview_row >= 0) {     /* row costs measured: exploit, or size the probe */
-        double rate;
-        int n = best_draft(ad, n_max, ad->accepted / (ad->tried + 1), &rate);
-        if (n > 0 && rate >= MARGIN / ad->step) return n;
-        probe = best_draft(ad, n_max, (ad->accepted + 1) / (ad->tried + 1), &rate);
-        extra = ad->step + probe * (ad->preview_row + ad->verify_row);
-    }
-    if (probe == 0 || ++ad->plain_rounds * ad->step * PROBE_SHARE < extra) return 0;
-    return probe;
+/* The context for n_ctx positions and batches of cap rows, after the memory plan (logit_rows: the
+ * rows of logits the caller will hold). */
+static void ctx_init(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap, int logit_rows) {
+    ctx->m = m;
+    ctx->n_threads = a->n_threads;
+    ctx->n_threads_batch = a->n_threads_batch;
+    ctx->dump_dir = a->dump_tensors;
+    if (ctx->dump_dir) make_dirs(ctx->dump_dir);
+    static Dumps dumps;
+    ctx->dumps = &dumps;
+    if (regcomp(&ctx->dump_filter, a->dump_filter ? a->dump_filter : "", REG_EXTENDED | REG_NOSUB) != 0)
+        fatal("--dump-filter '%s' is not a valid regular expression", a->dump_filter);
+    if (gpu_setup(ctx, m, a, n_ctx, cap)) return;
+    int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
+    memory_plan(m, a, n_ctx, cap, n_threads, mul_size((size_t)logit_rows, (size_t)m->c.n_vocab, "logits"));
+    ctx->pool = pool_new(n_threads);
+    state_init(&ctx->st, m, n_ctx, a->k_type, a->v_type);
+    scratch_init(&ctx->sc, &m->c, cap, n_ctx, n_threads);
 }
 
-/* What a round measured: its preview and verify times, m drafts of which acc were accepted. */
-static void draft_costs(Adaptive *ad, double t_draft, double t_verify, int m, int acc) {
-    if (m == 0) {
-        ad->step = running_mean(ad->step, t_verify);
-        return;
+/* --dump-logits: the logits of every prompt position, causally; or, with --preview-block, commit the
+ * prompt and write those of one preview pass over the block right after it. */
+static void write_logits(Ctx *ctx, FILE *fp, const int *prompt, int n_prompt, const int *block, int n_block) {
+    size_t V = (size_t)ctx->m->c.n_vocab;
+    float *logits = xmalloc(mul_size(mul_size((size_t)ctx->sc.cap, V, "logits"), sizeof(float), "logits"));
+    if (!block) prefill(ctx, prompt, n_prompt, logits, fp);
+    else {
+        prefill(ctx, prompt, n_prompt, logits, NULL);
+        forward_preview(ctx, block, n_block, logits);
+        if (fwrite(logits, sizeof(float) * V, (size_t)n_block, fp) != (size_t)n_block) fatal("writing logits: %s", strerror(errno));
     }
-    ad->plain_rounds = 0;
-    double row_p = (t_draft - ad->step) / m, row_v = (t_verify - ad->step) / m;
-    ad->preview_row = running_mean(ad->preview_row, row_p > 0 ? row_p : 0);
-    ad->verify_row = running_mean(ad->verify_row, row_v > 0 ? row_v : 0);
-    ad->accepted += acc;
-    ad->tried += acc < m ? acc + 1 : acc;
-}
-
-static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
-    Ctx *ctx = r->ctx;
-    const Args *a = r->a;
-    const Config *c = &ctx->m->c;
-    Stats *stats = &r->stats;
-    int cap = ctx->sc.cap;
-    int n_max = a->draft_n_max < c->block_size - 1 ? a->draft_n_max : c->block_size - 1;
-    if (n_max > cap - 1) n_max = cap - 1;
-    Round rd;
-    round_init(&rd, ctx->m, n_max, cap);
-    double t0 = now_seconds();
-    prefill(ctx, prompt, n_prompt - 1, rd.logits, NULL);
-    stats->t_encode = now_seconds() - t0;
-    stats->n_encoded = n_prompt;
-    int id_last = prompt[n_prompt - 1];
-    bool done = false;
-    Adaptive ad = {.step = -1, .preview_row = -1, .verify_row = -1};
-    t0 = now_seconds();
-    while (!done && ctx->st.n_past < ctx->st.n_ctx) {
-        rd.pos = ctx->st.n_past;
-        rd.id_last = id_last;
-        rd.n = a->draft_adaptive ? draft_size(&ad, n_max) : n_max;   /* as many as fit before -c and -n */
-        if (ctx->st.n_ctx - ctx->st.n_past - 2 < rd.n) rd.n = ctx->st.n_ctx - ctx->st.n_past - 2;
-        if (a->n_predict >= 0 && a->n_predict - stats->n_predict - 1 < rd.n) rd.n = a->n_predict - stats->n_predict - 1;
-        if (rd.n < 0) rd.n = 0;
-        /* 1. DRAFT: a preview pass over [id_last, MASK x n] (or test drafts) */
-        double td0 = now_seconds();
-        rd.m = rd.n == 0 ? 0 : td->kind == DRAFTS_MODEL ? draft_block(ctx, a, &r->eog, id_last, rd.n, rd.d, rd.batch, rd.logits)
-                                                        : test_drafts(td, rd.n, stats->n_predict, c->n_vocab, rd.d);
-        double t_draft = now_seconds() - td0;
-        stats->t_draft += t_draft;
-        /* 2. VERIFY: save the GDN state; one causal batch [id_last, d_1 .. d_m], in decoding order,
-         * every row's logits, the GDN inputs logged for the rollback */
-        double tv0 = now_seconds();
-        rd.batch[0] = id_last;
-        for (int j = 0; j < rd.m; j++) rd.batch[j + 1] = rd.d[j].id;
-        if (rd.m > 0 && ctx->gpu) gpu_gdn_save(ctx->gpu);   /* no drafts: nothing to roll back */
-        else if (rd.m > 0) gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);
-        forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, rd.m > 0 ? &rd.log : NULL);
-        /* 3. ACCEPT */
-        accept_round(r, &rd);
-        if (a->trace) trace_round(&rd, stats->n_rounds + 1, c->n_vocab, r->pr.tok, a, &r->eog);
-        /* 4. COMMIT: the KV rows of the a + 1 new tokens stay; the GDN layers roll back and replay them */
-        if (rd.acc < rd.m) rollback(ctx, &rd.save, &rd.log, rd.pos, rd.acc);
-        double t_verify = now_seconds() - tv0;
-        stats->t_verify += t_verify;
-        draft_costs(&ad, t_draft, t_verify, rd.m, rd.acc);
-        stats->n_drafted += rd.m;
-        stats->n_accept += rd.acc;
-        stats->n_rounds++;
-        if (chk) check_state(chk, ctx, rd.batch, rd.acc + 1);
-        done = print_round(r, &rd);
-        id_last = rd.out[rd.n_out - 1];
-    }
-    stats->t_decode = now_seconds() - t0;
-}
-
-/* --diffusion (clover.md 4): fill a block of block_size masks by repeated preview passes,
- * unmasking every position whose top-1 probability reaches the threshold (at least the most
- * confident one), then commit the block causally; stop at the first end-of-generation token. */
-static void generate_diffusion(Run *r, const int *prompt, int n_prompt) {
-    Ctx *ctx = r->ctx;
-    const Args *a = r->a;
-    Stats *stats = &r->stats;
-    const Config *c = &ctx->m->c;
-    int V = c->n_vocab, B = c->block_size < ctx->sc.cap ? c->block_size : ctx->sc.cap;
-    float *logits = xmalloc(mul_size((size_t)B * V, sizeof(float), "diffusion logits"));
-    int *block = xmalloc((size_t)B * sizeof(int));
-    /* the last committed row's logits: with shift_logits they predict block position 0 */
-    float *last = xmalloc((size_t)V * sizeof(float));
-    double t0 = now_seconds();
-    prefill(ctx, prompt, n_prompt, last, NULL);
-    stats->t_encode = now_seconds() - t0;
-    stats->n_encoded = n_prompt;
-    t0 = now_seconds();
-    int passes = 0, blocks = 0;
-    bool done = false;
-    while (!done && (a->n_predict < 0 || stats->n_predict < a->n_predict)) {
-        int n = B;
-        if (ctx->st.n_past + n > ctx->st.n_ctx) n = ctx->st.n_ctx - ctx->st.n_past;
-        if (n <= 0) break;
-        for (int j = 0; j < n; j++) block[j] = c->mask_id;
-        for (int masked = n; masked > 0;) {
-            forward_preview(ctx, block, n, logits);
-            passes++;
-            int best_j = -1, best_id = 0, ids[n];
-            float best_p = -1, p[n], H;
-            for (int j = 0; j < n; j++) {
-                if (block[j] != c->mask_id) continue;
-                int row = c->shift_logits ? j - 1 : j;   /* shifted: row j-1 predicts position j */
-                ids[j] = best_token(row < 0 ? last : logits + (size_t)row * V, V, c->mask_id, &p[j], &H);
-                if (p[j] > best_p) { best_p = p[j]; best_j = j; best_id = ids[j]; }
-            }
-            for (int j = 0; j < n; j++)
-                if (block[j] == c->mask_id && p[j] >= a->diffusion_threshold) { block[j] = ids[j]; masked--; }
-            if (block[best_j] == c->mask_id) { block[best_j] = best_id; masked--; }
-        }
-        int keep = n;
-        for (int j = 0; j < n; j++)
-            if (is_eog(&r->eog, block[j]) || (a->n_predict >= 0 && stats->n_predict + j >= a->n_predict)) { keep = j; done = true; break; }
-        prefill(ctx, block, keep, last, NULL);
-        for (int j = 0; j < keep; j++) print_token(&r->pr, block[j]);
-        stats->n_predict += keep;
-        blocks++;
-    }
-    stats->t_decode = now_seconds() - t0;
-    fprintf(stderr, "\ndiffusion: %d blocks, %d passes, %.2f passes per block, %.2f tokens per pass\n", blocks, passes,
-            blocks ? (double)passes / blocks : 0.0, passes ? (double)stats->n_predict / passes : 0.0);
     free(logits);
-    free(block);
-    free(last);
+}
+
+/* The sampler (seeded), the printer, the end-of-generation ids; the prompt printed. */
+static void run_init(Run *r, Ctx *ctx, const Args *a, const Tokenizer *tok, const EogSet *eog, const int *prompt, int n_prompt) {
+    int V = ctx->m->c.n_vocab;
+    *r = (Run){.ctx = ctx, .a = a, .eog = *eog};
+    r->smp = xmalloc(sizeof(Sampler));
+    *r->smp = (Sampler){a->temp, a->top_p, a->top_k, 0, xmalloc((size_t)V * sizeof(int)), xmalloc((size_t)V * sizeof(float))};
+    r->seed = a->seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a->seed;
+    r->smp->rng = r->seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    r->pr = xmalloc(sizeof(Printer));
+    *r->pr = (Printer){tok, a->utf8_replace, {{0}, 0}};
+    for (int i = 0; i < n_prompt; i++) print_token(r->pr, prompt[i]);
+}
+
+/* Test only, on a shadow context over the same model (one thread): --test-drafts truth first
+ * decodes the greedy continuation plainly; --test-check-state keeps a plain decoder in lockstep
+ * with the rounds (check_state). */
+static void test_setup(Run *r, const int *prompt, int n_prompt, TestDrafts *td, StateCheck *chk) {
+    const Args *a = r->a;
+    Ctx *ctx = r->ctx;
+    const Model *m = ctx->m;
+    int n_ctx = ctx->st.n_ctx, V = m->c.n_vocab;
+    static Ctx shadow;
+    *td = (TestDrafts){DRAFTS_MODEL, NULL, 0, r->seed + 1};
+    *chk = (StateCheck){&shadow, 0};
+    if (!a->test_drafts && !a->test_check_state) return;
+    shadow = *ctx;   /* shares the model; runs on the calling thread only, on the CPU */
+    shadow.gpu = NULL;
+    shadow.n_threads = shadow.n_threads_batch = 1;
+    shadow.pool = pool_new(1);
+    int n_threads = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
+    state_init(&shadow.st, m, n_ctx, a->k_type, a->v_type);
+    scratch_init(&shadow.sc, &m->c, ctx->sc.cap, n_ctx, n_threads);
+    if (a->test_drafts && !strcmp(a->test_drafts, "random")) td->kind = DRAFTS_RANDOM;
+    if (a->test_drafts && !strcmp(a->test_drafts, "truth")) {   /* the greedy continuation, decoded plainly */
+        Sampler greedy = *r->smp;
+        greedy.temp = 0;
+        int limit = a->n_predict >= 0 && a->n_predict < n_ctx ? a->n_predict + 1 : n_ctx;   /* -n N runs N+1 */
+        int *truth = xmalloc((size_t)limit * sizeof(int));
+        float *z = xmalloc((size_t)V * sizeof(float));
+        prefill(&shadow, prompt, n_prompt - 1, z, NULL);
+        int last = prompt[n_prompt - 1];
+        while (td->n_truth < limit && shadow.st.n_past < n_ctx) {
+            forward_causal(&shadow, &last, 1, z, 1);
+            last = truth[td->n_truth++] = sample(&greedy, z, V);
+        }
+        td->kind = DRAFTS_TRUTH;
+        td->truth = truth;
+        state_init(&shadow.st, m, n_ctx, a->k_type, a->v_type);
+    }
+    if (a->test_check_state) prefill(&shadow, prompt, n_prompt - 1, NULL, NULL);
 }
 
 #ifndef TESTING
@@ -6183,7 +6217,7 @@ int main(int argc, char **argv) {
         generate_draft_self(&r, prompt, n_prompt, &td, a.test_check_state ? &chk : NULL);
         if (a.test_check_state) fprintf(stderr, "state check: %d rounds identical to plain causal decoding\n", chk.rounds);
     }
-    utf8_stream_flush(&r.pr.utf8, stdout);
+    utf8_stream_flush(&r.pr->utf8, stdout);
     printf("\n");
     fflush(stdout);
     print_stats(&a, &r.stats);

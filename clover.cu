@@ -1562,7 +1562,7 @@ static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g,
                    c->key_dim, c->value_dim);
 }
 
-// The preview mixer (clover.md 3.2), never writing the committed state: the causal conv plus the
+// The preview mixer (spec S2.4), never writing the committed state: the causal conv plus the
 // right taps, a forward scan from a copy of S, and, where the layer has it, a reverse scan from zero
 // state mixed in per value head: o_t = o_fwd_t + gamma_h o_rev_t.
 static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
@@ -1761,7 +1761,7 @@ static void decode_step(Gpu *gpu) {
     CUDA_CHECK(cudaGraphLaunch(gpu->step, stream));
 }
 
-// What clover.c calls (section 14). A causal or preview pass over T rows of embeddings x (host,
+// What clover.c calls (clover.c section 15). A causal or preview pass over T rows of embeddings x (host,
 // [T][n_embd]) at n_past, logging the GDN inputs if asked (a verify batch), with the logits of rows
 // first..first+n_logits-1 copied to `logits`; or, token non-NULL (a greedy decode step: T = 1, one
 // row of logits), only the argmax of that row. In stream order: the inputs up (through pinned
