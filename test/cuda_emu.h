@@ -1,6 +1,6 @@
 // test/cuda_emu.h — the subset of the CUDA runtime that clover.cu uses, executed on the CPU, so that
 // the kernels run and are checked on machines without a GPU (make cuda-emu builds build/clover-emu
-// with clang++; see docs in /work/shared/notes/gpu.md section 4 and README.md, "GPU"). Test only:
+// with clang++; see README.md, "GPU", "CUDA executed on the CPU"). Test only:
 // clover.cu includes it instead of <cuda_runtime.h> when CLOVER_EMU is defined.
 //
 // Model: a launch runs its blocks one after another; each thread of a block is a fiber with its own

@@ -6,8 +6,8 @@
  *             [--experts N] [--experts-used N] [--mask] [--right-conv] [--reverse]
  *             [--coreset P] [--block-size N] [--shift-logits]
  *
- * The file is a GGUF v3 `qwen35moe` model (see shared/notes/qwen35moe.md) that llama.cpp loads,
- * or its `clover_moe` twin (shared/notes/clover.md section 2): the same keys under the
+ * The file is a GGUF v3 `qwen35moe` model (README.md, spec S1.1-S1.2) that llama.cpp loads,
+ * or its `clover_moe` twin (spec S2.1): the same keys under the
  * `clover_moe.` prefix, the same tensors, plus optional diffusion keys and extra GDN tensors.
  *
  * Every tensor draws its values from its own RNG stream, seeded by (seed, tensor name). So two
@@ -294,7 +294,7 @@ static void add_gdn(TensorList *l, const Config *c, int il) {
     add_f32(l, blk(il, "ssm_a"), FILL_SSM_A, V, 1);
     add_f32(l, blk(il, "ssm_norm.weight"), FILL_NORM, c->ssm_state, 1);
     add_matrix(l, c, blk(il, "ssm_out.weight"), R_SSM_OUT, il, inner, E, 1, 1.0f / sqrtf((float)inner));
-    // clover_moe extras (clover.md section 2)
+    // clover_moe extras (spec S2.1)
     if (c->right_conv) add_f32(l, blk(il, "ssm_conv1d_right.weight"), FILL_CONV, 3, C);
     if (c->reverse) {
         add_f32(l, blk(il, "ssm_a_rev"), FILL_SSM_A, V, 1);
@@ -643,7 +643,7 @@ static int is_other(int c) { return !is_space(c) && !is_lm(c) && !is_digit(c); }
 static int is_nl(int c) { return c == '\r' || c == '\n'; }
 static int lower_ascii(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
-// Length, in code points, of the pre-token starting at cp[i] (qwen35 rules, qwen35moe.md §5).
+// Length, in code points, of the pre-token starting at cp[i] (qwen35 rules, spec S1.9).
 static int pretoken_len(const int *cp, int n, int i) {
     int c = cp[i];
     if (c == '\'' && i + 1 < n) { // contractions
@@ -954,7 +954,7 @@ static void build_metadata(Buf *b, const Config *c, const Vocab *v) {
     kv_u32(b, a, "ssm.inner_size", (uint32_t)c->ssm_inner);
     kv_u32(b, a, "full_attention_interval", (uint32_t)c->attn_interval);
 
-    // diffusion keys (clover.md section 2)
+    // diffusion keys (spec S2.1)
     if (c->block_size) kv_u32(b, a, "diffusion.block_size", (uint32_t)c->block_size);
     if (c->shift_logits) kv_bool(b, a, "diffusion.shift_logits", 1);
     if (c->coreset > 0) kv_f32(b, a, "diffusion.coreset_top_p", c->coreset);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test/gpu.sh — the one script run on a lent GPU machine (one H200, 16 cores, no network; gpu.md
-# section 5): it builds clover-cuda, checks it and times it in a single call of under 8 minutes,
-# from this repository alone. Through the device tool: `run` with command `test/gpu.sh`; the results
-# come back from $OUT.
+# test/gpu.sh — the one script run on a lent GPU machine (one H200, 16 cores, no network; README.md,
+# "GPU", "On a GPU machine: test/gpu.sh"): it builds clover-cuda, checks it and times it in a single
+# call of under 8 minutes, from this repository alone. Through the device tool: `run` with command
+# `test/gpu.sh`; the results come back from $OUT.
 #
 #   test/gpu.sh                  on the GPU machine ($OUT: a temporary folder when unset)
 #   GPU_SH_DRY=1 test/gpu.sh     dry run on a machine without a GPU: build/clover-emu (make cuda-emu)

@@ -1,6 +1,6 @@
 // test/gpu_bw.cu — the device memory bandwidth that test/gpu.sh compares clover-cuda's decode steps
 // with: a large device-to-device copy, timed with CUDA events, counting the bytes read plus the bytes
-// written (as the ~4.3 TB/s an H200 copy was seen to move, in gpu.md section 5, is counted).
+// written (as the ~4.3 TB/s reported for an H200's copy in README.md, "GPU", is counted).
 //
 //   nvcc -O2 -o build/gpu_bw test/gpu_bw.cu && build/gpu_bw [GIB]    (default 4 GiB per buffer)
 //

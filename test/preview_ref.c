@@ -5,20 +5,20 @@
  *
  * PROMPT_IDS and BLOCK_IDS are comma-separated token ids (the mask id is an ordinary id here).
  * The program evaluates, in double precision throughout:
- *   1. the causal forward pass of shared/notes/qwen35moe.md section 3 over the prompt, keeping the
+ *   1. the causal forward pass of README.md's spec S1.3-S1.6 over the prompt, keeping the
  *      committed state (per attention layer the K/V rows, per GDN layer the conv ring = the last 3
  *      pre-conv rows and the recurrent state S);
- *   2. the preview pass of shared/notes/clover.md section 3 over the block, placed at positions
+ *   2. the preview pass of spec S2.2-S2.5 over the block, placed at positions
  *      n_prompt .. n_prompt+n_block-1 right after the prompt;
  * and writes the float32 logits of the block rows, row-major [n_block][n_vocab], to OUT.bin.
  * --causal also writes the causal logits of every prompt position [n_prompt][n_vocab] (a check
  * of step 1 against `clover --dump-logits`). -v prints the routing margins (see below).
  *
- * It is written from the notes only and shares no code with clover.c: its own GGUF reader, every
+ * It is written from the specification only and shares no code with clover.c: its own GGUF reader, every
  * tensor dequantised once to double (F32/F16/BF16 here; other types through ggml's to_float,
  * which the Makefile links, exactly as build/unit does).
  *
- * Readings of the notes, where they leave a choice (clover.md section 3):
+ * Its readings of the preview pass (spec S2.2-S2.5), where a choice had to be made:
  * - shift_logits changes which row predicts which token, not the logits: all block rows are written.
  * - The right conv term is added before the SiLU, together with the causal taps; missing taps past
  *   the end of the block (t+d >= n) are zero. A missing ssm_conv1d_right tensor means r = 0.
@@ -63,7 +63,7 @@ static void *xcalloc(size_t n, size_t s) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// GGUF reader (qwen35moe.md section 1)
+// GGUF reader (spec S1.1)
 
 typedef struct { const uint8_t *p, *end; } Rd;
 
@@ -449,7 +449,7 @@ static void delta_step(double *S, int dk, int dv, const double *q, const double 
     free(delta);
 }
 
-// GDN over n rows. causal: the normal layer, advancing the ring and S. preview: clover.md 3.2,
+// GDN over n rows. causal: the normal layer, advancing the ring and S. preview: spec S2.4,
 // reading the ring and S without changing them.
 static void gdn_layer(const Model *m, const Layer *l, LState *st, const double *a, int n, int preview, double *out) {
     int E = m->E, C = m->conv_dim, Hk = m->Hk, Hv = m->Hv, dk = m->dk, dv = m->dv, inner = Hv * dv;
@@ -497,7 +497,7 @@ static void gdn_layer(const Model *m, const Layer *l, LState *st, const double *
     for (int t = 0; t < n; t++) {
         const double *yt = y + (size_t)t * C;
         for (int h = 0; h < Hv; h++) {
-            int kh = h % Hk; // tiled v-head order (qwen35moe.md section 2)
+            int kh = h % Hk; // tiled v-head order (spec S1.2)
             delta_step(S + (size_t)h * dk * dv, dk, dv, yt + kh * dk, yt + Hk * dk + kh * dk, yt + 2 * Hk * dk + h * dv,
                        gg[t * Hv + h], beta[t * Hv + h], o + (size_t)t * inner + h * dv);
         }
@@ -529,7 +529,7 @@ static void gdn_layer(const Model *m, const Layer *l, LState *st, const double *
     free(U); free(z); free(beta); free(gg); free(betar); free(ggr); free(y); free(tmp); free(o);
 }
 
-// MoE over n rows of normed inputs. coreset: clover.md 3.4 with p = m->coreset_p.
+// MoE over n rows of normed inputs. coreset: spec S2.5 with p = m->coreset_p.
 static void moe_layer(const Model *m, const Layer *l, const double *a, int n, int coreset, double *out) {
     int E = m->E, X = m->n_exp, K = m->k_used, F = m->ff, FS = m->ff_sh;
     double *p = xcalloc((size_t)n * X, sizeof(double));
@@ -610,7 +610,7 @@ static void moe_layer(const Model *m, const Layer *l, const double *a, int n, in
 }
 
 // The whole model over n rows (token ids) at positions st->n_past..; causal (advancing the state)
-// or preview (clover.md 3, state unchanged). Writes logits [n][n_vocab] as float.
+// or preview (spec S2.2, state unchanged). Writes logits [n][n_vocab] as float.
 static void forward(const Model *m, State *st, const int *tok, int n, int preview, float *logits) {
     int E = m->E;
     double *x = xcalloc((size_t)n * E, sizeof(double)), *a = xcalloc((size_t)n * E, sizeof(double));

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bpe.py: the qwen35 byte-level BPE tokenizer of the tiny trained Clover (python3 stdlib only).
 
-Written from ../shared/notes/qwen35moe.md section 5, not from clover.c:
+Written from the specification (README.md, spec S1.9), not from clover.c:
   - pre-tokenizer: the qwen35 rules (contractions; letter/mark runs with one optional leading
     non-letter; single digits; punctuation runs with an optional leading space and trailing
     newlines; whitespace runs with the \\s*[\\r\\n]+, \\s+(?!\\S) and \\s+ cases);
@@ -42,7 +42,7 @@ def is_nl(c):
 
 
 def pretokenize(s):
-    """Split s into pre-tokens (the qwen35 rules, qwen35moe.md section 5)."""
+    """Split s into pre-tokens (the qwen35 rules, spec S1.9)."""
     out, i, n = [], 0, len(s)
     while i < n:
         c = s[i]

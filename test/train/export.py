@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """export.py WORKDIR OUTDIR: the trained checkpoint WORKDIR/ckpt.pt as clover_moe GGUFs,
 OUTDIR/tiny-clover-f32.gguf and OUTDIR/tiny-clover-q8_0.gguf (every key and extra tensor of
-../shared/notes/clover.md section 2; the Q8_0 file keeps norms, conv taps, ssm_a, biases, the
+README.md's spec S2.1; the Q8_0 file keeps norms, conv taps, ssm_a, biases, the
 router and the reverse mix in F32)."""
 import os
 import sys

@@ -1,6 +1,6 @@
 """gguf.py: write the tiny Clover as a clover_moe GGUF (F32 or Q8_0) and read GGUF tensors back
-(F32, Q8_0), with torch. Keys and tensors: ../shared/notes/qwen35moe.md sections 1-2 and the
-clover_moe contract of ../shared/notes/clover.md section 2."""
+(F32, Q8_0), with torch. Keys and tensors: README.md's spec S1.1-S1.2 and the
+clover_moe contract of spec S2.1."""
 import struct
 
 import torch

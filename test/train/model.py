@@ -1,5 +1,5 @@
-"""model.py: the tiny Clover in PyTorch, written from ../shared/notes/ (qwen35moe.md section 3,
-clover.md section 3), independently of clover.c.
+"""model.py: the tiny Clover in PyTorch, written from the specification in README.md (spec
+S1.3-S1.6 and S2.2-S2.5), independently of clover.c.
 
 Parameters are kept under their GGUF names and in ggml's memory layout (a matrix with ggml ne
 {in, out} is a torch [out, in] tensor, experts [n_expert, out, in], ssm_conv1d [conv_dim, 4],
@@ -11,7 +11,7 @@ as -exp(A_log).
                                  preview pass reads from the committed prefix (K/V, pre-conv rows, S)
   preview(tokens, cache, L)      the clover_moe preview pass over every block [s, s+L) of the sequence
                                  at once, block b reading the committed state of positions < b*L
-                                 (clover.md 3: bidirectional block attention over the committed prefix,
+                                 (spec S2.2-S2.5: bidirectional block attention over the committed prefix,
                                  right conv, forward scan from the committed state, reverse scan from
                                  0, coreset routing)
 
@@ -57,7 +57,7 @@ class Config:
 
 
 # ------------------------------------------------------------------------------------------------
-# primitives (qwen35moe.md 3.0)
+# primitives (spec S1.3)
 
 def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
@@ -69,7 +69,7 @@ def l2norm(x, eps):
 
 def q8_0_round(x):
     """An activation row as llama.cpp's CPU matmul rounds it before a dot with Q8_0 weights
-    (quantize_row_q8_0, qwen35moe.md 3.7): per 32 values d = max|x|/127, q = roundf(x/d), x ~ q*fp16(d)."""
+    (llama.cpp's reference quantize_row_q8_0; spec S1.7): per 32 values d = max|x|/127, q = roundf(x/d), x ~ q*fp16(d)."""
     sh = x.shape
     b = x.reshape(*sh[:-1], sh[-1] // 32, 32)
     d = b.abs().amax(-1, keepdim=True) / 127.0
@@ -91,7 +91,7 @@ def rope_neox(x, pos, n_rot, base):
 
 def gdn_chunk(q, k, v, g, beta, S, inner=()):
     """The gated delta rule over one chunk, all rows at once (the WY form of the recurrence of
-    qwen35moe.md 3.3):  S_t = e^{g_t} S_{t-1} + k_t d_t^T,  d_t = beta_t (v_t - e^{g_t} S_{t-1}^T k_t),
+    spec S1.4):  S_t = e^{g_t} S_{t-1} + k_t d_t^T,  d_t = beta_t (v_t - e^{g_t} S_{t-1}^T k_t),
     o_t = S_t^T q_t / sqrt(d_k).
     q, k [N, H, C, dk], v [N, H, C, dv], g, beta [N, H, C], S [N, H, dk, dv] (the state before the
     chunk). Returns o [N, H, C, dv], the state after the chunk, and the states after the rows in
@@ -196,7 +196,7 @@ class Clover(nn.Module):
                 P(b + "A_log", V, fill=0.0)                 # exported as ssm_a = -exp(A_log)
                 P(b + "ssm_norm.weight", c.ssm_state, fill=1.0)
                 P(b + "ssm_out.weight", E, c.value_dim, std=out_std)
-                # clover_moe extras (clover.md section 2)
+                # clover_moe extras (spec S2.1)
                 P(b + "ssm_conv1d_right.weight", c.conv_dim, 3, std=0.05)
                 P(b + "A_log_rev", V, fill=0.0)             # exported as ssm_a_rev = -exp(A_log_rev)
                 P(b + "ssm_dt_rev.bias", V, fill=0.0)
@@ -299,7 +299,7 @@ class Clover(nn.Module):
         return self.gdn_out(o, z, b), {"u": u, "S": states, "S_final": S}
 
     def gdn_preview_one(self, a, b, cache):
-        """One block [s, s+n) after a committed prefix of s rows (clover.md 3.2, literally): the conv
+        """One block [s, s+n) after a committed prefix of s rows (spec S2.4, literally): the conv
         over U = [last 3 committed pre-conv rows | block rows] plus the right taps, the forward scan
         from the committed S, the reverse scan from 0."""
         c = self.cfg
@@ -386,8 +386,8 @@ class Clover(nn.Module):
         return self.lin(o.reshape(B, T, c.n_head * c.head_dim), b + "attn_output.weight")
 
     def moe(self, m, b, L=None):
-        """MoE of qwen35moe.md 3.5; with L (a preview pass) and coreset_top_p > 0, each row of a block
-        [s, s+L) routes among the block's coreset only (clover.md 3.4). Returns (out, aux stats)."""
+        """MoE of spec S1.6; with L (a preview pass) and coreset_top_p > 0, each row of a block
+        [s, s+L) routes among the block's coreset only (spec S2.5). Returns (out, aux stats)."""
         c = self.cfg
         B, T, E = m.shape
         X, k = c.n_expert, c.n_expert_used

@@ -4,7 +4,7 @@ float64), for clover's test group `tiny` (test/run.sh).
 
 For each of MODELDIR/tiny-clover-f32.gguf and -q8_0.gguf the weights are read back from the file
 (Q8_0 dequantised: the values clover multiplies with; the activation row entering a Q8_0 matrix is
-rounded to Q8_0 first, as llama.cpp's CPU path and clover do, qwen35moe.md 3.7), and evaluated in
+rounded to Q8_0 first, as llama.cpp's CPU path and clover do, spec S1.7), and evaluated in
 float64 on held-out text
 (MODELDIR/refs/sample.txt, from the held-out split, never seen in training):
   causal   the logits of every prompt position (clover --tokens IDS --dump-logits)

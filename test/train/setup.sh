@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test/train/setup.sh: what the training recipe needs (Debian 12, as root): Debian's PyTorch for
-# its own /usr/bin/python3 (../shared/notes/training.md), OpenBLAS (torch's default reference BLAS
+# its own /usr/bin/python3 (README.md, "A small trained Clover"), OpenBLAS (torch's default reference BLAS
 # is about 13x slower here), and the King James Bible with its `bible` reader. Not needed by
 # `make test` or CI, which use the committed model and references. A no-op once installed.
 set -euo pipefail

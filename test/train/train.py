@@ -13,7 +13,7 @@ windows of T+1 tokens from the training text and minimises
            else 16, 8 or 4: the block lengths draft-self uses for n_max 31, 15, 7, 3); in each block
            tokens are replaced by <|mask|> either at a random rate t ~ U(0,1) (each token masked with
            probability t) or, with probability 1/2, all but the block's first row (the shape of a
-           draft-self block [id_last, MASK x n]); the preview pass (clover.md section 3) predicts each
+           draft-self block [id_last, MASK x n]); the preview pass (spec S2.2) predicts each
            masked token at its own position (shift_logits = false) from the noisy block and the
            committed state of the clean prefix (the causal pass's K/V, pre-conv rows and GDN state at
            the block start); cross-entropy over the masked positions;
