@@ -1088,10 +1088,36 @@ EOF
     done
 }
 
+# accept_by_position ERR_FILE: the "accept by position" line of a draft-self run with --trace must be
+# what its rounds add up to: a round that drafted m and accepted a counts positions 1..m as drafted
+# and 1..a as accepted; the sums are n_drafted and n_accept. Prints the counts, or what is wrong.
+accept_by_position() {
+    python3 - "$1" <<'EOF'
+import re, sys
+err = open(sys.argv[1]).read()
+n_max = int(re.search(r'^n_draft   = (\d+)$', err, re.M).group(1))
+want_d, want_a = [0] * n_max, [0] * n_max
+for d, a in re.findall(r'^round \d+ @pos \d+ .*: drafted (\d+) \(asked \d+.*\), accepted (\d+), ', err, re.M):
+    for j in range(int(d)):
+        want_d[j] += 1
+        want_a[j] += j < int(a)
+want = ' '.join('%d/%d' % x for x in zip(want_a, want_d))
+bp = re.search(r'^accept by position = (.*) \(accepted/drafted, positions 1\.\.n_draft\)$', err, re.M)
+stat = lambda k: int(re.search(r'^%s += (\d+)$' % k, err, re.M).group(1))
+if not bp or bp.group(1) != want:
+    print('accept by position %r, the --trace rounds give %r' % (bp.group(1) if bp else None, want)); sys.exit(1)
+if sum(want_d) != stat('n_drafted') or sum(want_a) != stat('n_accept'):
+    print('accept by position sums %d/%d, n_accept/n_drafted %d/%d' % (sum(want_a), sum(want_d), stat('n_accept'), stat('n_drafted'))); sys.exit(1)
+print(want)
+EOF
+}
+
 # The statistics (draft-self.md section 5): upstream's line formats, and their arithmetic. The
-# number of generated tokens comes from llama.cpp (build/ref --greedy on the qwen35moe twin).
+# number of generated tokens comes from llama.cpp (build/ref --greedy on the qwen35moe twin). Draft
+# lines only for draft-self; its "accept by position" (accepted/drafted per draft position) must be
+# what the --trace rounds add up to. No rate from a duration under 1 ms (speed n/a).
 test_stats() {
-    local m tw g name out spec
+    local m tw g name out spec trace
     m=$(model q8_0 73 --arch clover_moe --mask --right-conv --reverse --coreset 0.9 --block-size 16) &&
         tw=$(model q8_0 73 --arch qwen35moe) || { fail stats "cannot generate the models"; return; }
     if ! g=$(ref -m "$tw" --greedy "$DRAFT_PROMPT" 17); then
@@ -1100,34 +1126,45 @@ test_stats() {
     fi
     for spec in "none" "draft-self --spec-draft-n-max 7 --test-drafts truth" "draft-self --spec-draft-n-max 3" "draft-self --spec-draft-n-max 2 --test-drafts random"; do
         name="stats/--spec-type $spec -n 16"
+        trace=--trace
+        [ "$spec" = none ] && trace=
         # shellcheck disable=SC2086
-        if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 16 --temp 0 -ctk f32 -ctv f32 --spec-type $spec > /dev/null; then
+        if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 16 --temp 0 -ctk f32 -ctv f32 --spec-type $spec $trace > /dev/null; then
             fail "$name" "$(why)"
             continue
         fi
-        if out=$(python3 - "$TMP/err" "$g" "$(eog_ids "$tw")" "$spec" <<'EOF'
+        if out=$(python3 - "$TMP/err" "$g" "$(eog_ids "$tw")" "$spec" 2>&1 <<'EOF'
 import re, sys
 err = open(sys.argv[1]).read()
 gen = sys.argv[2].strip().split(','); eog = set(sys.argv[3].split(',')); spec = sys.argv[4]
 problems = []
 # upstream's formats: "encoded %4d tokens in %8.3f seconds, speed: %8.3f t/s", then the n_* lines
-F = r'[ 0-9]{3}[0-9]+'; T = r'[ 0-9.]{8,}'
-enc = re.search(r'^encoded (%s) tokens in (%s) seconds, speed: (%s) t/s$' % (F, T, T), err, re.M)
-dec = re.search(r'^decoded (%s) tokens in (%s) seconds, speed: (%s) t/s$' % (F, T, T), err, re.M)
+# (this project: "speed:      n/a" for a duration under 1 ms)
+F = r'[ 0-9]{3}[0-9]+'; T = r'[ 0-9.]{8,}'; S = r'[ 0-9.]{8,} t/s|     n/a'
+enc = re.search(r'^encoded (%s) tokens in (%s) seconds, speed: (%s)$' % (F, T, S), err, re.M)
+dec = re.search(r'^decoded (%s) tokens in (%s) seconds, speed: (%s)$' % (F, T, S), err, re.M)
 kv = dict(re.findall(r'^(n_draft|n_predict|n_drafted|n_accept|accept) +=  ?(\S+)$', err, re.M))
 order = re.findall(r'^(encoded|decoded|n_draft |n_predict|n_drafted|n_accept |accept  )', err, re.M)
+draft = spec != 'none'
 if not enc or not dec: problems.append('encoded/decoded line missing or malformed')
-if len(kv) != 5: problems.append('n_draft..accept lines: found %s' % sorted(kv))
-if order[:7] != ['encoded', 'decoded', 'n_draft ', 'n_predict', 'n_drafted', 'n_accept ', 'accept  ']: problems.append('line order %s' % order)
-for line in ('n_draft   = ', 'n_predict = ', 'n_drafted = ', 'n_accept  = ', 'accept    = '):
+if draft and len(kv) != 5: problems.append('n_draft..accept lines: found %s' % sorted(kv))
+if not draft and sorted(kv) != ['n_predict']: problems.append('without draft-self only n_predict, found %s' % sorted(kv))
+want = ['encoded', 'decoded', 'n_draft ', 'n_predict', 'n_drafted', 'n_accept ', 'accept  '] if draft else ['encoded', 'decoded', 'n_predict']
+if order != want: problems.append('line order %s' % order)
+for line in ('n_draft   = ', 'n_predict = ', 'n_drafted = ', 'n_accept  = ', 'accept    = ') if draft else ('n_predict = ',):
     if not re.search('^' + re.escape(line) + r'\S', err, re.M): problems.append('no line %r' % line)
+for line in ('n_relaxed', 'mean accepted length', 'draft time', 'accept by position'):
+    if draft != bool(re.search('^' + line, err, re.M)): problems.append('line %r %s' % (line, 'missing' if draft else 'printed without draft-self'))
 if not problems:
     for m in (enc, dec):
-        for x in (m.group(2), m.group(3)):
-            if not re.fullmatch(r' *[0-9]+\.[0-9]{3}', x) or (len(x) != 8 and x[0] == ' '): problems.append('%r is not %%8.3f' % x)
+        sp = m.group(3)[:-4] if m.group(3).endswith(' t/s') else m.group(3)
+        for x in (m.group(2), sp):
+            if x != '     n/a' and (not re.fullmatch(r' *[0-9]+\.[0-9]{3}', x) or (len(x) != 8 and x[0] == ' ')): problems.append('%r is not %%8.3f' % x)
+        if (float(m.group(2)) > 0.001 if sp == '     n/a' else float(m.group(2)) < 0.001):
+            problems.append('speed %r after %s seconds: n/a is for under 1 ms, and only then' % (sp, m.group(2)))
         if len(m.group(1)) < 4 or (len(m.group(1)) > 4 and m.group(1)[0] == ' '): problems.append('%r is not %%4d' % m.group(1))
-    n_pred, n_drafted, n_acc = int(kv['n_predict']), int(kv['n_drafted']), int(kv['n_accept'])
-    acc = kv['accept']
+    n_pred, n_drafted, n_acc = int(kv['n_predict']), int(kv.get('n_drafted', 0)), int(kv.get('n_accept', 0))
+    acc = kv.get('accept', '0.000%')
     want_acc = 100.0 * n_acc / n_drafted if n_drafted else 0.0
     if acc != '%.3f%%' % want_acc: problems.append('accept %s != 100*%d/%d' % (acc, n_acc, n_drafted))
     # generated tokens: llama.cpp's greedy ids up to and including the first end-of-generation one
@@ -1136,13 +1173,12 @@ if not problems:
     if int(dec.group(1)) != n_pred: problems.append('decoded %s != n_predict %d' % (dec.group(1), n_pred))
     if int(enc.group(1)) != 12: problems.append('encoded %s != 12 prompt tokens' % enc.group(1))
     for m, n in ((enc, int(enc.group(1))), (dec, n_pred)):
-        t, sp = float(m.group(2)), float(m.group(3))
+        if m.group(3) == '     n/a': continue
+        t, sp = float(m.group(2)), float(m.group(3)[:-4])
         if t >= 0.002:   # the printed seconds are rounded to 1e-3: bound the speed
             lo, hi = n / (t + 5e-4) - 5e-4, n / (t - 5e-4) + 5e-4
             if not lo <= sp <= hi: problems.append('speed %s is not %d tokens / %s s' % (sp, n, t))
-    if spec == 'none':
-        if n_drafted or n_acc or acc != '0.000%': problems.append('drafts counted without draft-self')
-    else:
+    if draft:
         if int(kv['n_draft']) != int(spec.split()[2]): problems.append('n_draft %s != the configured n_max' % kv['n_draft'])
         rounds = re.search(r'^mean accepted length = ([0-9.]+) tokens per round \((\d+) rounds\)$', err, re.M)
         if not rounds: problems.append('no mean accepted length line')
@@ -1154,14 +1190,44 @@ if not problems:
         if 'truth' in spec and not (n_drafted > 0 and n_acc == n_drafted): problems.append('truth drafts: %d of %d accepted' % (n_acc, n_drafted))
 if problems:
     print('; '.join(problems)); sys.exit(1)
-print('n_predict %s, n_drafted %s, n_accept %s, accept %s' % (kv['n_predict'], kv['n_drafted'], kv['n_accept'], kv['accept']))
+print('n_predict %s, n_drafted %s, n_accept %s, accept %s' % (kv['n_predict'], n_drafted, n_acc, acc) if draft else 'n_predict %s, no draft lines' % kv['n_predict'])
 EOF
         ); then
-            pass "$name ($out)"
+            if [ -z "$trace" ]; then pass "$name ($out)"
+            elif by=$(accept_by_position "$TMP/err"); then pass "$name ($out; by position $by)"
+            else fail "$name" "$by"
+            fi
         else
             fail "$name" "$out"
         fi
     done
+    # the tiny Clover accepts some drafts at the first positions and fewer further on
+    name="stats/tiny Clover: accept by position is what the --trace rounds add up to"
+    if ! clover -m test/tiny/tiny-clover-q8_0.gguf -f test/tiny/prompt.txt -n 40 --temp 0 --spec-type draft-self --spec-draft-n-max 7 --trace > /dev/null; then
+        fail "$name" "$(why)"
+    elif by=$(accept_by_position "$TMP/err") && [ "${by%%/*}" -gt 0 ]; then
+        pass "$name ($by)"
+    else
+        fail "$name" "${by:-no drafts accepted at position 1}"
+    fi
+    # a one-token prompt evaluates nothing before decoding: its encode time is nanoseconds, no rate
+    name="stats/one-token prompt: encode speed n/a, decode speed a number"
+    if ! clover -m "$m" --tokens 5 -n 3 --temp 0 > /dev/null; then
+        fail "$name" "$(why)"
+    elif grep -q '^encoded    1 tokens in    0\.000 seconds, speed:      n/a$' "$TMP/err" &&
+        grep -Eq '^decoded    4 tokens in +[0-9.]+ seconds, speed: +([0-9]+\.[0-9]{3} t/s|n/a)$' "$TMP/err"; then
+        pass "$name"
+    else
+        fail "$name" "$(grep -E '^(en|de)coded' "$TMP/err" | tr '\n' '|')"
+    fi
+    name="stats/--diffusion: n_predict, no draft lines"
+    if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 8 --diffusion > /dev/null; then
+        fail "$name" "$(why)"
+    elif grep -q '^n_predict = 8$' "$TMP/err" && ! grep -Eq '^(n_draft|n_drafted|n_accept|accept|n_relaxed|mean accepted|draft time)' "$TMP/err"; then
+        pass "$name"
+    else
+        fail "$name" "$(grep -E '^(n_|accept|mean|draft)' "$TMP/err" | tr '\n' '|')"
+    fi
 }
 
 # ------------------------------------------------------------------------------------------------
