@@ -48,6 +48,8 @@
 #   errors     bad files, bad flags, bad prompts: exit 1, one line "clover: error: ...", no crash;
 #              hard but valid input (invalid UTF-8, -n 0, -c 131072) works; the memory plan and its
 #              refusal; every row of README.md's table "Hostile and mistaken input" is a check here
+#   warnings   every clamped, ignored or overridden option: one "clover: warning:" line naming what is
+#              used, the run works, the statistics show the value used; the sampler and seed printed
 #   regressions  test/fuzz-regressions/: inputs the fuzzers found (make fuzz), replayed through clover
 #   gpu        build/clover-emu (clover.cu on the CPU, test/cuda_emu.h): --check-ops on every weight type
 #              in three thread orders; planted bugs (test/gpu_mutants.sh) must fail it
@@ -1375,8 +1377,9 @@ expect_error() {
 
 # expect_ok NAME OUT_PATTERN ERR_PATTERN ARGS... : clover ARGS must exit 0 without an error line, its
 # stdout must match OUT_PATTERN and its stderr ERR_PATTERN (extended regexes; '' matches anything).
+# The check is named GROUP/NAME (GROUP: errors unless set).
 expect_ok() {
-    local name="errors/$1" out_pat=$2 err_pat=$3 rc
+    local name="${GROUP:-errors}/$1" out_pat=$2 err_pat=$3 rc
     shift 3
     $TO "$CLOVER" "$@" > "$TMP/ok.out" 2> "$TMP/ok.err" < /dev/null
     rc=$?
@@ -1614,6 +1617,105 @@ open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
     damage "truncated at every offset of the first 512 bytes" truncate-head 512 "$m"
 
     readme_rows
+}
+
+# Options that are clamped, ignored or overridden say so: one "clover: warning:" line naming what
+# is used instead, the run still works (exit 0, the prompt and new text on stdout), and the
+# statistics show the value used. The sampler chain and the seed in effect are printed (a clock
+# seed, given back with --seed, repeats the run); --help lists the defaults.
+
+# expect_warning NAME WARNING STATS ARGS... : clover ARGS must exit 0 with no error line, stdout
+# starting with "Hello" (the prompt), exactly one "clover: warning:" line on stderr, WARNING
+# matching the text after "clover: warning: ", and a stderr line matching STATS ('' for none) (extended regexes).
+expect_warning() {
+    local name="warnings/$1" pat=$2 stat=$3 n
+    shift 3
+    $TO "$CLOVER" -p Hello "$@" > "$TMP/w.out" 2> "$TMP/w.err" < /dev/null
+    local rc=$?
+    n=$(grep -c '^clover: warning: ' "$TMP/w.err")
+    if [ "$rc" -ne 0 ]; then
+        fail "$name" "exit status $rc, expected 0: $(grep -m 1 '^clover: error' "$TMP/w.err" | cut -c1-300)"
+    elif [ "$(head -c 5 "$TMP/w.out")" != Hello ]; then
+        fail "$name" "stdout does not start with the prompt: $(head -c 80 "$TMP/w.out" | tr '\n' ' ')"
+    elif [ "$n" -ne 1 ]; then
+        fail "$name" "$n warning lines, expected 1: $(grep '^clover: warning' "$TMP/w.err" | tr '\n' '|' | cut -c1-300)"
+    elif ! grep -Eq -- "^clover: warning: $pat" "$TMP/w.err"; then
+        fail "$name" "warning does not match /$pat/: $(grep -m 1 '^clover: warning' "$TMP/w.err")"
+    elif [ -n "$stat" ] && ! grep -Eq -- "$stat" "$TMP/w.err"; then
+        fail "$name" "no stderr line matches /$stat/"
+    else
+        pass "$name"
+    fi
+}
+
+test_warnings() {
+    local m cm cores seed
+    m=$(model q8_0) && cm=$(model q8_0 7 --arch clover_moe --mask) || { fail warnings "cannot generate the models"; return; }
+    cores=$(getconf _NPROCESSORS_ONLN)
+    local ds="--spec-type draft-self --temp 0 -n 6"
+    # shellcheck disable=SC2086
+    {
+    expect_warning "-t above the cores online" "-t $((cores + 1)) is more than the $cores cores online; running $((cores + 1)) threads anyway" '' \
+        -m "$m" -n 2 --temp 0 -t $((cores + 1))
+    expect_warning "-tb above the cores online" "-tb $((cores + 1)) is more than the $cores cores online" '' -m "$m" -n 2 --temp 0 -t 1 -tb $((cores + 1))
+    expect_warning "-ub 64 -b 16: -ub 16 used" "-ub 64 is larger than the logical batch -b 16; using -ub 16$" 'scratch .*\(-ub 16\)' \
+        -m "$m" -n 2 --temp 0 -ub 64 -b 16
+    expect_warning "--spec-draft-n-max 100 on a block of 32: 31 used" "--spec-draft-n-max 100: .* at most 31 drafts .*; using 31$" '^n_draft   = 31$' \
+        -m "$cm" $ds --spec-draft-n-max 100
+    expect_warning "--spec-draft-n-min above --spec-draft-n-max: n-max used" "--spec-draft-n-min 9 is above --spec-draft-n-max 4.*using --spec-draft-n-min 4$" \
+        '^n_drafted = [1-9]' -m "$cm" $ds --spec-draft-n-max 4 --spec-draft-n-min 9
+    expect_warning "--spec-accept-ratio without --spec-accept-delta: exact rule" "--spec-accept-ratio has no effect without --spec-accept-delta; using the exact rule$" \
+        '^n_relaxed = 0$' -m "$cm" $ds --spec-accept-ratio 0.01
+    expect_warning "--spec-accept-delta without --spec-accept-ratio: exact rule" "--spec-accept-delta has no effect without --spec-accept-ratio; using the exact rule$" \
+        '^n_relaxed = 0$' -m "$cm" $ds --spec-accept-delta 100
+    expect_warning "--spec-accept-ratio 1: exact rule" "--spec-accept-ratio 1 relaxes nothing.*using the exact rule$" '^n_relaxed = 0$' \
+        -m "$cm" $ds --spec-accept-ratio 1 --spec-accept-delta 100
+    expect_warning "--diffusion with --spec-type draft-self: block diffusion runs" "--spec-type draft-self has no effect with --diffusion" '^diffusion: [0-9]+ blocks' \
+        -m "$cm" $ds --diffusion
+    expect_warning "--trace without draft-self" "--trace has no effect without --spec-type draft-self: this run decodes plainly" '' -m "$cm" --temp 0 -n 4 --trace
+    expect_warning "--spec-draft-adaptive without draft-self" "--spec-draft-adaptive has no effect without --spec-type draft-self" '' \
+        -m "$cm" --temp 0 -n 4 --spec-draft-adaptive
+    expect_warning "--spec-draft-n-max with --spec-type none" "--spec-draft-n-max has no effect without --spec-type draft-self" '' \
+        -m "$cm" --temp 0 -n 4 --spec-type none --spec-draft-n-max 4
+    expect_warning "--trace and --spec-draft-p-min with --diffusion: one line" "--spec-draft-p-min, --trace have no effect with --diffusion" '' \
+        -m "$cm" -n 4 --diffusion --trace --spec-draft-p-min 0.5
+    }
+    # the card's command (run.sh) on the tiny Clover: no warning
+    name="warnings/the model card's command: no warning"
+    if ! clover -m test/tiny/tiny-clover-q8_0.gguf -f test/tiny/prompt.txt --spec-type draft-self --spec-draft-n-max 15 --spec-accept-ratio 0.9 \
+        --spec-accept-delta 0.6 --temp 0 --top-k 1 --seed 42 -ctk bf16 -ctv bf16 -c 8192 -n 8 -b 256 -ub 256 -t 1 -tb 1 --flash-attn on > /dev/null; then
+        fail "$name" "$(why)"
+    elif grep -q '^clover: warning' "$TMP/err"; then
+        fail "$name" "$(grep -m 1 '^clover: warning' "$TMP/err")"
+    else
+        pass "$name"
+    fi
+
+    # the sampler and the seed in effect; a clock seed, given back, repeats the run
+    local name="warnings/sampling defaults printed: chain and a clock seed; --seed with it repeats the text"
+    if ! clover -m "$m" -p Hello -n 12 > "$TMP/w1.out"; then
+        fail "$name" "$(why)"
+    elif ! seed=$(sed -n 's/^clover: sampler: top-k 40 -> top-p 0\.950 -> temp 0\.800 -> draw, seed \([0-9]*\) (from the clock; --seed repeats the run)$/\1/p' "$TMP/err") ||
+        [ -z "$seed" ]; then
+        fail "$name" "no sampler line with a clock seed: $(grep -m 1 sampler "$TMP/err")"
+    elif ! clover -m "$m" -p Hello -n 12 --seed "$seed" > "$TMP/w2.out"; then
+        fail "$name" "$(why)"
+    elif ! grep -q "^clover: sampler: top-k 40 -> top-p 0\.950 -> temp 0\.800 -> draw, seed $seed\$" "$TMP/err"; then
+        fail "$name" "--seed $seed: $(grep -m 1 sampler "$TMP/err")"
+    elif ! cmp -s "$TMP/w1.out" "$TMP/w2.out"; then
+        fail "$name" "--seed $seed: $(text_diff "$TMP/w2.out" "$TMP/w1.out")"
+    else
+        pass "$name (seed $seed)"
+    fi
+    GROUP=warnings expect_ok "greedy sampler printed" '^Hello' '^clover: sampler: greedy \(--temp 0 or --top-k 1\)' -m "$m" -p Hello -n 2 --top-k 1
+    GROUP=warnings expect_ok "--top-k 0 --top-p 0.5 --temp 2 --seed 9 printed" '^Hello' '^clover: sampler: top-k all -> top-p 0\.500 -> temp 2\.000 -> draw, seed 9$' \
+        -m "$m" -p Hello -n 2 --top-k 0 --top-p 0.5 --temp 2 --seed 9
+    name="warnings/--help lists the defaults"
+    if "$CLOVER" --help 2>&1 | grep -q 'default 0.8, 40,' && "$CLOVER" --help 2>&1 | grep -q 'drafts per round (default 16'; then
+        pass "$name"
+    else
+        fail "$name" "$("$CLOVER" --help 2>&1 | grep -E 'temp|n-max' | tr '\n' '|')"
+    fi
 }
 
 # The GPU kernels (clover.cu) executed on the CPU by test/cuda_emu.h (build/clover-emu, make cuda-emu):
@@ -1927,7 +2029,7 @@ test_tiny() {
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions tiny gpu gpu_forward; do
+for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors warnings regressions tiny gpu gpu_forward; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
