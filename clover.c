@@ -2556,6 +2556,7 @@ static bool is_eog(const EogSet *e, int id) {
 typedef struct {
     int n_encoded, n_predict, n_drafted, n_accept, n_relaxed, n_rounds;
     double t_encode, t_decode, t_draft, t_verify;
+    int *drafted_at, *accepted_at;   /* draft-self, [n_draft]: rounds that drafted / kept draft position j + 1 */
 } Stats;
 
 /* What a generation run works with; main sets it up (run_init). */
@@ -2920,6 +2921,8 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
     if (n_max > cap - 1) n_max = cap - 1;
     Round rd;
     round_init(&rd, ctx->m, n_max, cap);
+    stats->drafted_at = xcalloc((size_t)n_max + 1, sizeof(int));
+    stats->accepted_at = xcalloc((size_t)n_max + 1, sizeof(int));
     double t0 = now_seconds();
     prefill(ctx, prompt, n_prompt - 1, rd.logits, NULL);
     stats->t_encode = now_seconds() - t0;
@@ -2959,6 +2962,10 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
         draft_costs(&ad, t_draft, t_verify, rd.m, rd.acc);
         stats->n_drafted += rd.m;
         stats->n_accept += rd.acc;
+        for (int j = 0; j < rd.m; j++) {   /* drafts are kept front to back: position j only if all before it */
+            stats->drafted_at[j]++;
+            stats->accepted_at[j] += j < rd.acc;
+        }
         stats->n_rounds++;
         if (chk) check_state(chk, ctx, rd.batch, rd.acc + 1);
         done = print_round(r, &rd);
@@ -5681,16 +5688,22 @@ static void usage(void) {
         "usage: clover -m MODEL.gguf (-p TEXT | -f FILE | --tokens IDS) [options]\n"
         "  -n N                      tokens to predict (-1: until end or context; default -1)\n"
         "  -c N                      context size (0: the model's; default 4096)\n"
-        "  -b N, -ub N               logical / physical batch (default 2048 / 512); the prompt must fit in -b\n"
-        "  -t N, -tb N               threads for decoding / batches (default: all cores)\n"
+        "  -b N, -ub N               logical / physical batch (default 2048 / 512, -ub at most -b); the prompt must fit in -b\n"
+        "  -t N, -tb N               threads for decoding / batches (default: the cores online; -tb: -t)\n"
         "  -ctk T, -ctv T            KV cache type: f32, f16, bf16 (default f16)\n"
-        "  --temp X --top-k N --top-p X --seed N   sampling (greedy: --temp 0 or --top-k 1)\n"
-        "  --spec-type none|draft-self  --spec-draft-n-max N --spec-draft-n-min N --spec-draft-p-min P\n"
-        "  --spec-draft-steps N --spec-accept-ratio R --spec-accept-delta D    self-speculative decoding\n"
-        "  --spec-draft-adaptive     draft-self: each round drafts as many tokens (up to n-max) as pay, from measured costs\n"
-        "  --diffusion --diffusion-threshold P       native block-diffusion generation\n"
+        "  --temp X --top-k N --top-p X --seed N   sampling: top-k, then top-p, then temperature (default 0.8, 40,\n"
+        "                            0.95, seed -1: from the clock, printed); greedy: --temp 0 or --top-k 1\n"
+        "  --spec-type none|draft-self   plain causal decoding (default) or self-speculative decoding; draft-self only:\n"
+        "  --spec-draft-n-max N      drafts per round (default 16; at most the model's block size - 1)\n"
+        "  --spec-draft-n-min N      drop a draft shorter than N (default 0; at most n-max)\n"
+        "  --spec-draft-p-min P      cut the draft at the first token with drafter probability < P (default 0)\n"
+        "  --spec-draft-steps N      denoising passes per draft (default 1)\n"
+        "  --spec-accept-ratio R --spec-accept-delta D   relaxed (lossy) acceptance, both needed, 0 < R < 1, D >= 0\n"
+        "                            (default: the exact rule, whose text is plain decoding's)\n"
+        "  --spec-draft-adaptive     each round drafts as many tokens (up to n-max) as pay, from measured costs\n"
+        "  --diffusion --diffusion-threshold P       native block-diffusion generation (default P 0.9)\n"
         "  --chat                    wrap the prompt in the chat template (thinking on)\n"
-        "  --color on|off            mark accepted drafts in the output\n"
+        "  --color on|off            mark accepted drafts in the output (default off)\n"
         "  --utf8-replace            print invalid UTF-8 in the output as U+FFFD (default: the tokens' raw bytes)\n"
         "  --trace                   draft-self: print each round (drafts, verifier tokens, why acceptance stopped)\n"
         "  -ngl N                    GPU builds: N >= the layer count (or -1) runs the whole model on the GPU; 0: the CPU\n"
@@ -5702,6 +5715,17 @@ static void usage(void) {
         "  --dump-tensors DIR        write every intermediate activation as DIR/<llama.cpp name>.bin (float32;\n"
         "                            ffn_moe_topk int32), listed with shape and meaning in DIR/index.tsv\n"
         "  --dump-filter REGEX       only the names matching REGEX (POSIX extended; preview passes: preview.<name>)\n");
+}
+
+/* One line "clover: warning: ..." on stderr: an option that is clamped, ignored or overridden, and
+ * what the run uses instead. */
+static void warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("clover: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
 }
 
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi) {
@@ -5739,9 +5763,9 @@ static uint32_t parse_cache_type(const char *flag, const char *v) {
 
 static Args parse_args(int argc, char **argv) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    Args a = {.n_predict = -1, .n_ctx = 4096, .n_batch = 2048, .n_ubatch = 512,
+    Args a = {.n_predict = -1, .n_ctx = 4096, .n_batch = 2048, .n_ubatch = 0,   /* 0, -1: set by settle_options */
               .n_threads = cores > 0 ? (int)cores : 1, .n_threads_batch = -1, .spec_type = "none",
-              .draft_n_max = 16, .draft_n_min = 0, .draft_steps = 1, .draft_p_min = 0,
+              .draft_n_max = -1, .draft_n_min = 0, .draft_steps = 1, .draft_p_min = 0,
               .accept_ratio = 0, .accept_delta = -1, .temp = 0.8f, .top_p = 0.95f, .top_k = 40,
               .seed = -1, .k_type = T_F16, .v_type = T_F16, .diffusion_threshold = 0.9f};
     for (int i = 1; i < argc; i++) {
@@ -5802,7 +5826,6 @@ static Args parse_args(int argc, char **argv) {
     if (strcmp(a.spec_type, "none") && strcmp(a.spec_type, "draft-self"))
         fatal("--spec-type '%s' is not supported; use none or draft-self", a.spec_type);
     if (a.n_threads_batch < 0) a.n_threads_batch = a.n_threads;
-    if (a.n_ubatch > a.n_batch) a.n_ubatch = a.n_batch;
     if (a.test_drafts && strcmp(a.test_drafts, "random") && strcmp(a.test_drafts, "truth"))
         fatal("--test-drafts '%s': use random or truth", a.test_drafts);
     if (a.draft_adaptive && a.accept_ratio > 0 && a.accept_ratio < 1 && a.accept_delta >= 0)
@@ -5929,11 +5952,24 @@ static void memory_plan(const Model *m, const Args *a, int n_ctx, int cap, int n
             w, k, n_ctx, TYPES[a->k_type].name, TYPES[a->v_type].name, g, sc, cap, t, avail ? av : "unknown");
 }
 
+/* "%8.3f t/s", or n/a for a duration under 1 ms, the precision the seconds are printed with (a
+ * one-token prompt "encodes" in nanoseconds: no evaluation at all) */
+static const char *rate(char *buf, size_t n, int tokens, double seconds) {
+    if (seconds < 1e-3) snprintf(buf, n, "%8s", "n/a");
+    else snprintf(buf, n, "%8.3f t/s", tokens / seconds);
+    return buf;
+}
+
+/* llama-speculative-simple's statistics (spec S3.5), then this project's additions; the draft lines
+ * only for a run that drafted (draft-self, not --diffusion). */
 static void print_stats(const Args *a, const Stats *s) {
-    fprintf(stderr, "\n\nencoded %4d tokens in %8.3f seconds, speed: %8.3f t/s\n", s->n_encoded, s->t_encode,
-            s->t_encode > 0 ? s->n_encoded / s->t_encode : 0.0);
-    fprintf(stderr, "decoded %4d tokens in %8.3f seconds, speed: %8.3f t/s\n\n", s->n_predict, s->t_decode,
-            s->t_decode > 0 ? s->n_predict / s->t_decode : 0.0);
+    char r1[32], r2[32];
+    fprintf(stderr, "\n\nencoded %4d tokens in %8.3f seconds, speed: %s\n", s->n_encoded, s->t_encode, rate(r1, sizeof r1, s->n_encoded, s->t_encode));
+    fprintf(stderr, "decoded %4d tokens in %8.3f seconds, speed: %s\n\n", s->n_predict, s->t_decode, rate(r2, sizeof r2, s->n_predict, s->t_decode));
+    if (a->diffusion || strcmp(a->spec_type, "draft-self")) {
+        fprintf(stderr, "n_predict = %d\n", s->n_predict);
+        return;
+    }
     fprintf(stderr, "n_draft   = %d\n", a->draft_n_max);
     fprintf(stderr, "n_predict = %d\n", s->n_predict);
     fprintf(stderr, "n_drafted = %d\n", s->n_drafted);
@@ -5943,6 +5979,11 @@ static void print_stats(const Args *a, const Stats *s) {
     fprintf(stderr, "mean accepted length = %.3f tokens per round (%d rounds)\n",
             s->n_rounds ? (double)s->n_predict / s->n_rounds : 0.0, s->n_rounds);
     fprintf(stderr, "draft time = %.3f s, verify time = %.3f s\n", s->t_draft, s->t_verify);
+    /* accepted / drafted at draft position 1..n_draft: a draft is kept only when every one before it
+     * was, so the counts fall with the position; they sum to n_accept / n_drafted */
+    fputs("accept by position =", stderr);
+    for (int j = 0; j < a->draft_n_max; j++) fprintf(stderr, " %d/%d", s->accepted_at[j], s->drafted_at[j]);
+    fputs(" (accepted/drafted, positions 1..n_draft)\n", stderr);
 }
 
 /* --trace: a token's text, quoted and escaped so that one token is one cell: printable ASCII and
@@ -6079,6 +6120,54 @@ static int check_run(const Args *a, const Config *c, int n_prompt) {
     return n_ctx;
 }
 
+/* The options as the run will use them: the defaults that depend on the model, and every option that
+ * is clamped, ignored or overridden by another, each with one warning that says what is used instead
+ * (the statistics then show the values that ran). */
+static void settle_options(Args *a, const Config *c) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t_max = a->n_threads > a->n_threads_batch ? a->n_threads : a->n_threads_batch;
+    if (cores > 0 && t_max > cores)
+        warn("%s %d is more than the %ld cores online; running %d threads anyway, which take turns on the cores (slow): use %s %ld or fewer",
+             t_max == a->n_threads ? "-t" : "-tb", t_max, cores, t_max, t_max == a->n_threads ? "-t" : "-tb", cores);
+    if (!a->n_ubatch) a->n_ubatch = a->n_batch < 512 ? a->n_batch : 512;
+    else if (a->n_ubatch > a->n_batch) {
+        warn("-ub %d is larger than the logical batch -b %d; using -ub %d", a->n_ubatch, a->n_batch, a->n_batch);
+        a->n_ubatch = a->n_batch;
+    }
+    /* the draft-self options (and --trace) given to a run that does not draft */
+    bool draft_self = !strcmp(a->spec_type, "draft-self") && !a->diffusion;
+    if (!draft_self) {
+        char list[256] = "";
+        const char *given[] = {a->diffusion && !strcmp(a->spec_type, "draft-self") ? "--spec-type draft-self" : NULL,
+                               a->draft_n_max >= 0 ? "--spec-draft-n-max" : NULL, a->draft_n_min > 0 ? "--spec-draft-n-min" : NULL,
+                               a->draft_p_min > 0 ? "--spec-draft-p-min" : NULL, a->draft_steps != 1 ? "--spec-draft-steps" : NULL,
+                               a->accept_ratio > 0 ? "--spec-accept-ratio" : NULL, a->accept_delta >= 0 ? "--spec-accept-delta" : NULL,
+                               a->draft_adaptive ? "--spec-draft-adaptive" : NULL, a->trace ? "--trace" : NULL};
+        int n = 0;
+        for (size_t i = 0; i < sizeof given / sizeof *given; i++)
+            if (given[i]) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", n++ ? ", " : "", given[i]);
+        if (n && a->diffusion) warn("%s ha%s no effect with --diffusion: this run generates by block diffusion", list, n > 1 ? "ve" : "s");
+        else if (n) warn("%s ha%s no effect without --spec-type draft-self: this run decodes plainly (--spec-type none)", list, n > 1 ? "ve" : "s");
+        return;
+    }
+    int n_max = c->block_size - 1;   /* a draft block is [id_last, MASK x n] within one block */
+    if (a->draft_n_max < 0) a->draft_n_max = 16 < n_max ? 16 : n_max;
+    else if (a->draft_n_max > n_max) {
+        warn("--spec-draft-n-max %d: a draft block of this model holds at most %d drafts (block size %d); using %d",
+             a->draft_n_max, n_max, c->block_size, n_max);
+        a->draft_n_max = n_max;
+    }
+    if (a->draft_n_min > a->draft_n_max) {
+        warn("--spec-draft-n-min %d is above --spec-draft-n-max %d, so every draft would be dropped; using --spec-draft-n-min %d",
+             a->draft_n_min, a->draft_n_max, a->draft_n_max);
+        a->draft_n_min = a->draft_n_max;
+    }
+    bool ratio = a->accept_ratio > 0, delta = a->accept_delta >= 0;
+    if (ratio && !delta) warn("--spec-accept-ratio has no effect without --spec-accept-delta; using the exact rule");
+    else if (delta && !ratio) warn("--spec-accept-delta has no effect without --spec-accept-ratio; using the exact rule");
+    else if (ratio && a->accept_ratio >= 1) warn("--spec-accept-ratio 1 relaxes nothing (the relaxed rule needs a ratio below 1); using the exact rule");
+}
+
 /* Rows per batch: a ubatch, a verify batch, a diffusion block, the preview block. */
 static int batch_rows(const Args *a, const Config *c, int n_block) {
     bool draft_self = !strcmp(a->spec_type, "draft-self");
@@ -6130,6 +6219,15 @@ static void run_init(Run *r, Ctx *ctx, const Args *a, const Tokenizer *tok, cons
     *r->smp = (Sampler){a->temp, a->top_p, a->top_k, 0, xmalloc((size_t)V * sizeof(int)), xmalloc((size_t)V * sizeof(float))};
     r->seed = a->seed < 0 ? (uint64_t)time(NULL) : (uint64_t)a->seed;
     r->smp->rng = r->seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    /* the sampler and the seed in effect, so that a run can be repeated (as llama.cpp prints them) */
+    if (a->diffusion) fprintf(stderr, "clover: sampler: none: --diffusion takes each position's most probable token\n");
+    else if (sampler_greedy(r->smp)) fprintf(stderr, "clover: sampler: greedy (--temp 0 or --top-k 1): the argmax of the logits, ties to the lowest id\n");
+    else {
+        char k[16] = "all";
+        if (a->top_k > 0) snprintf(k, sizeof k, "%d", a->top_k);
+        fprintf(stderr, "clover: sampler: top-k %s -> top-p %.3f -> temp %.3f -> draw, seed %llu%s\n", k, a->top_p, a->temp,
+                (unsigned long long)r->seed, a->seed < 0 ? " (from the clock; --seed repeats the run)" : "");
+    }
     r->pr = xmalloc(sizeof(Printer));
     *r->pr = (Printer){tok, a->utf8_replace, {{0}, 0}};
     for (int i = 0; i < n_prompt; i++) print_token(r->pr, prompt[i]);
@@ -6191,6 +6289,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     int n_ctx = check_run(&a, &m.c, n_prompt);
+    settle_options(&a, &m.c);
     int n_block = 0, *block = a.preview_block ? parse_ids(a.preview_block, m.c.n_vocab, &n_block) : NULL;
     if (a.preview_block && (!a.dump_logits || n_block == 0)) fatal("--preview-block needs --dump-logits FILE and at least one id");
     if (n_prompt + n_block > n_ctx) fatal("the prompt and the preview block (%d tokens) do not fit in -c %d", n_prompt + n_block, n_ctx);

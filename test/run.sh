@@ -48,6 +48,8 @@
 #   errors     bad files, bad flags, bad prompts: exit 1, one line "clover: error: ...", no crash;
 #              hard but valid input (invalid UTF-8, -n 0, -c 131072) works; the memory plan and its
 #              refusal; every row of README.md's table "Hostile and mistaken input" is a check here
+#   warnings   every clamped, ignored or overridden option: one "clover: warning:" line naming what is
+#              used, the run works, the statistics show the value used; the sampler and seed printed
 #   regressions  test/fuzz-regressions/: inputs the fuzzers found (make fuzz), replayed through clover
 #   gpu        build/clover-emu (clover.cu on the CPU, test/cuda_emu.h): --check-ops on every weight type
 #              in three thread orders; planted bugs (test/gpu_mutants.sh) must fail it
@@ -1088,10 +1090,36 @@ EOF
     done
 }
 
+# accept_by_position ERR_FILE: the "accept by position" line of a draft-self run with --trace must be
+# what its rounds add up to: a round that drafted m and accepted a counts positions 1..m as drafted
+# and 1..a as accepted; the sums are n_drafted and n_accept. Prints the counts, or what is wrong.
+accept_by_position() {
+    python3 - "$1" <<'EOF'
+import re, sys
+err = open(sys.argv[1]).read()
+n_max = int(re.search(r'^n_draft   = (\d+)$', err, re.M).group(1))
+want_d, want_a = [0] * n_max, [0] * n_max
+for d, a in re.findall(r'^round \d+ @pos \d+ .*: drafted (\d+) \(asked \d+.*\), accepted (\d+), ', err, re.M):
+    for j in range(int(d)):
+        want_d[j] += 1
+        want_a[j] += j < int(a)
+want = ' '.join('%d/%d' % x for x in zip(want_a, want_d))
+bp = re.search(r'^accept by position = (.*) \(accepted/drafted, positions 1\.\.n_draft\)$', err, re.M)
+stat = lambda k: int(re.search(r'^%s += (\d+)$' % k, err, re.M).group(1))
+if not bp or bp.group(1) != want:
+    print('accept by position %r, the --trace rounds give %r' % (bp.group(1) if bp else None, want)); sys.exit(1)
+if sum(want_d) != stat('n_drafted') or sum(want_a) != stat('n_accept'):
+    print('accept by position sums %d/%d, n_accept/n_drafted %d/%d' % (sum(want_a), sum(want_d), stat('n_accept'), stat('n_drafted'))); sys.exit(1)
+print(want)
+EOF
+}
+
 # The statistics (draft-self.md section 5): upstream's line formats, and their arithmetic. The
-# number of generated tokens comes from llama.cpp (build/ref --greedy on the qwen35moe twin).
+# number of generated tokens comes from llama.cpp (build/ref --greedy on the qwen35moe twin). Draft
+# lines only for draft-self; its "accept by position" (accepted/drafted per draft position) must be
+# what the --trace rounds add up to. No rate from a duration under 1 ms (speed n/a).
 test_stats() {
-    local m tw g name out spec
+    local m tw g name out spec trace
     m=$(model q8_0 73 --arch clover_moe --mask --right-conv --reverse --coreset 0.9 --block-size 16) &&
         tw=$(model q8_0 73 --arch qwen35moe) || { fail stats "cannot generate the models"; return; }
     if ! g=$(ref -m "$tw" --greedy "$DRAFT_PROMPT" 17); then
@@ -1100,34 +1128,45 @@ test_stats() {
     fi
     for spec in "none" "draft-self --spec-draft-n-max 7 --test-drafts truth" "draft-self --spec-draft-n-max 3" "draft-self --spec-draft-n-max 2 --test-drafts random"; do
         name="stats/--spec-type $spec -n 16"
+        trace=--trace
+        [ "$spec" = none ] && trace=
         # shellcheck disable=SC2086
-        if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 16 --temp 0 -ctk f32 -ctv f32 --spec-type $spec > /dev/null; then
+        if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 16 --temp 0 -ctk f32 -ctv f32 --spec-type $spec $trace > /dev/null; then
             fail "$name" "$(why)"
             continue
         fi
-        if out=$(python3 - "$TMP/err" "$g" "$(eog_ids "$tw")" "$spec" <<'EOF'
+        if out=$(python3 - "$TMP/err" "$g" "$(eog_ids "$tw")" "$spec" 2>&1 <<'EOF'
 import re, sys
 err = open(sys.argv[1]).read()
 gen = sys.argv[2].strip().split(','); eog = set(sys.argv[3].split(',')); spec = sys.argv[4]
 problems = []
 # upstream's formats: "encoded %4d tokens in %8.3f seconds, speed: %8.3f t/s", then the n_* lines
-F = r'[ 0-9]{3}[0-9]+'; T = r'[ 0-9.]{8,}'
-enc = re.search(r'^encoded (%s) tokens in (%s) seconds, speed: (%s) t/s$' % (F, T, T), err, re.M)
-dec = re.search(r'^decoded (%s) tokens in (%s) seconds, speed: (%s) t/s$' % (F, T, T), err, re.M)
+# (this project: "speed:      n/a" for a duration under 1 ms)
+F = r'[ 0-9]{3}[0-9]+'; T = r'[ 0-9.]{8,}'; S = r'[ 0-9.]{8,} t/s|     n/a'
+enc = re.search(r'^encoded (%s) tokens in (%s) seconds, speed: (%s)$' % (F, T, S), err, re.M)
+dec = re.search(r'^decoded (%s) tokens in (%s) seconds, speed: (%s)$' % (F, T, S), err, re.M)
 kv = dict(re.findall(r'^(n_draft|n_predict|n_drafted|n_accept|accept) +=  ?(\S+)$', err, re.M))
 order = re.findall(r'^(encoded|decoded|n_draft |n_predict|n_drafted|n_accept |accept  )', err, re.M)
+draft = spec != 'none'
 if not enc or not dec: problems.append('encoded/decoded line missing or malformed')
-if len(kv) != 5: problems.append('n_draft..accept lines: found %s' % sorted(kv))
-if order[:7] != ['encoded', 'decoded', 'n_draft ', 'n_predict', 'n_drafted', 'n_accept ', 'accept  ']: problems.append('line order %s' % order)
-for line in ('n_draft   = ', 'n_predict = ', 'n_drafted = ', 'n_accept  = ', 'accept    = '):
+if draft and len(kv) != 5: problems.append('n_draft..accept lines: found %s' % sorted(kv))
+if not draft and sorted(kv) != ['n_predict']: problems.append('without draft-self only n_predict, found %s' % sorted(kv))
+want = ['encoded', 'decoded', 'n_draft ', 'n_predict', 'n_drafted', 'n_accept ', 'accept  '] if draft else ['encoded', 'decoded', 'n_predict']
+if order != want: problems.append('line order %s' % order)
+for line in ('n_draft   = ', 'n_predict = ', 'n_drafted = ', 'n_accept  = ', 'accept    = ') if draft else ('n_predict = ',):
     if not re.search('^' + re.escape(line) + r'\S', err, re.M): problems.append('no line %r' % line)
+for line in ('n_relaxed', 'mean accepted length', 'draft time', 'accept by position'):
+    if draft != bool(re.search('^' + line, err, re.M)): problems.append('line %r %s' % (line, 'missing' if draft else 'printed without draft-self'))
 if not problems:
     for m in (enc, dec):
-        for x in (m.group(2), m.group(3)):
-            if not re.fullmatch(r' *[0-9]+\.[0-9]{3}', x) or (len(x) != 8 and x[0] == ' '): problems.append('%r is not %%8.3f' % x)
+        sp = m.group(3)[:-4] if m.group(3).endswith(' t/s') else m.group(3)
+        for x in (m.group(2), sp):
+            if x != '     n/a' and (not re.fullmatch(r' *[0-9]+\.[0-9]{3}', x) or (len(x) != 8 and x[0] == ' ')): problems.append('%r is not %%8.3f' % x)
+        if (float(m.group(2)) > 0.001 if sp == '     n/a' else float(m.group(2)) < 0.001):
+            problems.append('speed %r after %s seconds: n/a is for under 1 ms, and only then' % (sp, m.group(2)))
         if len(m.group(1)) < 4 or (len(m.group(1)) > 4 and m.group(1)[0] == ' '): problems.append('%r is not %%4d' % m.group(1))
-    n_pred, n_drafted, n_acc = int(kv['n_predict']), int(kv['n_drafted']), int(kv['n_accept'])
-    acc = kv['accept']
+    n_pred, n_drafted, n_acc = int(kv['n_predict']), int(kv.get('n_drafted', 0)), int(kv.get('n_accept', 0))
+    acc = kv.get('accept', '0.000%')
     want_acc = 100.0 * n_acc / n_drafted if n_drafted else 0.0
     if acc != '%.3f%%' % want_acc: problems.append('accept %s != 100*%d/%d' % (acc, n_acc, n_drafted))
     # generated tokens: llama.cpp's greedy ids up to and including the first end-of-generation one
@@ -1136,13 +1175,12 @@ if not problems:
     if int(dec.group(1)) != n_pred: problems.append('decoded %s != n_predict %d' % (dec.group(1), n_pred))
     if int(enc.group(1)) != 12: problems.append('encoded %s != 12 prompt tokens' % enc.group(1))
     for m, n in ((enc, int(enc.group(1))), (dec, n_pred)):
-        t, sp = float(m.group(2)), float(m.group(3))
+        if m.group(3) == '     n/a': continue
+        t, sp = float(m.group(2)), float(m.group(3)[:-4])
         if t >= 0.002:   # the printed seconds are rounded to 1e-3: bound the speed
             lo, hi = n / (t + 5e-4) - 5e-4, n / (t - 5e-4) + 5e-4
             if not lo <= sp <= hi: problems.append('speed %s is not %d tokens / %s s' % (sp, n, t))
-    if spec == 'none':
-        if n_drafted or n_acc or acc != '0.000%': problems.append('drafts counted without draft-self')
-    else:
+    if draft:
         if int(kv['n_draft']) != int(spec.split()[2]): problems.append('n_draft %s != the configured n_max' % kv['n_draft'])
         rounds = re.search(r'^mean accepted length = ([0-9.]+) tokens per round \((\d+) rounds\)$', err, re.M)
         if not rounds: problems.append('no mean accepted length line')
@@ -1154,14 +1192,44 @@ if not problems:
         if 'truth' in spec and not (n_drafted > 0 and n_acc == n_drafted): problems.append('truth drafts: %d of %d accepted' % (n_acc, n_drafted))
 if problems:
     print('; '.join(problems)); sys.exit(1)
-print('n_predict %s, n_drafted %s, n_accept %s, accept %s' % (kv['n_predict'], kv['n_drafted'], kv['n_accept'], kv['accept']))
+print('n_predict %s, n_drafted %s, n_accept %s, accept %s' % (kv['n_predict'], n_drafted, n_acc, acc) if draft else 'n_predict %s, no draft lines' % kv['n_predict'])
 EOF
         ); then
-            pass "$name ($out)"
+            if [ -z "$trace" ]; then pass "$name ($out)"
+            elif by=$(accept_by_position "$TMP/err"); then pass "$name ($out; by position $by)"
+            else fail "$name" "$by"
+            fi
         else
             fail "$name" "$out"
         fi
     done
+    # the tiny Clover accepts some drafts at the first positions and fewer further on
+    name="stats/tiny Clover: accept by position is what the --trace rounds add up to"
+    if ! clover -m test/tiny/tiny-clover-q8_0.gguf -f test/tiny/prompt.txt -n 40 --temp 0 --spec-type draft-self --spec-draft-n-max 7 --trace > /dev/null; then
+        fail "$name" "$(why)"
+    elif by=$(accept_by_position "$TMP/err") && [ "${by%%/*}" -gt 0 ]; then
+        pass "$name ($by)"
+    else
+        fail "$name" "${by:-no drafts accepted at position 1}"
+    fi
+    # a one-token prompt evaluates nothing before decoding: its encode time is nanoseconds, no rate
+    name="stats/one-token prompt: encode speed n/a, decode speed a number"
+    if ! clover -m "$m" --tokens 5 -n 3 --temp 0 > /dev/null; then
+        fail "$name" "$(why)"
+    elif grep -q '^encoded    1 tokens in    0\.000 seconds, speed:      n/a$' "$TMP/err" &&
+        grep -Eq '^decoded    4 tokens in +[0-9.]+ seconds, speed: +([0-9]+\.[0-9]{3} t/s|n/a)$' "$TMP/err"; then
+        pass "$name"
+    else
+        fail "$name" "$(grep -E '^(en|de)coded' "$TMP/err" | tr '\n' '|')"
+    fi
+    name="stats/--diffusion: n_predict, no draft lines"
+    if ! clover -m "$m" --tokens "$DRAFT_PROMPT" -n 8 --diffusion > /dev/null; then
+        fail "$name" "$(why)"
+    elif grep -q '^n_predict = 8$' "$TMP/err" && ! grep -Eq '^(n_draft|n_drafted|n_accept|accept|n_relaxed|mean accepted|draft time)' "$TMP/err"; then
+        pass "$name"
+    else
+        fail "$name" "$(grep -E '^(n_|accept|mean|draft)' "$TMP/err" | tr '\n' '|')"
+    fi
 }
 
 # ------------------------------------------------------------------------------------------------
@@ -1309,8 +1377,9 @@ expect_error() {
 
 # expect_ok NAME OUT_PATTERN ERR_PATTERN ARGS... : clover ARGS must exit 0 without an error line, its
 # stdout must match OUT_PATTERN and its stderr ERR_PATTERN (extended regexes; '' matches anything).
+# The check is named GROUP/NAME (GROUP: errors unless set).
 expect_ok() {
-    local name="errors/$1" out_pat=$2 err_pat=$3 rc
+    local name="${GROUP:-errors}/$1" out_pat=$2 err_pat=$3 rc
     shift 3
     $TO "$CLOVER" "$@" > "$TMP/ok.out" 2> "$TMP/ok.err" < /dev/null
     rc=$?
@@ -1548,6 +1617,105 @@ open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
     damage "truncated at every offset of the first 512 bytes" truncate-head 512 "$m"
 
     readme_rows
+}
+
+# Options that are clamped, ignored or overridden say so: one "clover: warning:" line naming what
+# is used instead, the run still works (exit 0, the prompt and new text on stdout), and the
+# statistics show the value used. The sampler chain and the seed in effect are printed (a clock
+# seed, given back with --seed, repeats the run); --help lists the defaults.
+
+# expect_warning NAME WARNING STATS ARGS... : clover ARGS must exit 0 with no error line, stdout
+# starting with "Hello" (the prompt), exactly one "clover: warning:" line on stderr, WARNING
+# matching the text after "clover: warning: ", and a stderr line matching STATS ('' for none) (extended regexes).
+expect_warning() {
+    local name="warnings/$1" pat=$2 stat=$3 n
+    shift 3
+    $TO "$CLOVER" -p Hello "$@" > "$TMP/w.out" 2> "$TMP/w.err" < /dev/null
+    local rc=$?
+    n=$(grep -c '^clover: warning: ' "$TMP/w.err")
+    if [ "$rc" -ne 0 ]; then
+        fail "$name" "exit status $rc, expected 0: $(grep -m 1 '^clover: error' "$TMP/w.err" | cut -c1-300)"
+    elif [ "$(head -c 5 "$TMP/w.out")" != Hello ]; then
+        fail "$name" "stdout does not start with the prompt: $(head -c 80 "$TMP/w.out" | tr '\n' ' ')"
+    elif [ "$n" -ne 1 ]; then
+        fail "$name" "$n warning lines, expected 1: $(grep '^clover: warning' "$TMP/w.err" | tr '\n' '|' | cut -c1-300)"
+    elif ! grep -Eq -- "^clover: warning: $pat" "$TMP/w.err"; then
+        fail "$name" "warning does not match /$pat/: $(grep -m 1 '^clover: warning' "$TMP/w.err")"
+    elif [ -n "$stat" ] && ! grep -Eq -- "$stat" "$TMP/w.err"; then
+        fail "$name" "no stderr line matches /$stat/"
+    else
+        pass "$name"
+    fi
+}
+
+test_warnings() {
+    local m cm cores seed
+    m=$(model q8_0) && cm=$(model q8_0 7 --arch clover_moe --mask) || { fail warnings "cannot generate the models"; return; }
+    cores=$(getconf _NPROCESSORS_ONLN)
+    local ds="--spec-type draft-self --temp 0 -n 6"
+    # shellcheck disable=SC2086
+    {
+    expect_warning "-t above the cores online" "-t $((cores + 1)) is more than the $cores cores online; running $((cores + 1)) threads anyway" '' \
+        -m "$m" -n 2 --temp 0 -t $((cores + 1))
+    expect_warning "-tb above the cores online" "-tb $((cores + 1)) is more than the $cores cores online" '' -m "$m" -n 2 --temp 0 -t 1 -tb $((cores + 1))
+    expect_warning "-ub 64 -b 16: -ub 16 used" "-ub 64 is larger than the logical batch -b 16; using -ub 16$" 'scratch .*\(-ub 16\)' \
+        -m "$m" -n 2 --temp 0 -ub 64 -b 16
+    expect_warning "--spec-draft-n-max 100 on a block of 32: 31 used" "--spec-draft-n-max 100: .* at most 31 drafts .*; using 31$" '^n_draft   = 31$' \
+        -m "$cm" $ds --spec-draft-n-max 100
+    expect_warning "--spec-draft-n-min above --spec-draft-n-max: n-max used" "--spec-draft-n-min 9 is above --spec-draft-n-max 4.*using --spec-draft-n-min 4$" \
+        '^n_drafted = [1-9]' -m "$cm" $ds --spec-draft-n-max 4 --spec-draft-n-min 9
+    expect_warning "--spec-accept-ratio without --spec-accept-delta: exact rule" "--spec-accept-ratio has no effect without --spec-accept-delta; using the exact rule$" \
+        '^n_relaxed = 0$' -m "$cm" $ds --spec-accept-ratio 0.01
+    expect_warning "--spec-accept-delta without --spec-accept-ratio: exact rule" "--spec-accept-delta has no effect without --spec-accept-ratio; using the exact rule$" \
+        '^n_relaxed = 0$' -m "$cm" $ds --spec-accept-delta 100
+    expect_warning "--spec-accept-ratio 1: exact rule" "--spec-accept-ratio 1 relaxes nothing.*using the exact rule$" '^n_relaxed = 0$' \
+        -m "$cm" $ds --spec-accept-ratio 1 --spec-accept-delta 100
+    expect_warning "--diffusion with --spec-type draft-self: block diffusion runs" "--spec-type draft-self has no effect with --diffusion" '^diffusion: [0-9]+ blocks' \
+        -m "$cm" $ds --diffusion
+    expect_warning "--trace without draft-self" "--trace has no effect without --spec-type draft-self: this run decodes plainly" '' -m "$cm" --temp 0 -n 4 --trace
+    expect_warning "--spec-draft-adaptive without draft-self" "--spec-draft-adaptive has no effect without --spec-type draft-self" '' \
+        -m "$cm" --temp 0 -n 4 --spec-draft-adaptive
+    expect_warning "--spec-draft-n-max with --spec-type none" "--spec-draft-n-max has no effect without --spec-type draft-self" '' \
+        -m "$cm" --temp 0 -n 4 --spec-type none --spec-draft-n-max 4
+    expect_warning "--trace and --spec-draft-p-min with --diffusion: one line" "--spec-draft-p-min, --trace have no effect with --diffusion" '' \
+        -m "$cm" -n 4 --diffusion --trace --spec-draft-p-min 0.5
+    }
+    # the card's command (run.sh) on the tiny Clover: no warning
+    name="warnings/the model card's command: no warning"
+    if ! clover -m test/tiny/tiny-clover-q8_0.gguf -f test/tiny/prompt.txt --spec-type draft-self --spec-draft-n-max 15 --spec-accept-ratio 0.9 \
+        --spec-accept-delta 0.6 --temp 0 --top-k 1 --seed 42 -ctk bf16 -ctv bf16 -c 8192 -n 8 -b 256 -ub 256 -t 1 -tb 1 --flash-attn on > /dev/null; then
+        fail "$name" "$(why)"
+    elif grep -q '^clover: warning' "$TMP/err"; then
+        fail "$name" "$(grep -m 1 '^clover: warning' "$TMP/err")"
+    else
+        pass "$name"
+    fi
+
+    # the sampler and the seed in effect; a clock seed, given back, repeats the run
+    local name="warnings/sampling defaults printed: chain and a clock seed; --seed with it repeats the text"
+    if ! clover -m "$m" -p Hello -n 12 > "$TMP/w1.out"; then
+        fail "$name" "$(why)"
+    elif ! seed=$(sed -n 's/^clover: sampler: top-k 40 -> top-p 0\.950 -> temp 0\.800 -> draw, seed \([0-9]*\) (from the clock; --seed repeats the run)$/\1/p' "$TMP/err") ||
+        [ -z "$seed" ]; then
+        fail "$name" "no sampler line with a clock seed: $(grep -m 1 sampler "$TMP/err")"
+    elif ! clover -m "$m" -p Hello -n 12 --seed "$seed" > "$TMP/w2.out"; then
+        fail "$name" "$(why)"
+    elif ! grep -q "^clover: sampler: top-k 40 -> top-p 0\.950 -> temp 0\.800 -> draw, seed $seed\$" "$TMP/err"; then
+        fail "$name" "--seed $seed: $(grep -m 1 sampler "$TMP/err")"
+    elif ! cmp -s "$TMP/w1.out" "$TMP/w2.out"; then
+        fail "$name" "--seed $seed: $(text_diff "$TMP/w2.out" "$TMP/w1.out")"
+    else
+        pass "$name (seed $seed)"
+    fi
+    GROUP=warnings expect_ok "greedy sampler printed" '^Hello' '^clover: sampler: greedy \(--temp 0 or --top-k 1\)' -m "$m" -p Hello -n 2 --top-k 1
+    GROUP=warnings expect_ok "--top-k 0 --top-p 0.5 --temp 2 --seed 9 printed" '^Hello' '^clover: sampler: top-k all -> top-p 0\.500 -> temp 2\.000 -> draw, seed 9$' \
+        -m "$m" -p Hello -n 2 --top-k 0 --top-p 0.5 --temp 2 --seed 9
+    name="warnings/--help lists the defaults"
+    if "$CLOVER" --help 2>&1 | grep -q 'default 0.8, 40,' && "$CLOVER" --help 2>&1 | grep -q 'drafts per round (default 16'; then
+        pass "$name"
+    else
+        fail "$name" "$("$CLOVER" --help 2>&1 | grep -E 'temp|n-max' | tr '\n' '|')"
+    fi
 }
 
 # The GPU kernels (clover.cu) executed on the CPU by test/cuda_emu.h (build/clover-emu, make cuda-emu):
@@ -1861,7 +2029,7 @@ test_tiny() {
 
 # ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors regressions tiny gpu gpu_forward; do
+for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors warnings regressions tiny gpu gpu_forward; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
