@@ -4,7 +4,8 @@
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --tokenize FILE   ids of FILE's bytes, comma-separated
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --logits IDS OUT  float32 logits [n_tokens][n_vocab] to OUT
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --greedy IDS N    N greedy ids after the prompt IDS (all but
-//                                                                its last token in one batch, then one per step)
+//                                                                its last token in one batch, then one per step);
+//                                                                --step-logits OUT: each step's float32 logits [N][n_vocab]
 //   build/ref -m MODEL --detok IDS                               text of IDS (special tokens rendered)
 //   build/ref --cpu-variant                                      the CPU variant of llama.cpp it loads
 //
@@ -85,7 +86,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt,
 }
 
 static void usage(void) {
-    die("usage: ref -m MODEL [-c N_CTX] [-t THREADS] [--no-repack] [-ub N_UBATCH] [-ctk T] [-ctv T] [-fa on|off|auto] [--dump-tensors DIR] (--cpu-variant | --tokenize FILE | --logits IDS OUT | "
+    die("usage: ref -m MODEL [-c N_CTX] [-t THREADS] [--no-repack] [-ub N_UBATCH] [-ctk T] [-ctv T] [-fa on|off|auto] [--step-logits OUT] [--dump-tensors DIR] (--cpu-variant | --tokenize FILE | --logits IDS OUT | "
         "--greedy IDS N | --detok IDS); IDS = comma-separated ids or @FILE");
 }
 
@@ -174,6 +175,7 @@ struct opts {
     bool no_repack;
     const char *dump_dir;   // --dump-tensors DIR: every named F32/I32 graph tensor as DIR/<name>.bin (+ index.tsv)
     int n_ubatch;           // -ub N: physical batch (default: n_ctx, one batch)
+    const char *step_logits;  // --greedy: where each step's logits go (NULL: nowhere)
     enum ggml_type type_k, type_v;              // -ctk / -ctv (default F32)
     enum llama_flash_attn_type flash_attn;      // -fa (default off)
 };
@@ -300,7 +302,7 @@ int main(int argc, char **argv) {
     llama_log_set(log_cb, NULL);
     ggml_set_abort_callback(abort_cb);
 
-    struct opts o = {NULL, 4096, 1, false, NULL, 0, GGML_TYPE_F32, GGML_TYPE_F32, LLAMA_FLASH_ATTN_TYPE_DISABLED};
+    struct opts o = {NULL, 4096, 1, false, NULL, 0, NULL, GGML_TYPE_F32, GGML_TYPE_F32, LLAMA_FLASH_ATTN_TYPE_DISABLED};
     const char *mode = NULL, *a1 = NULL, *a2 = NULL;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -310,6 +312,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(s, "--no-repack")) o.no_repack = true;
         else if (!strcmp(s, "--dump-tensors") && i + 1 < argc) o.dump_dir = argv[++i];
         else if (!strcmp(s, "-ub") && i + 1 < argc) o.n_ubatch = (int)parse_long(argv[++i], "-ub", 1, 1 << 24);
+        else if (!strcmp(s, "--step-logits") && i + 1 < argc) o.step_logits = argv[++i];
         else if (!strcmp(s, "-ctk") && i + 1 < argc) o.type_k = parse_cache_type(argv[++i]);
         else if (!strcmp(s, "-ctv") && i + 1 < argc) o.type_v = parse_cache_type(argv[++i]);
         else if ((!strcmp(s, "-fa") || !strcmp(s, "--flash-attn")) && i + 1 < argc) o.flash_attn = parse_flash_attn(argv[++i]);
@@ -414,12 +417,16 @@ int main(int argc, char **argv) {
         // batch, then one token per step from the last prompt token on
         if (n_gen > 0 && n > 1) decode(c, ids, n - 1, 0, false);
         llama_token last = ids[n - 1];
+        FILE *steps = o.step_logits ? fopen(o.step_logits, "wb") : NULL;
+        if (o.step_logits && !steps) die("cannot create %s: %s", o.step_logits, strerror(errno));
         for (int i = 0; i < n_gen; i++) {
             decode(c, &last, 1, n - 1 + i, true);
             const float *row = llama_get_logits_ith(c, -1);
             if (!row) die("no logits at generation step %d", i);
+            if (steps && fwrite(row, sizeof(float), (size_t)nv, steps) != (size_t)nv) die("cannot write %s", o.step_logits);
             last = out[i] = argmax(row, nv);
         }
+        if (steps && fclose(steps)) die("cannot write %s: %s", o.step_logits, strerror(errno));
         print_ids(out, n_gen);
         llama_free(c);
         llama_model_free(m);
