@@ -1980,8 +1980,9 @@ test_flash() {
     # draft-self stays exactly plain decoding: a verify row computes what the single step at its
     # position computes (the split path past 256 positions included), whatever llama.cpp would do
     # with a verify batch; true-continuation drafts are all accepted and the committed state is
-    # checked against plain decoding every round
-    m=$(model q8_0 1 --arch clover_moe --mask)
+    # checked against plain decoding every round (8 layers: the second attention layer's K and V
+    # depend on the first one's output)
+    m=$(model q8_0 1 --arch clover_moe --mask --layers 8)
     echo 1,2,3,4,5,6,7,8,9,10,11,12 > "$TMP/pd.ids"
     for spec in "pd f16 2 model" "p290 f16 2 truth" "p290 f32 3 truth"; do
         read -r p kv th mode <<< "$spec"
@@ -1990,7 +1991,7 @@ test_flash() {
         name="flash/draft-self (-fa on -ctk $kv -t $th, prompt $p, $mode drafts) == plain greedy decoding"
         if ! clover -m "$m" --tokens "$(cat "$TMP/$p.ids")" -n 40 --temp 0 -ctk "$kv" -ctv "$kv" -fa on -t "$th" > "$TMP/fa_ds.want" ||
             ! clover -m "$m" --tokens "$(cat "$TMP/$p.ids")" -n 40 --temp 0 -ctk "$kv" -ctv "$kv" -fa on -t "$th" --spec-type draft-self "${extra[@]}" > "$TMP/fa_ds.got"; then
-            fail "$name" "$(why)"
+            fail "$name" "$(grep -m 1 '^clover: error' "$TMP/err" || why)"
         elif ! cmp -s "$TMP/fa_ds.got" "$TMP/fa_ds.want"; then
             fail "$name" "$(text_diff "$TMP/fa_ds.got" "$TMP/fa_ds.want")"
         elif [ "$mode" = truth ] && ! grep -q '^state check: [0-9]* rounds identical' "$TMP/err"; then
