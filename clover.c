@@ -2044,7 +2044,7 @@ static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const fl
  * f16/bf16 cache. sc: n rounded up to 16 scores; acc: the V sum's lanes x hd accumulators. */
 static void attend(const float *q, const float *gate, const uint8_t *K, size_t kstride, uint32_t k_type, const uint8_t *V,
                    size_t vstride, uint32_t v_type, int n, int hd, float kq_scale, int lanes, float *sc, float *acc, float *o, float *og) {
-    uint8_t qr[4 * 1024];
+    uint8_t qr[4 * 4096];   /* q in the cache type (head_dim <= 4096, model_config) */
     store_as(k_type, qr, q, hd);
     DotFn kdot = dot_fn(k_type, false, 1);
     for (int j = 0; j < n; j++) sc[j] = kdot(K + j * kstride, qr, hd) * kq_scale;

@@ -1922,6 +1922,19 @@ test_flash() {
     done
     flash_logits "flash/logits q8_0 -ctk bf16 -ctv f16 -fa on" q8_0 "$m" p1 -ctk bf16 -ctv f16 -fa on
     flash_logits "flash/logits q8_0 -ctk f32 -ctv bf16 -fa on -ub 7" q8_0 "$m" p1 -ctk f32 -ctv bf16 -fa on -ub 7
+    for kv in f16 bf16; do   # the dot products' SIMD twins and their scalar definitions
+        name="flash/-fa on -ctk $kv: SIMD vs CLOVER_SIMD=scalar logits bit-identical (q8_0, p1, -ub 512 and 7)"
+        out=
+        for ub in 512 7; do
+            if ! clover -m "$m" --tokens "$(cat "$TMP/p1.ids")" --dump-logits "$TMP/fa_a.bin" -ctk "$kv" -ctv "$kv" -fa on -ub "$ub" > /dev/null ||
+                ! CLOVER_SIMD=scalar clover -m "$m" --tokens "$(cat "$TMP/p1.ids")" --dump-logits "$TMP/fa_b.bin" -ctk "$kv" -ctv "$kv" -fa on -ub "$ub" > /dev/null; then
+                out=$(why)
+            elif ! cmp -s "$TMP/fa_a.bin" "$TMP/fa_b.bin"; then
+                out="-ub $ub: $("$CMP" "$TMP/fa_a.bin" "$TMP/fa_b.bin" $N_VOCAB 2>&1)"
+            fi
+        done
+        if [ -z "$out" ]; then pass "$name"; else fail "$name" "$out"; fi
+    done
 
     # the split path: after a batch of 289 (519) rows, 8 steps at 512 (768) cache cells, two chunks
     # of 256 (384), each step's logits (clover: its result_output dump, whose first row is the batch's
