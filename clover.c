@@ -1470,6 +1470,8 @@ typedef struct {
                                        n_past / n_ctx and the host's embedding rows */
     Pool *pool;
     int n_threads, n_threads_batch;
+    bool flash_attn;                /* -fa: attention as ggml's CPU flash-attention op computes it */
+    int fa_threads;                 /* -t: the threads over which that op splits a decoding step's keys */
     bool tile_order;                /* dense matmuls add in batch (tile) order: prompt processing only;
                                        decoding and verification use row order, so that every row of
                                        a verify batch equals single-token decoding bit for bit */
@@ -1686,13 +1688,10 @@ static float silu(float x) { return x / (1.0f + expf_ggml(-x)); }
 static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-/* softmax in place: subtract the max, exponentiate, normalise by a double-precision sum. As in
- * llama.cpp, whole groups of 16 use expf_ggml and are summed by halving; the tail uses libm.
- * Twin: softmax_avx2. */
-static void softmax(float *x, int n) {
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++)   /* ggml_vec_max_f32's MAX(); fmaxf would be a libm call per score */
-        if (x[i] > max) max = x[i];
+/* x_j <- exp(x_j - max) for j < n, and their sum, as ggml_vec_soft_max_f32 computes them: whole
+ * groups of 16 use expf_ggml and are summed by halving, each group's sum added in double; the tail
+ * uses libm. */
+static double exp_sum(float *x, int n, float max) {
     double sum = 0;
     int i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -1701,6 +1700,16 @@ static void softmax(float *x, int n) {
         sum += fold(g, 16);
     }
     for (; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    return sum;
+}
+
+/* softmax in place: subtract the max, exponentiate, normalise by a double-precision sum (exp_sum).
+ * Twin: softmax_avx2. */
+static void softmax(float *x, int n) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++)   /* ggml_vec_max_f32's MAX(); fmaxf would be a libm call per score */
+        if (x[i] > max) max = x[i];
+    double sum = exp_sum(x, n, max);
     float inv = (float)(1.0 / sum);
     for (int j = 0; j < n; j++) x[j] *= inv;
 }
@@ -1979,6 +1988,12 @@ static void gdn_layer(Ctx *ctx, Pass pass, int il, int T, GdnLog *log) {
 }
 
 /* --- gated attention -------------------------------------------------------------------------- */
+/* How a batch's rows attend: without flash attention (-fa off) as llama.cpp's soft_max + mul_mat
+ * graph does; with it, as one of the paths of ggml's CPU flash-attention op (below), chosen per
+ * row: FA_TILED and FA_ROWS where llama.cpp's choice for a prompt batch is that path; FA_STEP (each
+ * row as a single decoding step at its position computes it) everywhere else. */
+typedef enum { FA_NONE, FA_TILED, FA_ROWS, FA_STEP } FaPath;
+
 typedef struct {
     Ctx *ctx;
     int il, T, pos;
@@ -1987,6 +2002,7 @@ typedef struct {
     int n_keys;
     int causal_from;         /* row t sees keys < causal_from + t + 1 (causal), or all n_keys if < 0 */
     bool tile;               /* prompt batch: the V sum in tinyBLAS order */
+    FaPath fa;
 } AttnTask;
 
 /* soft_max_ext over one row of scores, as ggml_vec_soft_max_f32 sees it: llama.cpp's row spans the
@@ -2028,7 +2044,7 @@ static void attn_v_sum(uint32_t type, const uint8_t *V, size_t vstride, const fl
  * f16/bf16 cache. sc: n rounded up to 16 scores; acc: the V sum's lanes x hd accumulators. */
 static void attend(const float *q, const float *gate, const uint8_t *K, size_t kstride, uint32_t k_type, const uint8_t *V,
                    size_t vstride, uint32_t v_type, int n, int hd, float kq_scale, int lanes, float *sc, float *acc, float *o, float *og) {
-    uint8_t qr[4 * 1024];
+    uint8_t qr[4 * 4096];   /* q in the cache type (head_dim <= 4096, model_config) */
     store_as(k_type, qr, q, hd);
     DotFn kdot = dot_fn(k_type, false, 1);
     for (int j = 0; j < n; j++) sc[j] = kdot(K + j * kstride, qr, hd) * kq_scale;
@@ -2036,6 +2052,150 @@ static void attend(const float *q, const float *gate, const uint8_t *K, size_t k
     kernels()->round_row_as(v_type, sc, n);
     kernels()->attn_v_sum(v_type, V, vstride, sc, n, lanes, hd, acc, o);
     for (int i = 0; i < hd; i++) og[i] = o[i] * sigmoid(gate[i]);
+}
+
+/* --- flash attention (-fa on) ----------------------------------------------------------------- */
+/* ggml's CPU flash_attn_ext op (ggml_compute_forward_flash_attn_ext_f16) never forms a row of
+ * probabilities: per row it keeps the running max M of the scores s_j = (q . K_j) * kq_scale, the
+ * running sum S = sum_j exp(s_j - M) and the unnormalised output acc = sum_j exp(s_j - M) V_j,
+ * rescaling S and acc by exp(M_old - M) when M grows (the online softmax), and divides by S once at
+ * the end. K and V reach it as F16 or BF16: llama.cpp casts an F32 cache to F16 first, so an F32
+ * cache computes what an F16 cache does. Which path computes a row depends on the batch:
+ *   - per row (fa_chunk): any cache types; q rounded to K's type, the K dot of that type;
+ *   - tiled (fa_tiled): a batch of >= 64 rows with an F16 K and V (head_dim a multiple of 16);
+ *   - split (fa_split): a single row over >= 512 cache cells with an F16 K and V: the cells in one
+ *     chunk per thread, merged in chunk order, so the bits depend on the thread count (-t). */
+static uint32_t fa_type(uint32_t cache_type) { return cache_type == T_F32 ? T_F16 : cache_type; }
+
+/* Cache row `row` as the op reads it: as stored, or, for an F32 cache, rounded to F16 into tmp. */
+static const uint8_t *fa_row(uint32_t cache_type, const uint8_t *row, uint16_t *tmp, int n) {
+    if (cache_type != T_F32) return row;
+    for (int i = 0; i < n; i++) tmp[i] = fp32_to_fp16(((const float *)row)[i]);
+    return (const uint8_t *)tmp;
+}
+
+/* Scratch of one thread's flash attention, carved from its V-sum accumulators (64 x head_dim floats). */
+typedef struct {
+    float *acc, *acc_chunk;        /* F32 outputs: the row's, a split chunk's */
+    uint16_t *acc16;               /* the F16 accumulator (F16 V) */
+    uint16_t *qr, *krow, *vrow;    /* q rounded to K's type; an F32 cache's K and V rows as F16 */
+} FaScratch;
+
+/* The per-row path (ggml's _one_chunk) for one head over keys [j0, j1): s_j = kdot(K_j, qr) *
+ * scale in K's type; a new max M scales acc and S by ms = expf(M_old - M) and the key enters with
+ * weight vs = 1, any other key with vs = expf(s_j - M) (libm's expf here, not ggml_v_expf); then
+ * acc += vs V_j and S = S ms + vs. With an F16 V the accumulator is F16 and every update rounds
+ * to F16 (ggml_vec_scale_f16, ggml_vec_mad_f16: fused, on AVX-512 and in their scalar tails); else
+ * it is F32. Leaves the F32 acc (not yet divided by S), M and S. */
+static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
+                     int j0, int j1, int hd, float *acc, float *M_out, float *S_out) {
+    DotFn kdot = dot_fn(fa_type(at->k_type), false, 1);
+    bool f16 = fa_type(at->v_type) == T_F16;
+    float scale = at->ctx->m->c.kq_scale, M = -INFINITY, S = 0;
+    if (f16) memset(w->acc16, 0, (size_t)hd * sizeof(uint16_t));
+    else memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int j = j0; j < j1; j++) {
+        float s = kdot(fa_row(at->k_type, K + (size_t)j * kstride, w->krow, hd), w->qr, hd) * scale;
+        const uint8_t *v = fa_row(at->v_type, V + (size_t)j * vstride, w->vrow, hd);
+        float ms = 1, vs = 1;
+        if (s > M) {
+            ms = expf(M - s);
+            M = s;
+            if (f16) for (int i = 0; i < hd; i++) w->acc16[i] = fp32_to_fp16(fp16_to_fp32(w->acc16[i]) * ms);
+            else for (int i = 0; i < hd; i++) acc[i] *= ms;
+        } else {
+            vs = expf(s - M);
+        }
+        const uint16_t *vh = (const uint16_t *)v;
+        if (f16) for (int i = 0; i < hd; i++) w->acc16[i] = fp32_to_fp16(fmaf(fp16_to_fp32(vh[i]), vs, fp16_to_fp32(w->acc16[i])));
+        else for (int i = 0; i < hd; i++) acc[i] = fmaf(bf16_to_fp32(vh[i]), vs, acc[i]);
+        S = S * ms + vs;
+    }
+    if (f16) for (int i = 0; i < hd; i++) acc[i] = fp16_to_fp32(w->acc16[i]);
+    *M_out = M;
+    *S_out = S;
+}
+
+/* The tiled path (ggml's _tiled; F16 K and V) for one head over keys [0, n): the keys in tiles of 64
+ * from key 0; per tile the scores s_j = (q . K_j) * scale by a plain fused chain over the dims in
+ * F32 (q not rounded), the tile's max; if the running max M grows, acc and S scale by
+ * expf(M_old - M); then p_j = exp(s_j - M) and S += sum_j p_j as ggml_vec_soft_max_f32 computes
+ * them (exp_sum; S float, the sum double), and acc += p_j V_j, a fused chain over the tile's keys. */
+static void fa_tiled(const AttnTask *at, const FaScratch *w, const float *q, const uint8_t *K, size_t kstride, const uint8_t *V,
+                     size_t vstride, int n, int hd, float *acc, float *M_out, float *S_out) {
+    float scale = at->ctx->m->c.kq_scale, M = -INFINITY, S = 0;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int nt = n - j0 < 64 ? n - j0 : 64;
+        float p[64], tile_max = -INFINITY;
+        for (int t = 0; t < 64; t++) p[t] = -INFINITY;
+        for (int t = 0; t < nt; t++) {
+            const uint16_t *k = (const uint16_t *)fa_row(at->k_type, K + (size_t)(j0 + t) * kstride, w->krow, hd);
+            float d = 0;
+            for (int i = 0; i < hd; i++) d = fmaf(q[i], fp16_to_fp32(k[i]), d);
+            p[t] = d * scale;
+            if (p[t] > tile_max) tile_max = p[t];
+        }
+        float M_new = fmaxf(M, tile_max);
+        if (M_new > M) {
+            float ms = expf(M - M_new);
+            for (int i = 0; i < hd; i++) acc[i] *= ms;
+            S *= ms;
+        }
+        M = M_new;
+        S = (float)(S + exp_sum(p, 64, M));
+        for (int t = 0; t < nt; t++) {
+            const uint16_t *v = (const uint16_t *)fa_row(at->v_type, V + (size_t)(j0 + t) * vstride, w->vrow, hd);
+            for (int i = 0; i < hd; i++) acc[i] = fmaf(p[t], fp16_to_fp32(v[i]), acc[i]);
+        }
+    }
+    *M_out = M;
+    *S_out = S;
+}
+
+/* The split path (F16 K and V; one row over n_kv >= 512 cells, n of them visible): the cells in
+ * nth chunks of ceil(n_kv / nth), each by fa_chunk, merged in chunk order (chunks with no visible
+ * key are skipped): M' = max(M, M_c), acc = acc so + acc_c sn and S = S so + S_c sn with
+ * so = expf(M - M'), sn = expf(M_c - M'), the first product fused. */
+static void fa_split(const AttnTask *at, const FaScratch *w, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
+                     int n, int n_kv, int nth, int hd, float *acc, float *M_out, float *S_out) {
+    float M = -INFINITY, S = 0;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    int chunk = (n_kv + nth - 1) / nth;
+    for (int c = 0; c < nth; c++) {
+        int j0 = c * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
+        if (j0 >= j1) continue;
+        float M_c, S_c;
+        fa_chunk(at, w, K, kstride, V, vstride, j0, j1, hd, w->acc_chunk, &M_c, &S_c);
+        float M_new = fmaxf(M, M_c), so = expf(M - M_new), sn = expf(M_c - M_new);
+        for (int i = 0; i < hd; i++) acc[i] = fmaf(acc[i], so, w->acc_chunk[i] * sn);
+        S = fmaf(S, so, S_c * sn);
+        M = M_new;
+    }
+    *M_out = M;
+    *S_out = S;
+}
+
+/* llama.cpp's KV cells for a step that sees n keys: the used cells rounded up to 256, at least 256
+ * (llama_kv_cache::get_n_kv; never past the context, which llama.cpp also rounds up to 256). */
+static int fa_cells(int n) { return n <= 256 ? 256 : (n + 255) / 256 * 256; }
+
+/* One head of one row with flash attention, over its n visible keys: o = acc / S by the row's path,
+ * og = o * sigmoid(gate). */
+static void attend_fa(const AttnTask *at, const FaScratch *w, const float *q, const float *gate, const uint8_t *K, size_t kstride,
+                      const uint8_t *V, size_t vstride, int n, int hd, float *o, float *og) {
+    bool f16_kv = fa_type(at->k_type) == T_F16 && fa_type(at->v_type) == T_F16;
+    float M, S;
+    store_as(fa_type(at->k_type), w->qr, q, hd);
+    if (at->fa == FA_TILED) fa_tiled(at, w, q, K, kstride, V, vstride, n, hd, w->acc, &M, &S);
+    else if (at->fa == FA_STEP && f16_kv && fa_cells(n) >= 512)
+        fa_split(at, w, K, kstride, V, vstride, n, fa_cells(n), at->ctx->fa_threads, hd, w->acc, &M, &S);
+    else fa_chunk(at, w, K, kstride, V, vstride, 0, n, hd, w->acc, &M, &S);
+    float inv = S == 0 ? 0 : 1.0f / S;
+    for (int i = 0; i < hd; i++) {
+        o[i] = w->acc[i] * inv;
+        og[i] = o[i] * sigmoid(gate[i]);
+    }
 }
 
 /* For each (row t, head h), attend over the keys row t may see (GQA: head h reads kv head h / group). */
@@ -2046,13 +2206,18 @@ static void attn_task(void *p, int ith, int nth) {
     int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
     float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
     size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes;
+    float *vacc = s->vacc + (size_t)ith * 64 * hd;
+    FaScratch w = {vacc, vacc + hd, (uint16_t *)(vacc + 2 * hd), (uint16_t *)(vacc + 3 * hd), (uint16_t *)(vacc + 4 * hd),
+                   (uint16_t *)(vacc + 5 * hd)};
     for (int job = ith; job < at->T * c->n_head; job += nth) {
         int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
         int n = at->causal_from < 0 ? at->n_keys : at->causal_from + t + 1;
         const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
         size_t head = (size_t)t * c->n_head * hd + (size_t)h * hd;
-        attend(q, q + hd, at->K + (size_t)kvh * hd * kb, (size_t)kvd * kb, at->k_type, at->V + (size_t)kvh * hd * vb, (size_t)kvd * vb,
-               at->v_type, n, hd, c->kq_scale, at->tile ? 16 : 64, sc, s->vacc + (size_t)ith * 64 * hd, s->ao + head, s->ao_gated + head);
+        const uint8_t *K = at->K + (size_t)kvh * hd * kb, *V = at->V + (size_t)kvh * hd * vb;
+        if (at->fa != FA_NONE) attend_fa(at, &w, q, q + hd, K, (size_t)kvd * kb, V, (size_t)kvd * vb, n, hd, s->ao + head, s->ao_gated + head);
+        else attend(q, q + hd, K, (size_t)kvd * kb, at->k_type, V, (size_t)kvd * vb, at->v_type, n, hd, c->kq_scale, at->tile ? 16 : 64, sc,
+                    vacc, s->ao + head, s->ao_gated + head);
     }
 }
 
@@ -2105,8 +2270,14 @@ static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
         store_as(st->k_type, st->k[il] + (size_t)(pos + t) * kvd * TYPES[st->k_type].bytes, s->kr + (size_t)t * kvd, kvd);
         store_as(st->v_type, st->v[il] + (size_t)(pos + t) * kvd * TYPES[st->v_type].bytes, s->vr + (size_t)t * kvd, kvd);
     }
+    /* flash attention: a prompt batch (tile_order) takes llama.cpp's path for its row count;
+     * decoding, verification and the preview compute each row as its own decoding step would */
+    bool f16_kv = fa_type(st->k_type) == T_F16 && fa_type(st->v_type) == T_F16;
+    FaPath fa = !ctx->flash_attn ? FA_NONE
+              : !ctx->tile_order || pass == PREVIEW || T == 1 ? FA_STEP
+              : T >= 64 && f16_kv && hd % 16 == 0 ? FA_TILED : FA_ROWS;
     AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pass == PREVIEW ? -1 : pos,
-                   ctx->tile_order && T >= 2 && hd % 4 == 0};
+                   ctx->tile_order && T >= 2 && hd % 4 == 0, fa};
     pool_run(ctx->pool, attn_task, &at);   /* o_h = softmax(q_h . K / sqrt(d_h)) V, and o_h * sigmoid(gate_h) */
     dump(ctx, "attn_pregate", il, s->ao, T, c->n_head * hd);
     dump(ctx, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
@@ -2540,6 +2711,7 @@ typedef struct {
     bool trace;                /* --trace: one block per draft-self round on stderr */
     bool utf8_replace;         /* --utf8-replace: print valid UTF-8 only (else the tokens' raw bytes) */
     bool draft_adaptive;       /* --spec-draft-adaptive: each round drafts as many tokens as pay (draft_size) */
+    bool flash_attn;           /* -fa on (or auto, the default) */
     float diffusion_threshold;
 } Args;
 
@@ -5707,7 +5879,7 @@ static void usage(void) {
         "  --utf8-replace            print invalid UTF-8 in the output as U+FFFD (default: the tokens' raw bytes)\n"
         "  --trace                   draft-self: print each round (drafts, verifier tokens, why acceptance stopped)\n"
         "  -ngl N                    GPU builds: N >= the layer count (or -1) runs the whole model on the GPU; 0: the CPU\n"
-        "  -fa, --flash-attn on|off|auto   accepted for compatibility (no effect)\n"
+        "  -fa, --flash-attn on|off|auto   attention as llama.cpp's CPU flash attention computes it (default auto: on)\n"
         "  --tokenize                print the prompt's token ids and exit\n"
         "  --check-ops               GPU builds: every GPU kernel vs its CPU twin at the model's shapes, then exit\n"
         "  --dump-logits FILE        write float32 logits of every prompt position and exit\n"
@@ -5753,6 +5925,15 @@ static bool parse_onoff(const char *flag, const char *v) {
     return false;
 }
 
+/* -fa's values as llama.cpp spells them; auto is on, as llama.cpp's CPU backend resolves it */
+static bool parse_flash_attn(const char *flag, const char *v) {
+    const char *on[] = {"on", "enabled", "true", "1", "auto", "-1"}, *off[] = {"off", "disabled", "false", "0"};
+    for (int i = 0; v && i < 6; i++) if (!strcmp(v, on[i])) return true;
+    for (int i = 0; v && i < 4; i++) if (!strcmp(v, off[i])) return false;
+    fatal("%s needs on, off or auto, got '%s'", flag, v ? v : "(nothing)");
+    return false;
+}
+
 static uint32_t parse_cache_type(const char *flag, const char *v) {
     if (v && !strcmp(v, "f32")) return T_F32;
     if (v && !strcmp(v, "f16")) return T_F16;
@@ -5767,7 +5948,7 @@ static Args parse_args(int argc, char **argv) {
               .n_threads = cores > 0 ? (int)cores : 1, .n_threads_batch = -1, .spec_type = "none",
               .draft_n_max = -1, .draft_n_min = 0, .draft_steps = 1, .draft_p_min = 0,
               .accept_ratio = 0, .accept_delta = -1, .temp = 0.8f, .top_p = 0.95f, .top_k = 40,
-              .seed = -1, .k_type = T_F16, .v_type = T_F16, .diffusion_threshold = 0.9f};
+              .seed = -1, .k_type = T_F16, .v_type = T_F16, .flash_attn = true, .diffusion_threshold = 0.9f};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = true;
@@ -5785,7 +5966,7 @@ static Args parse_args(int argc, char **argv) {
         else if (!strcmp(f, "-ngl") || !strcmp(f, "--n-gpu-layers") || !strcmp(f, "--gpu-layers")) a.n_gpu_layers = (int)parse_int(f, v, -1, INT32_MAX);
         else if (!strcmp(f, "-ctk") || !strcmp(f, "--cache-type-k")) a.k_type = parse_cache_type(f, v);
         else if (!strcmp(f, "-ctv") || !strcmp(f, "--cache-type-v")) a.v_type = parse_cache_type(f, v);
-        else if (!strcmp(f, "-fa") || !strcmp(f, "--flash-attn")) parse_onoff(f, v);
+        else if (!strcmp(f, "-fa") || !strcmp(f, "--flash-attn")) a.flash_attn = parse_flash_attn(f, v);
         else if (!strcmp(f, "--color")) a.color = parse_onoff(f, v);
         else if (!strcmp(f, "--temp")) a.temp = parse_float(f, v, 0, 1e6f);
         else if (!strcmp(f, "--top-k")) a.top_k = (int)parse_int(f, v, 0, INT32_MAX);
@@ -6183,6 +6364,8 @@ static void ctx_init(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap, int 
     ctx->m = m;
     ctx->n_threads = a->n_threads;
     ctx->n_threads_batch = a->n_threads_batch;
+    ctx->flash_attn = a->flash_attn;
+    ctx->fa_threads = a->n_threads;
     ctx->dump_dir = a->dump_tensors;
     if (ctx->dump_dir) make_dirs(ctx->dump_dir);
     static Dumps dumps;

@@ -4,19 +4,23 @@
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --tokenize FILE   ids of FILE's bytes, comma-separated
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --logits IDS OUT  float32 logits [n_tokens][n_vocab] to OUT
 //   build/ref -m MODEL [-c N_CTX] [-t THREADS] --greedy IDS N    N greedy ids after the prompt IDS (all but
-//                                                                its last token in one batch, then one per step)
+//                                                                its last token in one batch, then one per step);
+//                                                                --step-logits OUT: each step's float32 logits [N][n_vocab]
 //   build/ref -m MODEL --detok IDS                               text of IDS (special tokens rendered)
 //   build/ref --cpu-variant                                      the CPU variant of llama.cpp it loads
 //
-// Options: -c N_CTX (default 4096), -t THREADS (default 1: llama.cpp's spinning pool crawls on a shared 2-core machine; results do not depend on it), --no-repack (keep quantized weights in
+// Options: -c N_CTX (default 4096), -t THREADS (default 1: llama.cpp's spinning pool crawls on a shared 2-core machine; results do not
+// depend on it, except with flash attention on for one row over 512 or more cache cells, where ggml splits the keys over the
+// threads), -ctk T / -ctv T (K / V cache type: f32, f16, bf16; default f32), -fa on|off|auto (flash attention; default off;
+// auto is llama.cpp's own default), --no-repack (keep quantized weights in
 // their GGUF layout instead of llama.cpp's CPU repacked layouts, e.g. Q4_0 -> Q4_0_8x8; this
 // can change float summation order).
 //
 // IDS is a comma-separated list of token ids, or @PATH to read that list from a file.
 // The CPU variant (libggml-cpu-<name>.so) is zen4 where this CPU runs it, else the best one it
 // runs; LLAMA_CPU_VARIANT=NAME forces one (test/llama_host.h).
-// Context: n_ctx = n_batch = n_ubatch = N_CTX (default 4096), F32 K/V cache, flash attention off,
-// CPU only. Every error prints one line on stderr and exits with status 1.
+// Context: n_ctx = n_batch = n_ubatch = N_CTX (default 4096), F32 K/V cache and flash attention off unless
+// -ctk/-ctv/-fa say otherwise, CPU only. Every error prints one line on stderr and exits with status 1.
 
 #include <errno.h>
 #include <limits.h>
@@ -82,7 +86,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt,
 }
 
 static void usage(void) {
-    die("usage: ref -m MODEL [-c N_CTX] [-t THREADS] [--no-repack] [-ub N_UBATCH] [--dump-tensors DIR] (--cpu-variant | --tokenize FILE | --logits IDS OUT | "
+    die("usage: ref -m MODEL [-c N_CTX] [-t THREADS] [--no-repack] [-ub N_UBATCH] [-ctk T] [-ctv T] [-fa on|off|auto] [--step-logits OUT] [--dump-tensors DIR] (--cpu-variant | --tokenize FILE | --logits IDS OUT | "
         "--greedy IDS N | --detok IDS); IDS = comma-separated ids or @FILE");
 }
 
@@ -171,7 +175,25 @@ struct opts {
     bool no_repack;
     const char *dump_dir;   // --dump-tensors DIR: every named F32/I32 graph tensor as DIR/<name>.bin (+ index.tsv)
     int n_ubatch;           // -ub N: physical batch (default: n_ctx, one batch)
+    const char *step_logits;  // --greedy: where each step's logits go (NULL: nowhere)
+    enum ggml_type type_k, type_v;              // -ctk / -ctv (default F32)
+    enum llama_flash_attn_type flash_attn;      // -fa (default off)
 };
+
+static enum ggml_type parse_cache_type(const char *s) {
+    if (!strcmp(s, "f32")) return GGML_TYPE_F32;
+    if (!strcmp(s, "f16")) return GGML_TYPE_F16;
+    if (!strcmp(s, "bf16")) return GGML_TYPE_BF16;
+    die("bad cache type '%s' (f32, f16 or bf16)", s);
+}
+
+// -fa's values, as llama.cpp's common/arg.cpp spells them
+static enum llama_flash_attn_type parse_flash_attn(const char *s) {
+    if (!strcmp(s, "on") || !strcmp(s, "enabled") || !strcmp(s, "true") || !strcmp(s, "1")) return LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    if (!strcmp(s, "off") || !strcmp(s, "disabled") || !strcmp(s, "false") || !strcmp(s, "0")) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (!strcmp(s, "auto") || !strcmp(s, "-1")) return LLAMA_FLASH_ATTN_TYPE_AUTO;
+    die("bad -fa value '%s' (on, off or auto)", s);
+}
 
 // Graph callback: asked once per tensor whether we want its data (yes), then called with the data.
 // Writes every F32 or I32 tensor named by the model's graph (like "attn_norm-0"; auto-named views
@@ -236,9 +258,9 @@ static struct llama_context *new_ctx(const struct opts *o, struct llama_model *m
     cp.n_outputs_max = n_outputs_max;  // only sizes buffers; 0 would mean n_batch
     cp.n_threads = o->n_threads;
     cp.n_threads_batch = o->n_threads;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = GGML_TYPE_F32;
-    cp.type_v = GGML_TYPE_F32;
+    cp.flash_attn_type = o->flash_attn;
+    cp.type_k = o->type_k;
+    cp.type_v = o->type_v;
     cp.offload_kqv = false;
     cp.op_offload = false;
     cp.no_perf = true;
@@ -280,7 +302,7 @@ int main(int argc, char **argv) {
     llama_log_set(log_cb, NULL);
     ggml_set_abort_callback(abort_cb);
 
-    struct opts o = {NULL, 4096, 1, false, NULL, 0};
+    struct opts o = {NULL, 4096, 1, false, NULL, 0, NULL, GGML_TYPE_F32, GGML_TYPE_F32, LLAMA_FLASH_ATTN_TYPE_DISABLED};
     const char *mode = NULL, *a1 = NULL, *a2 = NULL;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -290,6 +312,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(s, "--no-repack")) o.no_repack = true;
         else if (!strcmp(s, "--dump-tensors") && i + 1 < argc) o.dump_dir = argv[++i];
         else if (!strcmp(s, "-ub") && i + 1 < argc) o.n_ubatch = (int)parse_long(argv[++i], "-ub", 1, 1 << 24);
+        else if (!strcmp(s, "--step-logits") && i + 1 < argc) o.step_logits = argv[++i];
+        else if (!strcmp(s, "-ctk") && i + 1 < argc) o.type_k = parse_cache_type(argv[++i]);
+        else if (!strcmp(s, "-ctv") && i + 1 < argc) o.type_v = parse_cache_type(argv[++i]);
+        else if ((!strcmp(s, "-fa") || !strcmp(s, "--flash-attn")) && i + 1 < argc) o.flash_attn = parse_flash_attn(argv[++i]);
         else if ((!strcmp(s, "--tokenize") || !strcmp(s, "--detok")) && i + 1 < argc && !mode) {
             mode = s;
             a1 = argv[++i];
@@ -391,12 +417,16 @@ int main(int argc, char **argv) {
         // batch, then one token per step from the last prompt token on
         if (n_gen > 0 && n > 1) decode(c, ids, n - 1, 0, false);
         llama_token last = ids[n - 1];
+        FILE *steps = o.step_logits ? fopen(o.step_logits, "wb") : NULL;
+        if (o.step_logits && !steps) die("cannot create %s: %s", o.step_logits, strerror(errno));
         for (int i = 0; i < n_gen; i++) {
             decode(c, &last, 1, n - 1 + i, true);
             const float *row = llama_get_logits_ith(c, -1);
             if (!row) die("no logits at generation step %d", i);
+            if (steps && fwrite(row, sizeof(float), (size_t)nv, steps) != (size_t)nv) die("cannot write %s", o.step_logits);
             last = out[i] = argmax(row, nv);
         }
+        if (steps && fclose(steps)) die("cannot write %s: %s", o.step_logits, strerror(errno));
         print_ids(out, n_gen);
         llama_free(c);
         llama_model_free(m);

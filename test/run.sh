@@ -53,6 +53,9 @@
 #   regressions  test/fuzz-regressions/: inputs the fuzzers found (make fuzz), replayed through clover
 #   gpu        build/clover-emu (clover.cu on the CPU, test/cuda_emu.h): --check-ops on every weight type
 #              in three thread orders; planted bugs (test/gpu_mutants.sh) must fail it
+#   flash      -fa on/off/auto (llama.cpp's default, on) x f32/f16/bf16 caches vs llama.cpp with the same flags:
+#              one batch (tiled), ubatches of 7 and 1, the split path past 256 positions (-t 2),
+#              narrow and real-shape slices, greedy texts (the model card's flags), draft-self, the preview pass
 #   tiny       the trained tiny Clover (test/tiny/, `make tiny-clover`): clover's causal and preview
 #              logits vs the PyTorch implementation's float64 references (test/train/refs.py), F32 and
 #              Q8_0; llama.cpp vs the same references; tokenizer; draft-self accepts drafts, losslessly
@@ -119,8 +122,10 @@ fail() { echo "FAIL $1: $2"; n_fail=$((n_fail + 1)); }
 first_line() { head -n 1 "$1" 2>/dev/null | tr -d '\r' | cut -c1-300; }
 # clover ARGS... / ref ARGS...: run with a time limit, stderr to $TMP/err; on failure write the
 # reason (tool, exit status, first stderr line) to $TMP/why, which `why` prints
+# clover runs with -fa off (what build/ref runs by default) unless ARGS say otherwise: clover takes
+# the last -fa, and test_flash passes its own
 clover() {
-    $TO "$CLOVER" "$@" 2> "$TMP/err" && return 0
+    $TO "$CLOVER" -fa off "$@" 2> "$TMP/err" && return 0
     echo "clover exit $?: $(first_line "$TMP/err")" > "$TMP/why"
     return 1
 }
@@ -2028,8 +2033,221 @@ test_tiny() {
 }
 
 # ------------------------------------------------------------------------------------------------
+# Flash attention (-fa on|off|auto, llama.cpp's default auto = on): clover computes what ggml's CPU
+# flash-attention op computes on each of its paths (one row at a time; tiled for a prompt batch of
+# >= 64 rows with an F16 K and V, an F32 cache being cast to F16; the keys split over the -t threads
+# for one row over >= 512 cache cells), compared with llama.cpp run with the same -ctk/-ctv/-fa/-ub/-t.
+
+# flash_logits NAME TYPE MODEL PROMPT ARGS...: clover --dump-logits vs build/ref --logits, both with ARGS
+flash_logits() {
+    local name=$1 t=$2 m=$3 p=$4
+    shift 4
+    if ! clover -m "$m" --tokens "$(cat "$TMP/$p.ids")" --dump-logits "$TMP/fa_a.bin" "$@" > /dev/null ||
+        ! ref -m "$m" --logits "@$TMP/$p.ids" "$TMP/fa_b.bin" "$@" > /dev/null; then
+        fail "$name" "$(why)"
+    else
+        check_logits "$name" "$t" "$TMP/fa_a.bin" "$TMP/fa_b.bin" -m "$m" --logits "@$TMP/$p.ids" "$TMP/theirs_ref.bin" "$@"
+    fi
+}
+
+# flash_greedy NAME MODEL IDS N "CLOVER ARGS" "REF ARGS": clover -n N prints the prompt and llama.cpp's
+# greedy continuation byte for byte (against the reference variant only: texts are not compared
+# within a spread)
+flash_greedy() {
+    local name=$1 m=$2 ids=$3 n=$4 g
+    local -a ca ra
+    read -r -a ca <<< "$5"
+    read -r -a ra <<< "$6"
+    if [ "$VARIANT" != "$REFERENCE" ]; then
+        echo "# skipped $name: greedy texts with flash attention are compared against $REFERENCE only"
+    elif ! g=$(ref -m "$m" --greedy "$ids" $((n + 1)) "${ra[@]}"); then
+        fail "$name" "$(why)"
+    elif ! expected_text "$m" "$ids" "$g" "$TMP/fa_gt.want"; then
+        fail "$name" "ref --detok failed: $(first_line "$TMP/fa_gt.want.err")"
+    elif ! clover -m "$m" --tokens "$ids" -n "$n" --temp 0 "${ca[@]}" > "$TMP/fa_gt.got"; then
+        fail "$name" "$(why)"
+    elif cmp -s "$TMP/fa_gt.got" "$TMP/fa_gt.want"; then
+        pass "$name"
+    else
+        fail "$name" "$(text_diff "$TMP/fa_gt.got" "$TMP/fa_gt.want")"
+    fi
+}
+
+test_flash() {
+    prompts || { fail flash "cannot make the prompts"; return; }
+    local m kv fa ub th name out lim spec t shape opts nv p mode
+    m=$(model q8_0) || { fail flash "cannot generate the model"; return; }
+    # every cache type x -fa, prompt p1 (135 rows) in one batch (tiled for f32/f16, as 3 key tiles);
+    # f16 and bf16 also in ubatches of 7 and of 1 row (one row at a time); K and V of different types
+    # (an F32 K on the per-row path)
+    for kv in f32 f16 bf16; do
+        for fa in off on auto; do
+            for ub in 512 7 1; do
+                [ "$ub" != 512 ] && { [ "$fa" != on ] || [ "$kv" = f32 ]; } && continue
+                flash_logits "flash/logits q8_0 -ctk $kv -ctv $kv -fa $fa -ub $ub" q8_0 "$m" p1 -ctk "$kv" -ctv "$kv" -fa "$fa" -ub "$ub"
+            done
+        done
+    done
+    flash_logits "flash/logits q8_0 -ctk bf16 -ctv f16 -fa on" q8_0 "$m" p1 -ctk bf16 -ctv f16 -fa on
+    flash_logits "flash/logits q8_0 -ctk f32 -ctv bf16 -fa on -ub 7" q8_0 "$m" p1 -ctk f32 -ctv bf16 -fa on -ub 7
+    for kv in f16 bf16; do   # the dot products' SIMD twins and their scalar definitions
+        name="flash/-fa on -ctk $kv: SIMD vs CLOVER_SIMD=scalar logits bit-identical (q8_0, p1, -ub 512 and 7)"
+        out=
+        for ub in 512 7; do
+            if ! clover -m "$m" --tokens "$(cat "$TMP/p1.ids")" --dump-logits "$TMP/fa_a.bin" -ctk "$kv" -ctv "$kv" -fa on -ub "$ub" > /dev/null ||
+                ! CLOVER_SIMD=scalar clover -m "$m" --tokens "$(cat "$TMP/p1.ids")" --dump-logits "$TMP/fa_b.bin" -ctk "$kv" -ctv "$kv" -fa on -ub "$ub" > /dev/null; then
+                out=$(why)
+            elif ! cmp -s "$TMP/fa_a.bin" "$TMP/fa_b.bin"; then
+                out="-ub $ub: $("$CMP" "$TMP/fa_a.bin" "$TMP/fa_b.bin" $N_VOCAB 2>&1)"
+            fi
+        done
+        if [ -z "$out" ]; then pass "$name"; else fail "$name" "$out"; fi
+    done
+
+    # the split path: after a batch of 289 (519) rows, 8 steps at 512 (768) cache cells, two chunks
+    # of 256 (384), each step's logits (clover: its result_output dump, whose first row is the batch's
+    # last); llama.cpp's own steps depend on -t there, so -t 1 and -t 2 must differ (else the path
+    # was not taken). -t 2 only: llama.cpp's spinning threads crawl when -t exceeds the cores.
+    python3 -c "import random; r = random.Random(9); print(','.join(str(r.randrange($N_VOCAB)) for _ in range(520)))" > "$TMP/p520.ids"
+    cut -d, -f1-290 "$TMP/p520.ids" > "$TMP/p290.ids"
+    for spec in "f16 p290" "f32 p520"; do
+        read -r kv p <<< "$spec"
+        name="flash/split: 8 steps after $p, q8_0 -ctk $kv -fa on -t 2, each step's logits"
+        rm -rf "$TMP/fa_d"
+        if ! ref -m "$m" --greedy "@$TMP/$p.ids" 8 --step-logits "$TMP/fa_b.bin" -ctk "$kv" -ctv "$kv" -fa on -t 2 > /dev/null ||
+            ! clover -m "$m" --tokens "$(cat "$TMP/$p.ids")" -n 7 --temp 0 -ctk "$kv" -ctv "$kv" -fa on -t 2 \
+                --dump-tensors "$TMP/fa_d" --dump-filter '^result_output$' > /dev/null; then
+            fail "$name" "$(why)"
+            continue
+        fi
+        tail -c $((8 * N_VOCAB * 4)) "$TMP/fa_d/result_output.bin" > "$TMP/fa_a.bin"
+        check_logits "$name" q8_0 "$TMP/fa_a.bin" "$TMP/fa_b.bin" -m "$m" --greedy "@$TMP/$p.ids" 8 --step-logits "$TMP/theirs_ref.bin" \
+            -ctk "$kv" -ctv "$kv" -fa on -t 2
+        if [ "$p" = p290 ]; then
+            name="flash/split: llama.cpp's steps after p290 differ between -t 1 and -t 2 (the split path is taken)"
+            if ! ref -m "$m" --greedy "@$TMP/$p.ids" 8 --step-logits "$TMP/fa_c.bin" -ctk "$kv" -ctv "$kv" -fa on -t 1 > /dev/null; then
+                fail "$name" "$(why)"
+            elif cmp -s "$TMP/fa_b.bin" "$TMP/fa_c.bin"; then
+                fail "$name" "bit-identical: the steps did not take the split path"
+            else
+                pass "$name ($("$CMP" "$TMP/fa_b.bin" "$TMP/fa_c.bin" $N_VOCAB 2>&1))"
+            fi
+        fi
+    done
+
+    # a narrow model (head_dim 32: shorter than ggml's 64-wide vector steps) and a real-shape slice
+    for spec in "f16 narrow" "q8_0 real --layers 4 --experts 16 --vocab 32768"; do
+        read -r t shape opts <<< "$spec"
+        # shellcheck disable=SC2086
+        m=$(model "$t" 1 --shape "$shape" $opts) || { fail "flash/$t $shape" "cannot generate the model"; continue; }
+        nv=$(echo "$opts" | sed -n 's/.*--vocab \([0-9]*\).*/\1/p')
+        for kv in f16 bf16; do
+            [ "$shape" = real ] && [ "$kv" = f16 ] && continue
+            N_VOCAB=${nv:-$N_VOCAB} flash_logits "flash/logits $t $shape${opts:+ ($opts)} -ctk $kv -ctv $kv -fa on" "$t" "$m" p2 -ctk "$kv" -ctv "$kv" -fa on
+        done
+        [ "$shape" = narrow ] && flash_logits "flash/logits $t $shape -ctk f32 -ctv f32 -fa on -ub 7" "$t" "$m" p1 -ctk f32 -ctv f32 -fa on -ub 7
+    done
+
+    # greedy texts; the model card's flags (not on the real-shape slice: reading its vocabulary for
+    # the end-of-generation ids costs more than the rest of this group)
+    m=$(model q8_0)
+    for kv in f32 f16 bf16; do
+        flash_greedy "flash/greedy q8_0 -ctk $kv -ctv $kv -fa on: 32 tokens after p1" "$m" "$(cat "$TMP/p1.ids")" 32 \
+            "-ctk $kv -ctv $kv -fa on" "-ctk $kv -ctv $kv -fa on"
+    done
+    local card="-ctk bf16 -ctv bf16 --flash-attn on -b 256 -ub 256"
+    flash_greedy "flash/greedy q8_0, the model card's flags ($card): 64 tokens" "$m" "$(cat "$TMP/pg.ids")" 64 "$card" "-ctk bf16 -ctv bf16 -fa on -ub 256"
+
+    # draft-self stays exactly plain decoding: a verify row computes what the single step at its
+    # position computes (the split path past 256 positions included), whatever llama.cpp would do
+    # with a verify batch; true-continuation drafts are all accepted and the committed state is
+    # checked against plain decoding every round (8 layers: the second attention layer's K and V
+    # depend on the first one's output)
+    m=$(model q8_0 1 --arch clover_moe --mask --layers 8)
+    echo 1,2,3,4,5,6,7,8,9,10,11,12 > "$TMP/pd.ids"
+    for spec in "pd f16 2 model" "p290 f16 2 truth" "p290 f32 3 truth"; do
+        read -r p kv th mode <<< "$spec"
+        local extra=()
+        [ "$mode" = truth ] && extra=(--test-drafts truth --test-check-state)
+        name="flash/draft-self (-fa on -ctk $kv -t $th, prompt $p, $mode drafts) == plain greedy decoding"
+        if ! clover -m "$m" --tokens "$(cat "$TMP/$p.ids")" -n 40 --temp 0 -ctk "$kv" -ctv "$kv" -fa on -t "$th" > "$TMP/fa_ds.want" ||
+            ! clover -m "$m" --tokens "$(cat "$TMP/$p.ids")" -n 40 --temp 0 -ctk "$kv" -ctv "$kv" -fa on -t "$th" --spec-type draft-self "${extra[@]}" > "$TMP/fa_ds.got"; then
+            fail "$name" "$(grep -m 1 '^clover: error' "$TMP/err" || why)"
+        elif ! cmp -s "$TMP/fa_ds.got" "$TMP/fa_ds.want"; then
+            fail "$name" "$(text_diff "$TMP/fa_ds.got" "$TMP/fa_ds.want")"
+        elif [ "$mode" = truth ] && ! grep -q '^state check: [0-9]* rounds identical' "$TMP/err"; then
+            fail "$name" "no state check line: $(first_line "$TMP/err")"
+        else
+            pass "$name ($(grep -o 'n_accept *= *[0-9]*' "$TMP/err")${extra:+, $(grep -o '^state check.*' "$TMP/err")})"
+        fi
+    done
+
+    # the preview pass with -fa on: the bidirectional block against build/preview_ref's float64
+    # evaluation, within twice llama.cpp's own -fa on distance from float64 on the causal pass of the
+    # same tokens (its qwen35moe twin, measured here) plus PREVIEW_TOL; and batch-invariant
+    local M=$((N_VOCAB - 1)) P3 blk mt lm
+    P3=$(python3 -c "import random; r = random.Random(21); print(','.join(str(r.randrange($M)) for _ in range(12)))")
+    m=$(model f32 52 --arch clover_moe --mask) && mt=$(model f32 52 --arch qwen35moe) || { fail flash/preview "cannot generate the models"; return; }
+    for spec in "5,$M,77,$M,$M,900,$M,3 bf16" "9$(printf ",$M%.0s" $(seq 31)) f32"; do
+        read -r blk kv <<< "$spec"
+        name="flash/preview (-fa on -ctk $kv, f32 seed 52, p12, a $(echo "$blk" | tr ',' '\n' | wc -l)-row block) vs build/preview_ref"
+        if ! $TO "$PREVIEW_REF" "$m" "$P3,$blk" 1 "$TMP/fa_pc.bin" --causal "$TMP/fa_pd.bin" 2> "$TMP/pv_ref.err" ||
+            ! $TO "$PREVIEW_REF" "$m" "$P3" "$blk" "$TMP/fa_pb.bin" 2> "$TMP/pv_ref.err"; then
+            fail "$name" "preview_ref failed: $(first_line "$TMP/pv_ref.err")"
+        elif ! ref -m "$mt" --logits "$P3,$blk" "$TMP/fa_pr.bin" -ctk "$kv" -ctv "$kv" -fa on > /dev/null ||
+            ! clover -m "$m" --tokens "$P3" --preview-block "$blk" --dump-logits "$TMP/fa_pa.bin" -ctk "$kv" -ctv "$kv" -fa on > /dev/null; then
+            fail "$name" "$(why)"
+        else
+            lm=$("$CMP" "$TMP/fa_pr.bin" "$TMP/fa_pd.bin" $N_VOCAB 2>&1 | sed -n 's/.* max \([^ ]*\) .*/\1/p')
+            lim=$(python3 -c "import sys; print('%.3g' % (2 * float(sys.argv[1]) + float(sys.argv[2])))" "${lm:-0}" "$PREVIEW_TOL")
+            if out=$("$CMP" "$TMP/fa_pa.bin" "$TMP/fa_pb.bin" $N_VOCAB --max "$lim" 2>&1); then
+                pass "$name ($out; limit $lim, llama.cpp's causal max $lm)"
+            else
+                fail "$name" "$out (limit max $lim: llama.cpp's -fa on causal max $lm vs float64)"
+            fi
+        fi
+    done
+    name="flash/preview -fa on: -t 1 -ub 512 vs -t 2 -ub 2 bit-identical (f32 seed 52, p12, 8-row block)"
+    if ! clover -m "$m" --tokens "$P3" --preview-block "5,$M,77,$M,$M,900,$M,3" --dump-logits "$TMP/fa_pa.bin" -fa on -t 1 > /dev/null ||
+        ! clover -m "$m" --tokens "$P3" --preview-block "5,$M,77,$M,$M,900,$M,3" --dump-logits "$TMP/fa_pb.bin" -fa on -t 2 -tb 2 -ub 2 > /dev/null; then
+        fail "$name" "$(why)"
+    elif cmp -s "$TMP/fa_pa.bin" "$TMP/fa_pb.bin"; then
+        pass "$name"
+    else
+        fail "$name" "$("$CMP" "$TMP/fa_pa.bin" "$TMP/fa_pb.bin" $N_VOCAB 2>&1)"
+    fi
+
+    # -fa's spellings (llama.cpp's common/arg.cpp), and the default: auto, which is on
+    m=$(model q8_0)
+    local ids v want
+    ids=$(cat "$TMP/pg.ids")
+    name="flash/-fa spellings: on = enabled = true = 1 = auto = -1 = no -fa; off = disabled = false = 0; the two differ"
+    out=
+    for v in on enabled true 1 auto -1 none off disabled false 0; do
+        if [ "$v" = none ]; then   # no -fa at all (the clover wrapper passes -fa off first)
+            $TO "$CLOVER" -m "$m" --tokens "$ids" --dump-logits "$TMP/fa_f_$v.bin" > /dev/null 2> "$TMP/err" || { out="clover without -fa failed: $(first_line "$TMP/err")"; break; }
+        else
+            clover -m "$m" --tokens "$ids" --dump-logits "$TMP/fa_f_$v.bin" -fa "$v" > /dev/null || { out="-fa $v: $(why)"; break; }
+        fi
+        want=on
+        case $v in off|disabled|false|0) want=off ;; esac
+        cmp -s "$TMP/fa_f_$v.bin" "$TMP/fa_f_$want.bin" || { out="-fa $v differs from -fa $want"; break; }
+    done
+    [ -z "$out" ] && cmp -s "$TMP/fa_f_on.bin" "$TMP/fa_f_off.bin" && out="-fa on and -fa off give the same logits"
+    if [ -z "$out" ]; then pass "$name"; else fail "$name" "$out"; fi
+    name="flash/-fa maybe: exit 1, one clover: error: line"
+    if clover -m "$m" --tokens "$ids" -n 1 -fa maybe > /dev/null; then
+        fail "$name" "accepted"
+    elif [ "$(grep -c . "$TMP/err")" = 1 ] && grep -q '^clover: error: -fa needs on, off or auto' "$TMP/err"; then
+        pass "$name"
+    else
+        fail "$name" "$(first_line "$TMP/err")"
+    fi
+}
+
+# ------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
-for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors warnings regressions tiny gpu gpu_forward; do
+for t in unit tokenizer logits greedy output twin threads simd batch smoke draft dumps shapes trace preview drafts stats diffusion errors warnings regressions tiny gpu gpu_forward flash; do
     if echo "test_$t" | grep -Eq -- "$ONLY"; then
         t0=$(date +%s)
         "test_$t"
