@@ -66,6 +66,10 @@ build/clover-emu: clover.c clover.cu test/cuda_emu.h | build
 	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-emu.o
 	$(CXX_EMU) -o $@ build/clover-emu.o build/clover-emu-cu.o $(LDLIBS)
 
+# emu_limits: the launch limits test/cuda_emu.h enforces, one launch per case (test/run.sh gpu)
+build/emu_limits: test/emu_limits.cu test/cuda_emu.h | build
+	$(CXX_EMU) -O1 -g -std=c++17 -Wall -Wextra -I. -x c++ test/emu_limits.cu -o $@
+
 # Sanitized and fuzzing builds use clang: its libFuzzer, and one compiler for both.
 SAN_CC    ?= clang
 SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -86,7 +90,7 @@ tools: build/gen build/cmp build/ref build/unit build/unit-avx2 build/preview_re
 test: clover
 	test/setup-llama.sh
 	$(MAKE) tools
-	if command -v $(CXX_EMU) > /dev/null 2>&1; then $(MAKE) cuda-emu; fi
+	if command -v $(CXX_EMU) > /dev/null 2>&1; then $(MAKE) cuda-emu build/emu_limits; fi
 	test/run.sh
 
 bench: build/gen build/bench

@@ -1,6 +1,6 @@
 // test/cuda_emu.h — the subset of the CUDA runtime that clover.cu uses, executed on the CPU, so that
 // the kernels run and are checked on machines without a GPU (make cuda-emu builds build/clover-emu
-// with clang++; see docs in /work/shared/notes/gpu.md section 4 and README.md, "GPU"). Test only:
+// with clang++; see README.md, "GPU"). Test only:
 // clover.cu includes it instead of <cuda_runtime.h> when CLOVER_EMU is defined.
 //
 // Model: a launch runs its blocks one after another; each thread of a block is a fiber with its own
@@ -16,8 +16,15 @@
 //   - device memory (cudaMalloc) is filled with 0xff bytes (a float NaN) so a read of unwritten memory
 //     shows; __shared__ arrays live in one linker section, set to 0xff before each block; each
 //     allocation has a guard zone after it, checked after each launch (a write past the end);
-//   - cudaMemcpy's direction against where its pointers really are.
-// Any failure is one line `clover: error: cuda-emu: ...` and exit status 1.
+//   - cudaMemcpy's direction against where its pointers really are;
+//   - sm_90's launch limits, at every launch (see "launch limits" below): grid and block sizes, and
+//     shared memory per block (the static arrays a kernel writes plus the launch's dynamic bytes,
+//     48 KiB, or up to 227 KiB after cudaFuncSetAttribute's opt-in).
+// Any failure is one line `clover: error: cuda-emu: ...` (naming the kernel where there is one) and
+// exit status 1.
+// CLOVER_EMU_LAUNCH_ONLY=1: every launch's configuration is checked, no block runs and device memory
+// is not poisoned, so a batch far too large to emulate (-ub 8192) shows in seconds whether every
+// launch fits the limits; what it computes is garbage.
 // What it cannot check: races between blocks, the memory model, timing, inline PTX.
 #pragma once
 #include <math.h>
@@ -25,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <elf.h>
 #include <sys/mman.h>
 #include <functional>
 #include <tuple>
@@ -37,6 +45,7 @@ struct dim3 {
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 struct cudaDeviceProp { char name[256]; size_t totalGlobalMem; int major, minor, multiProcessorCount; };
 struct cudaLaunchAttribute;
@@ -64,6 +73,13 @@ static EmuGraph *emu_capture;   // the graph being captured (cudaStreamBeginCapt
 // time), so the scheduler can poison all of it before each block.
 #define __shared__ __attribute__((section("emu_shared"))) static
 extern "C" char __start_emu_shared[], __stop_emu_shared[];
+// Dynamic shared memory (CUDA's `extern __shared__ T name[]`, whose size the launch gives): declared
+// in a kernel as DYNAMIC_SHARED(T, name); (clover.cu defines the macro as that extern declaration for
+// nvcc where a kernel uses it). Here one buffer of the largest size a block may have, poisoned as the
+// static arrays are, with a guard zone after the launch's bytes.
+enum { EMU_SMEM_OPTIN = 227 * 1024, EMU_SMEM_GUARD = 64 };
+alignas(16) static unsigned char emu_dynamic_smem[EMU_SMEM_OPTIN + EMU_SMEM_GUARD];
+#define DYNAMIC_SHARED(T, name) T *name = (T *)emu_dynamic_smem
 
 static void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 #include <stdarg.h>
@@ -111,6 +127,8 @@ struct Emu {
     void (*body)(void *);
     void *body_arg;
     const char *kernel;
+    size_t dynamic_smem;            // the launch's dynamic shared memory bytes
+    bool launch_only;               // CLOVER_EMU_LAUNCH_ONLY: check each launch, run no block
 };
 static Emu emu;
 // the built-in variables, set by the scheduler before each switch into a fiber
@@ -125,6 +143,8 @@ static void emu_init(void) {
     else emu_fail("CLOVER_EMU_ORDER=%s: expected forward, reverse or random", o);
     const char *s = getenv("CLOVER_EMU_SEED");
     emu.rng = s ? strtoull(s, NULL, 10) * 2654435761u + 1 : 88172645463325252ull;
+    const char *lo = getenv("CLOVER_EMU_LAUNCH_ONLY");
+    emu.launch_only = lo && strcmp(lo, "0") && *lo;
     emu.stacks = (char *)mmap(NULL, (size_t)EMU_MAX_THREADS * EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (emu.stacks == MAP_FAILED) emu_fail("cannot map %d fiber stacks", EMU_MAX_THREADS);
 }
@@ -204,6 +224,8 @@ static bool emu_resolve_warp(int w) {
 static void emu_run_block(void) {
     int n = emu.n;
     memset(__start_emu_shared, 0xff, (size_t)(__stop_emu_shared - __start_emu_shared));
+    memset(emu_dynamic_smem, 0xff, emu.dynamic_smem);
+    memset(emu_dynamic_smem + emu.dynamic_smem, 0xa5, EMU_SMEM_GUARD);
     for (int t = 0; t < n; t++) {
         void **sp = (void **)(emu.stacks + (size_t)(t + 1) * EMU_STACK);
         *--sp = NULL;                          // keeps the entry's stack aligned as after a call
@@ -239,7 +261,13 @@ static void emu_run_block(void) {
             if (emu.th[t].state == EMU_DONE) done++;
             if (emu.th[t].state == EMU_AT_BARRIER) at_barrier++, first = first < 0 ? t : first;
         }
-        if (done == n) return;
+        if (done == n) {
+            for (int g = 0; g < EMU_SMEM_GUARD; g++)
+                if (emu_dynamic_smem[emu.dynamic_smem + g] != 0xa5)
+                    emu_fail("%s block (%u,%u) wrote past its %zu bytes of dynamic shared memory (byte %d after them)", emu.kernel, blockIdx.x,
+                             blockIdx.y, emu.dynamic_smem, g);
+            return;
+        }
         if (at_barrier == 0 || at_barrier + done < n || done > 0) {
             int a = first >= 0 ? first : 0, u = emu_first_unlike(a, 0, n);
             for (int t = 0; t < n && u < 0; t++) if (emu.th[t].state != emu.th[a].state) u = t;
@@ -344,7 +372,8 @@ static cudaError_t cudaMalloc(void **p, size_t n) {
     if (emu_n_allocs == EMU_MAX_ALLOCS || n > free_b) return cudaErrorMemoryAllocation;
     char *m = (char *)aligned_alloc(256, (n + EMU_GUARD + 255) / 256 * 256);
     if (!m) return cudaErrorMemoryAllocation;
-    memset(m, 0xff, n);
+    emu_init();
+    if (!emu.launch_only) memset(m, 0xff, n);   // (launch only: the pages stay untouched)
     memset(m + n, 0xa5, EMU_GUARD);
     emu_allocs[emu_n_allocs++] = {m, n};
     *p = m;
@@ -473,29 +502,142 @@ template <typename... P> static void emu_call(void *p) {
     std::apply(c->kernel, c->args);
 }
 
-// cudaLaunchKernelEx(&config, kernel, args...): the arguments converted to the kernel's parameter
-// types, as the real template does; then every block, one after another.
-// Every block of one launch, one after another; then the guard zones.
+// ---- launch limits -----------------------------------------------------------------------------
+// sm_90's (CUDA C++ Programming Guide, compute capability 9.0): gridDim.x <= 2^31 - 1, gridDim.y
+// and .z <= 65535; blockDim.x and .y <= 1024, .z <= 64, at most 1024 threads; shared memory per block
+// at most 48 KiB, static and dynamic together, unless the kernel opted in with
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n): then dynamic <= n and
+// static + dynamic <= 227 KiB (static alone stays <= 48 KiB: ptxas refuses more).
+// A kernel's static shared memory is measured: the __shared__ arrays of the emu_shared section that
+// its blocks write (an array it only read would be a read of unwritten memory anyway), sized from
+// the program's own symbol table (function-static arrays keep local symbols); without one (a
+// stripped binary) the whole section counts, an upper bound.
+enum { EMU_SMEM_DEFAULT = 48 * 1024, EMU_MAX_BLOCK = 1024, EMU_MAX_BLOCK_Z = 64, EMU_MAX_GRID_YZ = 65535 };
+static const unsigned EMU_MAX_GRID_X = 2147483647u;
+
+struct EmuSharedVar { size_t offset, size; };
+static std::vector<EmuSharedVar> emu_shared_vars;   // the section's arrays, by offset
+
+static void emu_read_shared_vars(void) {
+    static bool done;
+    if (done) return;
+    done = true;
+    size_t section = (size_t)(__stop_emu_shared - __start_emu_shared);
+    FILE *f = fopen("/proc/self/exe", "rb");
+    Elf64_Ehdr eh;
+    std::vector<Elf64_Shdr> sh;
+    if (f && fread(&eh, sizeof eh, 1, f) == 1 && !memcmp(eh.e_ident, ELFMAG, SELFMAG) && eh.e_shentsize == sizeof(Elf64_Shdr)) {
+        sh.resize(eh.e_shnum);
+        if (fseek(f, (long)eh.e_shoff, SEEK_SET) || fread(sh.data(), sizeof(Elf64_Shdr), sh.size(), f) != sh.size()) sh.clear();
+    }
+    int idx = -1, symtab = -1;
+    if (!sh.empty() && eh.e_shstrndx < sh.size()) {
+        std::vector<char> names(sh[eh.e_shstrndx].sh_size + 1, 0);
+        if (!fseek(f, (long)sh[eh.e_shstrndx].sh_offset, SEEK_SET) && fread(names.data(), 1, names.size() - 1, f) == names.size() - 1)
+            for (size_t i = 0; i < sh.size(); i++) {
+                if (sh[i].sh_name < names.size() && !strcmp(&names[sh[i].sh_name], "emu_shared")) idx = (int)i;
+                if (sh[i].sh_type == SHT_SYMTAB) symtab = (int)i;
+            }
+    }
+    if (idx >= 0 && symtab >= 0) {
+        std::vector<Elf64_Sym> syms(sh[symtab].sh_size / sizeof(Elf64_Sym));
+        if (!fseek(f, (long)sh[symtab].sh_offset, SEEK_SET) && fread(syms.data(), sizeof(Elf64_Sym), syms.size(), f) == syms.size())
+            for (const Elf64_Sym &y : syms)
+                if (y.st_shndx == idx && ELF64_ST_TYPE(y.st_info) == STT_OBJECT && y.st_size > 0 && y.st_value >= sh[idx].sh_addr &&
+                    y.st_value - sh[idx].sh_addr + y.st_size <= section)
+                    emu_shared_vars.push_back({(size_t)(y.st_value - sh[idx].sh_addr), (size_t)y.st_size});
+    }
+    if (f) fclose(f);
+    if (emu_shared_vars.empty() && section > 0) emu_shared_vars.push_back({0, section});
+}
+
+// bytes of the static shared arrays the block that just ran wrote (any byte no longer 0xff)
+static size_t emu_static_smem_written(void) {
+    size_t n = 0;
+    for (const EmuSharedVar &v : emu_shared_vars)
+        for (size_t i = 0; i < v.size; i++)
+            if ((unsigned char)__start_emu_shared[v.offset + i] != 0xff) {
+                n += v.size;
+                break;
+            }
+    return n;
+}
+
+// cudaFuncSetAttribute's opt-ins: kernel -> its largest dynamic shared memory
+struct EmuOptIn { const void *kernel; int max_dynamic; };
+static std::vector<EmuOptIn> emu_opt_ins;
+template <typename... P> static cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) emu_fail("cudaFuncSetAttribute: only cudaFuncAttributeMaxDynamicSharedMemorySize is emulated");
+    if (value < 0 || value > EMU_SMEM_OPTIN) return cudaErrorInvalidValue;
+    for (EmuOptIn &o : emu_opt_ins)
+        if (o.kernel == (const void *)kernel) return o.max_dynamic = value, cudaSuccess;
+    emu_opt_ins.push_back({(const void *)kernel, value});
+    return cudaSuccess;
+}
+static int emu_opt_in(const void *kernel) {   // -1: none
+    for (const EmuOptIn &o : emu_opt_ins)
+        if (o.kernel == kernel) return o.max_dynamic;
+    return -1;
+}
+
+// The grid, the block and the dynamic shared memory against the limits: one error line naming the
+// kernel and the limit when one is passed.
+static void emu_check_config(const cudaLaunchConfig_t *c, const void *kernel, const char *name) {
+    const dim3 &g = c->gridDim, &b = c->blockDim;
+    unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
+    if (!g.x || !g.y || !g.z || !b.x || !b.y || !b.z)
+        emu_fail("%s: launch of grid (%u,%u,%u) x block (%u,%u,%u): a size of 0", name, g.x, g.y, g.z, b.x, b.y, b.z);
+    if (g.x > EMU_MAX_GRID_X) emu_fail("%s: gridDim.x = %u is over sm_90's limit of %u", name, g.x, EMU_MAX_GRID_X);
+    if (g.y > EMU_MAX_GRID_YZ) emu_fail("%s: gridDim.y = %u is over sm_90's limit of %d", name, g.y, EMU_MAX_GRID_YZ);
+    if (g.z > EMU_MAX_GRID_YZ) emu_fail("%s: gridDim.z = %u is over sm_90's limit of %d", name, g.z, EMU_MAX_GRID_YZ);
+    if (b.x > EMU_MAX_BLOCK || b.y > EMU_MAX_BLOCK || b.z > EMU_MAX_BLOCK_Z || nt > EMU_MAX_BLOCK)
+        emu_fail("%s: block (%u,%u,%u) of %llu threads is over sm_90's limits (x, y <= %d, z <= %d, %d threads)", name, b.x, b.y, b.z, nt,
+                 EMU_MAX_BLOCK, EMU_MAX_BLOCK_Z, EMU_MAX_BLOCK);
+    int opt = emu_opt_in(kernel);
+    size_t limit = opt >= 0 ? (size_t)opt : EMU_SMEM_DEFAULT;
+    if (c->dynamicSmemBytes > limit)
+        emu_fail("%s: %zu bytes of dynamic shared memory, over %s %zu", name, c->dynamicSmemBytes,
+                 opt >= 0 ? "its cudaFuncSetAttribute(MaxDynamicSharedMemorySize) of" : "sm_90's default limit per block (no opt-in) of", limit);
+}
+
+// After a block: its static shared arrays with the launch's dynamic bytes, against the limit.
+static void emu_check_smem(const cudaLaunchConfig_t &c, const void *kernel, const char *name) {
+    size_t st = emu_static_smem_written(), dyn = c.dynamicSmemBytes;
+    int opt = emu_opt_in(kernel);
+    if (st > EMU_SMEM_DEFAULT)
+        emu_fail("%s: %zu bytes of static shared memory, over sm_90's %d (ptxas refuses it)", name, st, EMU_SMEM_DEFAULT);
+    if (opt < 0 && st + dyn > EMU_SMEM_DEFAULT)
+        emu_fail("%s: %zu bytes of static + %zu of dynamic shared memory, over sm_90's default limit per block of %d "
+                 "(more needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize))", name, st, dyn, EMU_SMEM_DEFAULT);
+    if (st + dyn > EMU_SMEM_OPTIN)
+        emu_fail("%s: %zu bytes of static + %zu of dynamic shared memory, over sm_90's %d per block", name, st, dyn, EMU_SMEM_OPTIN);
+}
+
+// Every block of one launch, one after another, each checked for its shared memory; then the
+// guard zones.
 template <typename... P> static void emu_run(const cudaLaunchConfig_t &c, EmuCall<P...> &call, const char *name) {
+    if (emu.launch_only) return;
+    emu_read_shared_vars();
     emu.body = emu_call<P...>, emu.body_arg = &call, emu.kernel = name, emu.n = (int)(c.blockDim.x * c.blockDim.y * c.blockDim.z);
+    emu.dynamic_smem = c.dynamicSmemBytes;
     gridDim = c.gridDim, blockDim = c.blockDim;
     for (unsigned z = 0; z < gridDim.z; z++)
         for (unsigned y = 0; y < gridDim.y; y++)
             for (unsigned x = 0; x < gridDim.x; x++) {
                 blockIdx = dim3(x, y, z);
                 emu_run_block();
+                emu_check_smem(c, (const void *)call.kernel, name);
             }
     emu_check_guards(name);
 }
 
-// cudaLaunchKernelEx(&config, kernel, args...): the arguments converted to the kernel's parameter
-// types, as the real template does; then run (or, while a graph is being captured, recorded).
+// cudaLaunchKernelEx(&config, kernel, args...): the configuration checked, the arguments converted
+// to the kernel's parameter types, as the real template does; then run (or, while a graph is being
+// captured, recorded).
 template <typename... P, typename... A>
 static cudaError_t emu_launch(const cudaLaunchConfig_t *c, void (*kernel)(P...), const char *name, A &&...args) {
     emu_init();
-    unsigned nt = c->blockDim.x * c->blockDim.y * c->blockDim.z;
-    if (nt == 0 || nt > EMU_MAX_THREADS || c->gridDim.x == 0 || c->gridDim.y == 0 || c->gridDim.z == 0 || c->gridDim.y > 65535 || c->gridDim.z > 65535)
-        return cudaErrorInvalidConfiguration;
+    emu_check_config(c, (const void *)kernel, name);
     EmuCall<P...> call{kernel, std::tuple<P...>(std::forward<A>(args)...)};
     if (emu_capture) emu_capture->ops.push_back([cfg = *c, call, name]() mutable { emu_run(cfg, call, name); });
     else emu_run(*c, call, name);
