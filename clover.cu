@@ -517,14 +517,15 @@ static void matmul_gpu(uint32_t wtype, const void *W, const void *xq, int64_t n,
 }
 
 // The expert matmul (clover.c's FFN over experts, by pair rather than grouped): one warp per (output
-// row o, pair p), grid (n_out / 8, n_pairs). Pair p runs row o of expert ids[p] (W + e * expert_bytes)
+// row o, pair p), grid (n_pairs, n_out / 8): the pairs on x, whose limit is 2^31 - 1 blocks (T x
+// n_used is 65,536 at -ub 8192 with 8 experts used, past y's 65,535). Pair p runs row o of expert ids[p] (W + e * expert_bytes)
 // on activation row p / in_div, through rows_dot as matmul_kernel does, so its bits are that row's of
 // the dense matmul of W_e. ids[p] < 0: row p is zeros.
 template <typename Unit>
 __global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div, const uint8_t *xq,
                                  size_t xq_bytes, int64_t n, int64_t n_out, float *y) {
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
-    int p = blockIdx.y, e = ids[p];
+    int64_t o = (int64_t)blockIdx.y * (BLOCK / WARP) + threadIdx.x / WARP;
+    int p = blockIdx.x, e = ids[p];
     bool active = o < n_out;
     float r = 0;
     if (e >= 0) rows_dot<Unit>(W + e * expert_bytes + (active ? o : 0) * w_bytes, xq + (size_t)(p / in_div) * xq_bytes, xq_bytes, 1, n, active, &r);
@@ -535,7 +536,7 @@ __global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w
 // gate/up (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n] tensor.
 static void matmul_id_gpu(uint32_t wtype, const void *W, size_t expert_bytes, const int *ids, int n_pairs, int in_div, const void *xq, int64_t n,
                           int64_t n_out, float *y) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)n_pairs), BLOCK);
+    cudaLaunchConfig_t c = launch_config(dim3((unsigned)n_pairs, blocks_for(n_out, BLOCK / WARP)), BLOCK);
     const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
     size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
     switch (wtype) {
@@ -1113,12 +1114,12 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
 // The experts' gate, up and SwiGLU in one launch, for gate and up tensors of one type: the fused twin
 // of matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is rows_dot's
 // chain, then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p], t = p / in_div;
-// ids[p] < 0: h row p is 0 (= silu(0) * 0). One warp per (o, p), as matmul_id_kernel.
+// ids[p] < 0: h row p is 0 (= silu(0) * 0). One warp per (o, p), grid (n_pairs, n_out / 8), as matmul_id_kernel.
 template <typename Unit>
 __global__ void swiglu_id_kernel(const uint8_t *G, const uint8_t *U, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div,
                                  const uint8_t *xg, const uint8_t *xu, size_t xq_bytes, int64_t n, int64_t n_out, float *h) {
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
-    int p = blockIdx.y, e = ids[p];
+    int64_t o = (int64_t)blockIdx.y * (BLOCK / WARP) + threadIdx.x / WARP;
+    int p = blockIdx.x, e = ids[p];
     bool active = o < n_out;
     float g = 0, u = 0;
     if (e >= 0) {
@@ -1131,7 +1132,7 @@ __global__ void swiglu_id_kernel(const uint8_t *G, const uint8_t *U, size_t expe
 
 static void swiglu_id_gpu(uint32_t wtype, const void *G, const void *U, size_t expert_bytes, const int *ids, int n_pairs, int in_div,
                           const void *xg, const void *xu, int64_t n, int64_t n_out, float *h) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)n_pairs), BLOCK);
+    cudaLaunchConfig_t c = launch_config(dim3((unsigned)n_pairs, blocks_for(n_out, BLOCK / WARP)), BLOCK);
     const uint8_t *g = (const uint8_t *)G, *u = (const uint8_t *)U, *ag = (const uint8_t *)xg, *au = (const uint8_t *)xu;
     size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
     switch (wtype) {
