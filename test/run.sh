@@ -1554,7 +1554,10 @@ open(dst, "wb").write(d)' "$(model "$t")" "$hw" "$pat"; then
 # --check-ops on a tiny model of every weight type in the forward, reverse and random thread orders;
 # the planted bugs of test/gpu_mutants.sh (a missing or divergent __syncthreads, an off-by-one index,
 # a wrong rounding, a delta rule scanning its rows the wrong way) must each make it fail; the CPU
-# build refuses --check-ops in one line.
+# build refuses --check-ops in one line. The emulation enforces sm_90's launch limits (build/emu_limits:
+# each launch at a limit runs, each one past it is one error line), and a -ub 8192 batch with 8 experts
+# used (65,536 expert rows, one past gridDim.y's limit) launches within them (CLOVER_EMU_LAUNCH_ONLY:
+# every launch checked, none run).
 test_gpu() {
     local t o m out n last
     if [ ! -x "$EMU" ]; then
@@ -1577,6 +1580,29 @@ test_gpu() {
             fi
         done
     done
+    local c want rc n_ok=0 n_cases=0
+    if [ -x build/emu_limits ]; then
+        while read -r c want; do
+            n_cases=$((n_cases + 1))
+            out=$(build/emu_limits "$c" 2> "$TMP/err")
+            rc=$?
+            if [ "$want" = fits ] && [ "$rc" -eq 0 ] && [ "$out" = ok ] && [ ! -s "$TMP/err" ]; then n_ok=$((n_ok + 1))
+            elif [ "$want" = exceeds ] && [ "$rc" -eq 1 ] && [ -z "$out" ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q '^clover: error: ' "$TMP/err"; then
+                n_ok=$((n_ok + 1))
+            else fail "gpu/emu-limits/$c" "want $want, got exit $rc: $out $(first_line "$TMP/err")"; fi
+        done < <(build/emu_limits)
+        [ "$n_ok" -gt 0 ] && [ "$n_ok" -eq "$n_cases" ] &&
+            pass "gpu/emu-limits: $n_ok launches at and past sm_90's limits (grid, block, static and dynamic shared memory, opt-in) run or fail as sm_90 would"
+    else
+        fail gpu/emu-limits "build/emu_limits is missing (make build/emu_limits)"
+    fi
+    m=$(model q8_0 1 --experts-used 8 --ctx 16384) || { fail gpu/ub8192 "cannot generate the model"; return; }
+    python3 -c "import random; r = random.Random(3); print(','.join(str(r.randrange($N_VOCAB)) for _ in range(8192)))" > "$TMP/p8192.ids"
+    name="gpu/launch limits: a -ub 8192 batch with 8 of 8 experts used (65,536 expert rows) launches within them"
+    if CLOVER_EMU_LAUNCH_ONLY=1 $TO "$EMU" -ngl 99 -m "$m" --tokens "$(cat "$TMP/p8192.ids")" -c 8200 -b 8192 -ub 8192 --dump-logits "$TMP/l8192.bin" > /dev/null 2> "$TMP/err" &&
+       grep -q 'scratch .* (-ub 8192)' "$TMP/err"; then pass "$name"
+    else fail "$name" "$(grep -m 1 error "$TMP/err")"; fi
+    rm -f "$TMP/l8192.bin"
     m=$(model q4_0 1 --layers 1) || { fail gpu/mutants "cannot generate the model"; return; }
     if out=$(FIRST_CATCH=1 CXX_EMU=${CXX_EMU:-clang++} test/gpu_mutants.sh "$m" 2>&1); then
         pass "gpu/mutants: every planted bug caught: $(echo "$out" | sed 's/: caught.*//' | tr '\n' ';')"
