@@ -25,6 +25,10 @@
 // CLOVER_EMU_LAUNCH_ONLY=1: every launch's configuration is checked, no block runs and device memory
 // is not poisoned, so a batch far too large to emulate (-ub 8192) shows in seconds whether every
 // launch fits the limits; what it computes is garbage.
+// CLOVER_EMU_COUNT=FILE: the device memory each launch and copy touches, written to FILE (the cost
+// model of test/costmodel.c reads it; see "counting" below). A measurement mode: the same results,
+// but device memory is neither poisoned nor guarded. CLOVER_EMU_COUNT_STOP=N: the program ends
+// (exit 0) at its N-th host wait, so that a run measured for its first passes need not finish.
 // What it cannot check: races between blocks, the memory model, timing, inline PTX.
 #pragma once
 #include <math.h>
@@ -33,7 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <elf.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <sys/mman.h>
+#include <algorithm>
 #include <functional>
 #include <tuple>
 #include <utility>
@@ -114,6 +121,7 @@ struct EmuThread {
     unsigned mask;
     int arg, width;
     uint64_t in, out;   // a warp operation's value and result
+    uint64_t loads, load_bytes;   // counting: its loads from device memory in this block
 };
 
 enum { EMU_MAX_THREADS = 1024, EMU_STACK = 256 * 1024 };
@@ -134,8 +142,10 @@ static Emu emu;
 // the built-in variables, set by the scheduler before each switch into a fiber
 static dim3 threadIdx, blockIdx, blockDim, gridDim;
 
+static void emu_count_init(void);   // (counting, below)
 static void emu_init(void) {
     if (emu.stacks) return;
+    emu_count_init();
     const char *o = getenv("CLOVER_EMU_ORDER");
     if (!o || !strcmp(o, "forward")) emu.order = 0;
     else if (!strcmp(o, "reverse")) emu.order = 1;
@@ -233,6 +243,7 @@ static void emu_run_block(void) {
         for (int r = 0; r < 6; r++) *--sp = NULL;
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
+        emu.th[t].loads = emu.th[t].load_bytes = 0;
     }
     int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
     for (int t = 0; t < n; t++) order[t] = emu.order == 1 ? n - 1 - t : t;
@@ -325,7 +336,7 @@ static inline int __float2int_rn(float x) {
 
 // ---- device memory: tagged, poisoned, guarded ---------------------------------------------------
 enum { EMU_GUARD = 64, EMU_MAX_ALLOCS = 4096 };
-struct EmuAlloc { char *p; size_t n; };
+struct EmuAlloc { char *p; size_t n; uint8_t *pages; };   // pages: counting's flags, one per 4 KiB page
 static EmuAlloc emu_allocs[EMU_MAX_ALLOCS];
 static int emu_n_allocs;
 
@@ -340,7 +351,183 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
     return NULL;
 }
 
+// ---- counting (CLOVER_EMU_COUNT) -------------------------------------------------------------------
+// Device memory is mapped with no access, so the first read and the first write of each 4 KiB page by
+// a launch's blocks fault; the handler records the page and opens it (reads: read-only, so that a
+// later write faults too). At the launch's end its pages are closed again and summed: bytes read from
+// pages no launch or copy wrote since the last host wait ("cold": weights, KV cache, the state; what
+// must come from HBM) and from pages written since ("hot": the activations the kernels before it
+// wrote, in L2 on a GPU), and bytes written. A page counts once per launch, at its first touch, and
+// whole (but never past its allocation's end). Built with CLOVER_EMU_COUNT_LOADS and clang's
+// -fsanitize-coverage=inline-8bit-counters,trace-loads (make build/clover-emu-count), every load the
+// kernels make from device memory is counted too, per thread as the C++ is written (scalar code,
+// no vectorizing), in a sample of about 64 blocks a launch, scaled to all of them: a warp executes a
+// load instruction as often as its busiest lane loads, so a launch's warp loads are the sum over its
+// warps of their lanes' largest count. One line per launch, copy, graph launch and host wait:
+//   launch NAME GX GY GZ BX BY BZ COLD HOT WRITTEN WARP_LOADS THREAD_LOADS LOAD_BYTES MAX_WARP_LOADS
+//   copy KIND BYTES | graph | sync
+// (the four load counts -1 when not counted). The emulator's own accesses (copies, memsets) open and
+// close the pages they touch.
+enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
+struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
+struct EmuCount {
+    FILE *f;
+    bool in_launch;
+    bool sampling;                   // this block's loads are counted
+    uintptr_t lo, hi;                // device memory lies within [lo, hi)
+    double warp_loads, thread_loads, load_bytes, max_warp_loads;   // this launch's, sampled blocks only
+    unsigned sampled;
+    std::vector<EmuTouch> touched;   // this launch's pages, in fault order
+    std::vector<uint8_t *> hot;      // pages written since the last host wait
+};
+static EmuCount emu_count;
+
+#ifdef CLOVER_EMU_COUNT_LOADS
+// a load of n bytes at p by the running thread (clang's trace-loads callbacks)
+static inline void emu_load(const void *p, unsigned n) {
+    uintptr_t a = (uintptr_t)p;
+    if (!emu_count.sampling || a < emu_count.lo || a >= emu_count.hi) return;
+    emu.th[emu.cur].loads++, emu.th[emu.cur].load_bytes += n;
+}
+extern "C" void __sanitizer_cov_load1(uint8_t *p) { emu_load(p, 1); }
+extern "C" void __sanitizer_cov_load2(uint16_t *p) { emu_load(p, 2); }
+extern "C" void __sanitizer_cov_load4(uint32_t *p) { emu_load(p, 4); }
+extern "C" void __sanitizer_cov_load8(uint64_t *p) { emu_load(p, 8); }
+extern "C" void __sanitizer_cov_load16(__int128 *p) { emu_load(p, 16); }
+extern "C" void __sanitizer_cov_8bit_counters_init(char *, char *) {}
+static const bool emu_counts_loads = true;
+#else
+static const bool emu_counts_loads = false;
+#endif
+
+static EmuAlloc *emu_alloc_of(const void *p) {
+    for (int i = 0; i < emu_n_allocs; i++)
+        if ((const char *)p >= emu_allocs[i].p && (const char *)p < emu_allocs[i].p + emu_allocs[i].n) return &emu_allocs[i];
+    return NULL;
+}
+
+static void emu_segv(int sig, siginfo_t *si, void *uc) {
+    char *a = (char *)si->si_addr;
+    EmuAlloc *al = emu_count.in_launch ? emu_alloc_of(a) : NULL;
+    if (!al) {   // not counting's: the default action, at the same access again
+        signal(sig, SIG_DFL);
+        return;
+    }
+    bool write = ((ucontext_t *)uc)->uc_mcontext.gregs[REG_ERR] & 2;   // x86-64 page fault code: bit 1, a write
+    size_t pg = (size_t)(a - al->p) / EMU_PAGE;
+    uint8_t *f = &al->pages[pg];
+    char *page = al->p + pg * EMU_PAGE;
+    if (!(*f & (EMU_READ | EMU_WRITE))) {
+        size_t left = al->n - pg * EMU_PAGE;
+        emu_count.touched.push_back({f, page, left < EMU_PAGE ? left : (size_t)EMU_PAGE});
+    }
+    *f |= write ? EMU_WRITE : EMU_READ;
+    mprotect(page, EMU_PAGE, write ? PROT_READ | PROT_WRITE : PROT_READ);
+}
+
+static void emu_count_init(void) {
+    const char *path = getenv("CLOVER_EMU_COUNT");
+    if (!path || !*path) return;
+    if (!(emu_count.f = fopen(path, "w"))) emu_fail("CLOVER_EMU_COUNT=%s: cannot write it", path);
+    emu_count.touched.reserve((size_t)1 << 22);   // (the handler should not allocate)
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = emu_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigaction(SIGSEGV, &sa, NULL);
+}
+
+// the pages of [p, p + n) in device memory opened for the emulator itself, or closed again
+static void emu_open(const void *p, size_t n, bool open) {
+    EmuAlloc *al = emu_count.f && n ? emu_alloc_of(p) : NULL;
+    if (!al) return;
+    size_t first = (size_t)((const char *)p - al->p) / EMU_PAGE, last = (size_t)((const char *)p + n - 1 - al->p) / EMU_PAGE;
+    mprotect(al->p + first * EMU_PAGE, (last - first + 1) * EMU_PAGE, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+// a copy or memset's bytes; the device pages it wrote become hot
+static void emu_count_copy(const char *kind, const void *dst, size_t n) {
+    if (!emu_count.f) return;
+    fprintf(emu_count.f, "copy %s %zu\n", kind, n);
+    EmuAlloc *al = n ? emu_alloc_of(dst) : NULL;
+    if (!al) return;
+    for (size_t pg = (size_t)((const char *)dst - al->p) / EMU_PAGE; pg * EMU_PAGE < (size_t)((const char *)dst - al->p) + n; pg++)
+        if (!(al->pages[pg] & EMU_HOT)) al->pages[pg] |= EMU_HOT, emu_count.hot.push_back(&al->pages[pg]);
+}
+static void emu_count_line(const char *line) {
+    if (!emu_count.f) return;
+    fprintf(emu_count.f, "%s\n", line);
+    if (!strcmp(line, "sync")) {   // a host wait: nothing is hot any more
+        for (uint8_t *f : emu_count.hot) *f &= (uint8_t)~EMU_HOT;
+        emu_count.hot.clear();
+        static int n_syncs;
+        const char *stop = getenv("CLOVER_EMU_COUNT_STOP");
+        if (stop && ++n_syncs == atoi(stop)) {
+            fclose(emu_count.f);
+            fflush(stdout);
+            _exit(0);
+        }
+    }
+}
+static void emu_count_begin(void) {
+    emu_count.in_launch = emu_count.f != NULL;
+    emu_count.warp_loads = emu_count.thread_loads = emu_count.load_bytes = emu_count.max_warp_loads = 0;
+    emu_count.sampled = 0;
+}
+// block b of n: counted when it is one of about 64 evenly spaced ones
+static void emu_count_block_begin(unsigned long long b, unsigned long long n) {
+    unsigned long long every = n > 64 ? n / 64 : 1;
+    emu_count.sampling = emu_count.f && emu_counts_loads && b % every == 0;
+}
+static void emu_count_block_end(void) {
+    if (!emu_count.sampling) return;
+    emu_count.sampling = false;
+    emu_count.sampled++;
+    for (int w0 = 0; w0 < emu.n; w0 += 32) {
+        uint64_t m = 0;
+        for (int t = w0; t < emu.n && t < w0 + 32; t++) {
+            m = emu.th[t].loads > m ? emu.th[t].loads : m;
+            emu_count.thread_loads += (double)emu.th[t].loads, emu_count.load_bytes += (double)emu.th[t].load_bytes;
+        }
+        emu_count.warp_loads += (double)m;
+        if ((double)m > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)m;
+    }
+}
+// the launch's pages: summed, closed (runs of neighbouring pages in one call), forgotten
+static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
+    if (!emu_count.f) return;
+    emu_count.in_launch = false;
+    size_t cold = 0, hot = 0, written = 0;
+    std::vector<EmuTouch> &t = emu_count.touched;
+    for (EmuTouch &x : t) {
+        if (*x.flag & EMU_READ) (*x.flag & EMU_HOT ? hot : cold) += x.bytes;
+        if (*x.flag & EMU_WRITE) written += x.bytes;
+    }
+    for (EmuTouch &x : t) {
+        if ((*x.flag & EMU_WRITE) && !(*x.flag & EMU_HOT)) *x.flag |= EMU_HOT, emu_count.hot.push_back(x.flag);
+        *x.flag &= (uint8_t)~(EMU_READ | EMU_WRITE);
+    }
+    std::sort(t.begin(), t.end(), [](const EmuTouch &a, const EmuTouch &c) { return a.page < c.page; });
+    for (size_t i = 0; i < t.size();) {
+        size_t j = i + 1;
+        while (j < t.size() && t[j].page == t[j - 1].page + EMU_PAGE) j++;
+        mprotect(t[i].page, (j - i) * EMU_PAGE, PROT_NONE);
+        i = j;
+    }
+    t.clear();
+    char nm[512];
+    size_t k = 0;
+    for (const char *c = name; *c && k + 1 < sizeof nm; c++)
+        if (*c != ' ') nm[k++] = *c;
+    nm[k] = 0;
+    double blocks = (double)g.x * g.y * g.z, scale = emu_count.sampled ? blocks / emu_count.sampled : 0;
+    if (emu_counts_loads)
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written,
+                emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale, emu_count.max_warp_loads);
+    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
+}
+
 static void emu_check_guards(const char *after) {
+    if (emu_count.f) return;   // (counting: not guarded)
     for (int i = 0; i < emu_n_allocs; i++)
         for (int g = 0; g < EMU_GUARD; g++)
             if ((unsigned char)emu_allocs[i].p[emu_allocs[i].n + g] != 0xa5)
@@ -370,12 +557,23 @@ static cudaError_t cudaMalloc(void **p, size_t n) {
     size_t free_b, total_b;
     cudaMemGetInfo(&free_b, &total_b);
     if (emu_n_allocs == EMU_MAX_ALLOCS || n > free_b) return cudaErrorMemoryAllocation;
+    emu_init();
+    if (emu_count.f) {   // counting: whole pages of no access (see "counting")
+        size_t pages = (n + EMU_PAGE - 1) / EMU_PAGE + (n == 0);
+        char *m = (char *)mmap(NULL, pages * EMU_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        uint8_t *flags = (uint8_t *)calloc(pages, 1);
+        if (m == MAP_FAILED || !flags) return cudaErrorMemoryAllocation;
+        emu_allocs[emu_n_allocs++] = {m, n, flags};
+        if (!emu_count.lo || (uintptr_t)m < emu_count.lo) emu_count.lo = (uintptr_t)m;
+        if ((uintptr_t)m + pages * EMU_PAGE > emu_count.hi) emu_count.hi = (uintptr_t)m + pages * EMU_PAGE;
+        *p = m;
+        return cudaSuccess;
+    }
     char *m = (char *)aligned_alloc(256, (n + EMU_GUARD + 255) / 256 * 256);
     if (!m) return cudaErrorMemoryAllocation;
-    emu_init();
     if (!emu.launch_only) memset(m, 0xff, n);   // (launch only: the pages stay untouched)
     memset(m + n, 0xa5, EMU_GUARD);
-    emu_allocs[emu_n_allocs++] = {m, n};
+    emu_allocs[emu_n_allocs++] = {m, n, NULL};
     *p = m;
     return cudaSuccess;
 }
@@ -386,7 +584,8 @@ static cudaError_t cudaFree(void *p) {
     for (int i = 0; i < emu_n_allocs; i++)
         if (emu_allocs[i].p == p) {
             emu_check_guards("a kernel");
-            free(p);
+            if (emu_allocs[i].pages) munmap(p, ((emu_allocs[i].n + EMU_PAGE - 1) / EMU_PAGE + (emu_allocs[i].n == 0)) * EMU_PAGE), free(emu_allocs[i].pages);
+            else free(p);
             emu_allocs[i] = emu_allocs[--emu_n_allocs];
             return cudaSuccess;
         }
@@ -401,14 +600,21 @@ static cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKi
     static const char *names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice"};
     if (dd != want_dd || sd != want_sd)
         emu_fail("cudaMemcpy%s from %s memory to %s memory", names[kind], sd ? "device" : "host", dd ? "device" : "host");
+    emu_open(dst, n, true), emu_open(src, n, true);
     memmove(dst, src, n);
+    emu_open(dst, n, false), emu_open(src, n, false);
+    static const char *counted[] = {"h2h", "h2d", "d2h", "d2d"};
+    emu_count_copy(counted[kind], dd ? dst : NULL, n);
     return cudaSuccess;
 }
 
 static cudaError_t cudaMemset(void *p, int v, size_t n) {
     emu_not_capturing("cudaMemset");
     if (!emu_find(p, n)) emu_fail("cudaMemset of %zu bytes of host memory", n);
+    emu_open(p, n, true);
     memset(p, v, n);
+    emu_open(p, n, false);
+    emu_count_copy("memset", p, n);
     return cudaSuccess;
 }
 
@@ -438,6 +644,7 @@ static cudaError_t cudaStreamCreate(cudaStream_t *s) {
 }
 static cudaError_t cudaStreamSynchronize(cudaStream_t) {
     emu_not_capturing("cudaStreamSynchronize");
+    emu_count_line("sync");
     return cudaSuccess;
 }
 static cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
@@ -466,6 +673,7 @@ static cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 }
 static cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
     emu_not_capturing("cudaGraphLaunch");
+    emu_count_line("graph");
     for (auto &op : e->ops) op();
     return cudaSuccess;
 }
@@ -481,6 +689,7 @@ static cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
 }
 static inline cudaError_t cudaDeviceSynchronize(void) {
     emu_not_capturing("cudaDeviceSynchronize");
+    emu_count_line("sync");
     return cudaSuccess;
 }
 static const char *cudaGetErrorString(cudaError_t e) {
@@ -621,13 +830,17 @@ template <typename... P> static void emu_run(const cudaLaunchConfig_t &c, EmuCal
     emu.body = emu_call<P...>, emu.body_arg = &call, emu.kernel = name, emu.n = (int)(c.blockDim.x * c.blockDim.y * c.blockDim.z);
     emu.dynamic_smem = c.dynamicSmemBytes;
     gridDim = c.gridDim, blockDim = c.blockDim;
+    emu_count_begin();
     for (unsigned z = 0; z < gridDim.z; z++)
         for (unsigned y = 0; y < gridDim.y; y++)
             for (unsigned x = 0; x < gridDim.x; x++) {
                 blockIdx = dim3(x, y, z);
+                emu_count_block_begin(((unsigned long long)z * gridDim.y + y) * gridDim.x + x, (unsigned long long)gridDim.x * gridDim.y * gridDim.z);
                 emu_run_block();
+                emu_count_block_end();
                 emu_check_smem(c, (const void *)call.kernel, name);
             }
+    emu_count_end(name, c.gridDim, c.blockDim);
     emu_check_guards(name);
 }
 
