@@ -100,7 +100,7 @@ costmodel: build/clover-emu-count build/costmodel $(COST_SLICES)
 
 # emu_limits: the launch limits test/cuda_emu.h enforces, one launch per case (test/run.sh gpu)
 build/emu_limits: test/emu_limits.cu test/cuda_emu.h | build
-	$(CXX_EMU) -O1 -g -std=c++17 -Wall -Wextra -I. -x c++ test/emu_limits.cu -o $@
+	$(CXX_EMU) -O1 -g -std=c++17 -Wall -Wextra -Wno-unused-function -Wno-unneeded-internal-declaration -I. -x c++ test/emu_limits.cu -o $@
 
 # Sanitized and fuzzing builds use clang: its libFuzzer, and one compiler for both.
 SAN_CC    ?= clang
