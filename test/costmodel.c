@@ -9,7 +9,8 @@
  *   --slice L DECODE ROUND  count files of a model slice of L layers: DECODE from a plain greedy run
  *                           (its last decode step, a CUDA graph, is taken), ROUND from a draft-self
  *                           run whose first round drafts 15 (segments 1-3 after the prompt: the
- *                           preview pass, the verify batch with its GDN save, the rollback). With two
+ *                           preview pass, the verify batch with its GDN save, the rollback; "-":
+ *                           none, the decode step alone). With two
  *                           slices of L1 < L2 layers (the same layer pattern, period L2 - L1), every
  *                           count is extrapolated to N layers as c(L1) + (N - L1) / (L2 - L1) *
  *                           (c(L2) - c(L1)); with one, the slice is shown as it is.
@@ -230,6 +231,7 @@ static void read_slice(Pass out[N_PASSES], const char *decode, const char *round
     if (step < 0) die("no decode step (a graph launch) in", decode);
     memset(out, 0, N_PASSES * sizeof *out);
     add_segment(&out[DECODE], &s[step]);
+    if (!strcmp(round, "-")) return;
     s = read_segments(round, &n);
     if (n < 4) die("fewer than a prompt and a round's three passes in", round);
     for (int k = 1; k <= 3; k++) add_segment(&out[k], &s[k]);
@@ -337,11 +339,16 @@ int main(int argc, char **argv) {
     printf("== cost model: PREDICTIONS for an H200 (%d SMs, %.3f GHz, %.0f GB/s), %d layers%s; not measurements\n", SMS, CLOCK_HZ / 1e9, BW / 1e9,
            target, n_slices == 2 ? " (extrapolated from two slices)" : " (the slice as emulated)");
     double step = total(&p[DECODE], 0);
-    for (int k = 0; k < N_PASSES; k++) print_pass(PASS_NAMES[k], &p[k], k == DECODE ? 0 : step);
+    int rounds = strcmp(rnd[0], "-") && (n_slices < 2 || strcmp(rnd[1], "-"));
+    for (int k = 0; k < (rounds ? N_PASSES : 1); k++) print_pass(PASS_NAMES[k], &p[k], k == DECODE ? 0 : step);
     if (want_ptxas) print_ptxas();
     double b_step = total(&p[DECODE], 1);
-    printf("\nsummary (PREDICTED, %d layers): decode %.3f ms/step = %.1f t/s, %.1f MB/step = %.1f%% of %.0f GB/s; verify-16 %.2f steps (%.2fx its byte time); "
-           "preview-16 %.2f steps; rollback %.2f steps\n", target, 1e3 * step, 1 / step, b_step / 1e6, 100 * b_step / BW / step, BW / 1e9,
-           total(&p[VERIFY], 0) / step, total(&p[VERIFY], 0) / (total(&p[VERIFY], 1) / BW), total(&p[PREVIEW], 0) / step, total(&p[ROLLBACK], 0) / step);
+    printf("\nsummary (PREDICTED, %d layers): decode %.3f ms/step = %.1f t/s, %.1f MB/step = %.1f%% of %.0f GB/s", target, 1e3 * step, 1 / step,
+           b_step / 1e6, 100 * b_step / BW / step, BW / 1e9);
+    if (rounds)
+        printf("; verify-16 %.2f steps (%.2fx its byte time); preview-16 %.2f steps; rollback %.2f steps", total(&p[VERIFY], 0) / step,
+               total(&p[VERIFY], 0) / (total(&p[VERIFY], 1) / BW), total(&p[PREVIEW], 0) / step, total(&p[ROLLBACK], 0) / step);
+    else printf("; no draft-self round counted");
+    printf("\n");
     return 0;
 }
