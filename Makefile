@@ -6,6 +6,10 @@
 #   make bench    speed vs llama.cpp on real-shape slices of the 35B model (test/bench.sh; minutes)
 #   make sanitize the whole suite against ./build/san/clover, built with ASan and UBSan (clang)
 #   make fuzz     the libFuzzer harnesses, FUZZ_TIME seconds each (clang, libclang-rt-14-dev)
+#   make ptxas    clover.cu for sm_90a with ptxas -v: registers, spills, stack, shared memory and SASS
+#                 size per kernel (nvcc; minutes)
+#   make costmodel  predicted H200 cost per kernel of a 40-layer Q4_K_M decode step, verify and preview,
+#                 from the emulation's counts on 4- and 8-layer real-shape slices (~7 GB; long)
 CC      ?= cc
 CFLAGS  ?= -O2 -march=native -g
 CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE
@@ -66,6 +70,38 @@ build/clover-emu: clover.c clover.cu test/cuda_emu.h | build
 	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-emu.o
 	$(CXX_EMU) -o $@ build/clover-emu.o build/clover-emu-cu.o $(LDLIBS)
 
+# clover-emu-count: clover-emu that also counts the kernels' loads from device memory (clang's
+# trace-loads callbacks, scalar code) for CLOVER_EMU_COUNT, the cost model's input (test/costmodel.c)
+build/clover-emu-count: build/clover-emu clover.cu test/cuda_emu.h | build
+	$(CXX_EMU) -O2 -g -std=c++17 -ffp-contract=off -fno-vectorize -fno-slp-vectorize -fsanitize-coverage=inline-8bit-counters,trace-loads \
+		-DCLOVER_EMU -DCLOVER_EMU_COUNT_LOADS -x c++ -c clover.cu -o build/clover-emu-count-cu.o
+	$(CXX_EMU) -o $@ build/clover-emu.o build/clover-emu-count-cu.o $(LDLIBS)
+
+build/costmodel: test/costmodel.c | build
+	$(CC) $(CFLAGS) -o $@ test/costmodel.c $(LDLIBS)
+
+# ptxas: the sm_90a build's resource report and its cubin's kernel sizes, as costmodel's table
+PTXAS_ARCH = -gencode arch=compute_90a,code=sm_90a
+ptxas: build/costmodel | build
+	mkdir -p build/nvcc-keep
+	$(NVCC) -O2 -std=c++17 -fmad=false $(PTXAS_ARCH) -Xptxas -v -keep -keep-dir build/nvcc-keep -c clover.cu -o build/clover-sm90a.o 2> build/ptxas.log || { cat build/ptxas.log; exit 1; }
+	c++filt < build/ptxas.log > build/ptxas.txt
+	readelf -SW build/nvcc-keep/clover.cubin | sed 's/\.text\./.text. /' | c++filt > build/sass.txt
+	build/costmodel --ptxas build/ptxas.txt --sass build/sass.txt
+
+# costmodel: the real-shape q4_k_m slices of test/gpu.sh's benchmark (4 and 8 layers), generated once,
+# counted and modelled; with the ptxas table where make ptxas has run
+COST_SLICES = build/cost-4.gguf build/cost-8.gguf
+build/cost-%.gguf: | build/gen
+	build/gen -o $@ --arch clover_moe --mask --shape real --type q4_k_m --layers $*
+costmodel: build/clover-emu-count build/costmodel $(COST_SLICES)
+	test/costmodel.sh --work build/cost $(if $(wildcard build/ptxas.txt),--ptxas build/ptxas.txt --sass build/sass.txt) \
+		--slice 4 build/cost-4.gguf --slice 8 build/cost-8.gguf
+
+# emu_limits: the launch limits test/cuda_emu.h enforces, one launch per case (test/run.sh gpu)
+build/emu_limits: test/emu_limits.cu test/cuda_emu.h | build
+	$(CXX_EMU) -O1 -g -std=c++17 -Wall -Wextra -Wno-unused-function -Wno-unneeded-internal-declaration -I. -x c++ test/emu_limits.cu -o $@
+
 # Sanitized and fuzzing builds use clang: its libFuzzer, and one compiler for both.
 SAN_CC    ?= clang
 SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -86,7 +122,7 @@ tools: build/gen build/cmp build/ref build/unit build/unit-avx2 build/preview_re
 test: clover
 	test/setup-llama.sh
 	$(MAKE) tools
-	if command -v $(CXX_EMU) > /dev/null 2>&1; then $(MAKE) cuda-emu; fi
+	if command -v $(CXX_EMU) > /dev/null 2>&1; then $(MAKE) cuda-emu build/emu_limits; fi
 	test/run.sh
 
 bench: build/gen build/bench
@@ -102,7 +138,7 @@ sanitize: build/san/clover tools
 fuzz: build/fuzz/fuzz_gguf build/fuzz/fuzz_tokenizer build/gen
 	test/fuzz.sh $(FUZZ_TIME)
 
-.PHONY: test tools cuda cuda-emu bench sanitize fuzz
+.PHONY: test tools cuda cuda-emu bench sanitize fuzz ptxas costmodel
 
 # The tiny trained Clover of test/tiny/ (test/train/, PyTorch from Debian, about an hour on 2 cores,
 # apt-get as root): not part of `make test`, which uses the committed files.

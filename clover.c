@@ -5665,7 +5665,7 @@ typedef struct {
     const float *shexp_gate;
 } GpuLayer;
 /* dump: the --dump-tensors writer (gpu_dump; NULL: no dumps), given host copies of the values */
-typedef void (*GpuDumpFn)(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0);
+typedef void (*GpuDumpFn)(void *arg, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0);
 typedef struct {
     size_t size;
     GpuConfig c;
@@ -5803,8 +5803,8 @@ static GpuModel gpu_model(const Model *m, GpuLayer *layers) {
 }
 
 /* --dump-tensors on the GPU: clover.cu hands over its dump points' values, written as the CPU's */
-static void gpu_dump(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0) {
-    dump_nd(arg, name, il, x, false, rows, ne2, ne1, ne0);
+static void gpu_dump(void *arg, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0) {
+    dump_nd(arg, name, il, x, i32, rows, ne2, ne1, ne0);
 }
 
 static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {

@@ -517,14 +517,15 @@ static void matmul_gpu(uint32_t wtype, const void *W, const void *xq, int64_t n,
 }
 
 // The expert matmul (clover.c's FFN over experts, by pair rather than grouped): one warp per (output
-// row o, pair p), grid (n_out / 8, n_pairs). Pair p runs row o of expert ids[p] (W + e * expert_bytes)
+// row o, pair p), grid (n_pairs, n_out / 8): the pairs on x, whose limit is 2^31 - 1 blocks (T x
+// n_used is 65,536 at -ub 8192 with 8 experts used, past y's 65,535). Pair p runs row o of expert ids[p] (W + e * expert_bytes)
 // on activation row p / in_div, through rows_dot as matmul_kernel does, so its bits are that row's of
 // the dense matmul of W_e. ids[p] < 0: row p is zeros.
 template <typename Unit>
 __global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div, const uint8_t *xq,
                                  size_t xq_bytes, int64_t n, int64_t n_out, float *y) {
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
-    int p = blockIdx.y, e = ids[p];
+    int64_t o = (int64_t)blockIdx.y * (BLOCK / WARP) + threadIdx.x / WARP;
+    int p = blockIdx.x, e = ids[p];
     bool active = o < n_out;
     float r = 0;
     if (e >= 0) rows_dot<Unit>(W + e * expert_bytes + (active ? o : 0) * w_bytes, xq + (size_t)(p / in_div) * xq_bytes, xq_bytes, 1, n, active, &r);
@@ -535,7 +536,7 @@ __global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w
 // gate/up (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n] tensor.
 static void matmul_id_gpu(uint32_t wtype, const void *W, size_t expert_bytes, const int *ids, int n_pairs, int in_div, const void *xq, int64_t n,
                           int64_t n_out, float *y) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)n_pairs), BLOCK);
+    cudaLaunchConfig_t c = launch_config(dim3((unsigned)n_pairs, blocks_for(n_out, BLOCK / WARP)), BLOCK);
     const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
     size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
     switch (wtype) {
@@ -614,7 +615,7 @@ static void rope_gpu(float *x, int n_rot, const int *pos, float base, int n_head
 
 // clover.c's expf_ggml (ggml_v_expf): 2^n p(b), n = round(x / ln 2), b = x - n ln 2 in two fused
 // steps, p of degree 5. The same operations, so the same bits.
-__device__ float expf_ggml(float x) {
+__host__ __device__ float expf_ggml(float x) {
     const float r = 0x1.8p23f;
     float n = fmaf(x, 0x1.715476p+0f, r) - r;
     float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
@@ -670,10 +671,10 @@ static void softmax_gpu(float *x, int n, int T) {
 }
 
 // Twin: silu. x / (1 + expf_ggml(-x))
-__device__ float silu(float x) { return x / (1.0f + expf_ggml(-x)); }
+__host__ __device__ float silu(float x) { return x / (1.0f + expf_ggml(-x)); }
 
 // Twin: sigmoid. 1 / (1 + expf(-x)), libm's expf (the device's may differ from glibc's in the last bit)
-__device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__host__ __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Twin: silu_row. y_i = silu(x_i); y may be x. One element per thread.
 __global__ void silu_row_kernel(float *y, const float *x, int64_t n) {
@@ -723,7 +724,7 @@ static void argmax_gpu(const float *x, int n, int T, int *out) {
 // State: post-conv rows [T][conv_dim] = [q | k | v], gates [T][n_v_heads], S [n_v_heads][d*d]
 // transposed (S + h*d*d + j*d holds column j of S_h, so one thread's column is contiguous).
 
-__device__ float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+__host__ __device__ float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
 // Twin: gdn_gates. Per (row t, value head h), i = t*H + h: beta_i = sigmoid(beta_logit_i),
 // g_i = softplus(alpha_i + dt_h) * a_h (a < 0: g is a log-decay). The device's expf / logf may
@@ -1113,12 +1114,12 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
 // The experts' gate, up and SwiGLU in one launch, for gate and up tensors of one type: the fused twin
 // of matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is rows_dot's
 // chain, then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p], t = p / in_div;
-// ids[p] < 0: h row p is 0 (= silu(0) * 0). One warp per (o, p), as matmul_id_kernel.
+// ids[p] < 0: h row p is 0 (= silu(0) * 0). One warp per (o, p), grid (n_pairs, n_out / 8), as matmul_id_kernel.
 template <typename Unit>
 __global__ void swiglu_id_kernel(const uint8_t *G, const uint8_t *U, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div,
                                  const uint8_t *xg, const uint8_t *xu, size_t xq_bytes, int64_t n, int64_t n_out, float *h) {
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
-    int p = blockIdx.y, e = ids[p];
+    int64_t o = (int64_t)blockIdx.y * (BLOCK / WARP) + threadIdx.x / WARP;
+    int p = blockIdx.x, e = ids[p];
     bool active = o < n_out;
     float g = 0, u = 0;
     if (e >= 0) {
@@ -1131,7 +1132,7 @@ __global__ void swiglu_id_kernel(const uint8_t *G, const uint8_t *U, size_t expe
 
 static void swiglu_id_gpu(uint32_t wtype, const void *G, const void *U, size_t expert_bytes, const int *ids, int n_pairs, int in_div,
                           const void *xg, const void *xu, int64_t n, int64_t n_out, float *h) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)n_pairs), BLOCK);
+    cudaLaunchConfig_t c = launch_config(dim3((unsigned)n_pairs, blocks_for(n_out, BLOCK / WARP)), BLOCK);
     const uint8_t *g = (const uint8_t *)G, *u = (const uint8_t *)U, *ag = (const uint8_t *)xg, *au = (const uint8_t *)xu;
     size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
     switch (wtype) {
@@ -1210,8 +1211,8 @@ struct GpuLayer {
     const float *shexp_gate;
 };
 // dump: clover.c's --dump-tensors writer (NULL: no dumps), called with host copies of `rows` blocks of
-// ne2 x ne1 x ne0 floats named as clover.c names them.
-typedef void (*GpuDumpFn)(void *arg, const char *name, int il, const float *x, int rows, int ne2, int ne1, int ne0);
+// ne2 x ne1 x ne0 floats (i32: ints) named as clover.c names them.
+typedef void (*GpuDumpFn)(void *arg, const char *name, int il, const void *x, bool i32, int rows, int ne2, int ne1, int ne0);
 struct GpuModel {
     size_t size;
     GpuConfig c;
@@ -1281,8 +1282,8 @@ struct Gpu {
     bool captured;
     GpuDumpFn dump;                // --dump-tensors (section 12)
     void *dump_arg;
-    float *dump_host;              // host copies for it, dump_n floats
-    size_t dump_n;
+    float *dump_host[4];           // host copies for it, dump_n[i] floats each
+    size_t dump_n[4];
 };
 
 // Floats of a GDN layer's conv ring and of its state S (clover.c's ring_floats, S_floats); the
@@ -1487,21 +1488,49 @@ extern "C" Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type,
 // equal single-token decoding's bit for bit, and exact draft-self prints what plain decoding prints.
 enum Pass { CAUSAL, PREVIEW };
 
-// --dump-tensors: the dump points of clover.c's pass (the names, shapes and places of its dump,
-// dump3, dump_slice, dump_state) that the device computes, copied to the host and handed to
-// clover.c's writer, so that test/dumpcmp.py compares the two builds op by op. The values clover.c
-// recomputes only for its dumps (conv_input, a_softplus, the routing steps, the expert slots) are
-// not among them. A no-op without --dump-tensors; with it, the host waits at each point.
+// --dump-tensors: every dump point of clover.c's pass (the names, shapes and places of its dump,
+// dump3, dump_slice, dump_state and the dump_* helpers of its section 10), copied to the host and
+// handed to clover.c's writer, so that test/dumpcmp.py compares the two builds op by op. What the
+// device computes is copied as it is; the values clover.c recomputes only for its dumps are derived
+// the same way here, on the host from the device's values (conv_input's layout, a_softplus, the SiLU
+// of conv_output_silu, the q and gate halves, the gate and shared-expert sigmoids, the routing
+// steps, the weighted expert rows; silu, sigmoid and softplus are host functions too), except
+// conv_output_raw, which gdn_conv_gpu computes once more for it. While dumping, the experts' gate
+// and up run as matmul_id_gpu twice and swiglu_gpu (swiglu_id's twins, the same bits: --check-ops),
+// so that their rows exist. A no-op without --dump-tensors; with it, the host waits at each point.
+
+// host slot i (of gpu->dump_host) with room for n floats
+static float *dump_buf(Gpu *gpu, int i, size_t n) {
+    if (gpu->dump_n[i] < n) {
+        free(gpu->dump_host[i]);
+        gpu->dump_host[i] = (float *)xmalloc(n * sizeof(float));
+        gpu->dump_n[i] = n;
+    }
+    return gpu->dump_host[i];
+}
+// the n floats (or ints) at device address x, copied into host slot i
+static float *fetch(Gpu *gpu, int i, const void *x, size_t n) {
+    float *h = dump_buf(gpu, i, n);
+    host_copy(h, x, n * sizeof(float));
+    return h;
+}
+// n values of each of `rows` host rows `stride` floats apart, packed into host slot i
+static float *gather(Gpu *gpu, int i, const float *h, size_t stride, int rows, size_t n) {
+    float *b = dump_buf(gpu, i, (size_t)rows * n);
+    for (int r = 0; r < rows; r++) memcpy(b + r * n, h + r * stride, n * sizeof(float));
+    return b;
+}
+// rows blocks of ne2 x ne1 x ne0 values in host memory, to the writer
+static void dump_h(Gpu *gpu, const char *name, int il, const void *h, bool i32, int rows, int ne2, int ne1, int ne0) {
+    gpu->dump(gpu->dump_arg, name, il, h, i32, rows, ne2, ne1, ne0);
+}
+// rows blocks of ne2 x ne1 x ne0 floats in device memory, stride floats apart
 static void dump_nd(Gpu *gpu, const char *name, int il, const float *x, size_t stride, int rows, int ne2, int ne1, int ne0) {
     if (!gpu->dump) return;
-    size_t row = (size_t)ne2 * ne1 * ne0, n = (size_t)rows * row;
-    if (gpu->dump_n < n) {
-        free(gpu->dump_host);
-        gpu->dump_host = (float *)xmalloc(n * sizeof(float));
-        gpu->dump_n = n;
-    }
-    for (int r = 0; r < rows; r++) host_copy(gpu->dump_host + r * row, x + r * stride, row * sizeof(float));
-    gpu->dump(gpu->dump_arg, name, il, gpu->dump_host, rows, ne2, ne1, ne0);
+    size_t row = (size_t)ne2 * ne1 * ne0;
+    float *h = dump_buf(gpu, 0, (size_t)rows * row);
+    for (int r = 0; r < rows; r++) host_copy(h + r * row, x + r * stride, row * sizeof(float));
+    dump_h(gpu, name, il, h, false, rows, ne2, ne1, ne0);
 }
 static void dump(Gpu *gpu, const char *name, int il, const float *x, int T, int n) { dump_nd(gpu, name, il, x, (size_t)n, T, 1, 1, n); }
 static void dump3(Gpu *gpu, const char *name, int il, const float *x, int T, int n1, int n0) {
@@ -1510,6 +1539,115 @@ static void dump3(Gpu *gpu, const char *name, int il, const float *x, int T, int
 // n1 x n0 values of each of T rows stride floats apart
 static void dump_slice(Gpu *gpu, const char *name, int il, const float *x, size_t stride, int T, int n1, int n0) {
     dump_nd(gpu, name, il, x, stride, T, 1, n1, n0);
+}
+
+// a_softplus = softplus(W_alpha a + dt_bias), gdn_gates' step before the product with ssm_a
+static void dump_a_softplus(Gpu *gpu, int il, int T) {
+    if (!gpu->dump) return;
+    int H = gpu->c.n_v_heads;
+    float *b = fetch(gpu, 1, gpu->sc.alpha, (size_t)T * H);
+    const float *dt = fetch(gpu, 2, gpu->layers[il].dt, H);
+    for (int i = 0; i < T * H; i++) b[i] = softplus(b[i] + dt[i % H]);
+    dump_h(gpu, "a_softplus", il, b, false, T, 1, 1, H);
+}
+
+// Before gdn_advance moves the ring: conv_input (channel-major [ring | u]), conv_output_raw (the
+// conv by gdn_conv_gpu into s->conv, which gdn_advance computes again), conv_output_silu, q_conv,
+// k_conv, and the state before the batch, state_predelta (clover.c's dump_gdn_conv).
+static void dump_gdn_conv(Gpu *gpu, int il, int T) {
+    if (!gpu->dump) return;
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    int C = c->conv_dim, R = c->d_conv - 1, d = c->d_state;
+    const float *ring = fetch(gpu, 1, gpu->st.ring[il], (size_t)R * C), *u = fetch(gpu, 2, s->qkv, (size_t)T * C);
+    float *in = dump_buf(gpu, 3, (size_t)(R + T) * C);
+    for (int ch = 0; ch < C; ch++)
+        for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : u[(size_t)(j - R) * C + ch];
+    dump_h(gpu, "conv_input", il, in, false, 1, 1, C, R + T);
+    gdn_conv_gpu(gpu->layers[il].conv, c->d_conv, C, gpu->st.ring[il], s->qkv, T, s->conv);
+    dump(gpu, "conv_output_raw", il, s->conv, T, C);
+    float *y = fetch(gpu, 1, s->conv, (size_t)T * C);
+    for (size_t i = 0; i < (size_t)T * C; i++) y[i] = silu(y[i]);
+    dump_h(gpu, "conv_output_silu", il, y, false, T, 1, 1, C);
+    dump_h(gpu, "q_conv", il, gather(gpu, 2, y, C, T, (size_t)c->n_k_heads * d), false, T, 1, c->n_k_heads, d);
+    dump_h(gpu, "k_conv", il, gather(gpu, 2, y + c->key_dim, C, T, (size_t)c->n_k_heads * d), false, T, 1, c->n_k_heads, d);
+    dump_nd(gpu, "state_predelta", il, gpu->st.S[il], 0, 1, c->n_v_heads, d, d);
+}
+
+// The q (part 0) or gate (part 1) halves of the attention's qg rows ([T][n_head][2 head_dim]), packed
+// as [T][n_head][head_dim] in host slot 2
+static float *qg_halves(Gpu *gpu, int T, int part) {
+    int hd = gpu->c.head_dim, H = gpu->c.n_head;
+    const float *qg = fetch(gpu, 1, gpu->sc.qg, (size_t)T * H * 2 * hd);
+    return gather(gpu, 2, qg + (size_t)part * hd, (size_t)2 * hd, T * H, (size_t)hd);
+}
+static void dump_q_heads(Gpu *gpu, const char *name, int il, int T) {
+    if (gpu->dump) dump_h(gpu, name, il, qg_halves(gpu, T, 0), false, T, 1, gpu->c.n_head, gpu->c.head_dim);
+}
+// gate_reshaped and gate_sigmoid (the attention kernel applies the sigmoid on the way)
+static void dump_gates(Gpu *gpu, int il, int T) {
+    if (!gpu->dump) return;
+    int n = gpu->c.n_head * gpu->c.head_dim;
+    float *g = qg_halves(gpu, T, 1);
+    dump_h(gpu, "gate_reshaped", il, g, false, T, 1, 1, n);
+    for (size_t i = 0; i < (size_t)T * n; i++) g[i] = sigmoid(g[i]);
+    dump_h(gpu, "gate_sigmoid", il, g, false, T, 1, 1, n);
+}
+
+// The steps inside route_top_k, from its inputs and outputs: the chosen experts (int32), their
+// probabilities, the sum (in double) and the clamped sum (clover.c's dump_routing).
+static void dump_routing(Gpu *gpu, int il, int T) {
+    if (!gpu->dump) return;
+    int K = gpu->c.n_expert_used, X = gpu->c.n_expert;
+    const int *sel = (const int *)fetch(gpu, 1, gpu->sc.sel, (size_t)T * K);
+    const float *p = fetch(gpu, 2, gpu->sc.probs, (size_t)T * X);
+    dump_h(gpu, "ffn_moe_topk", il, sel, true, T, 1, 1, K);
+    float *w = dump_buf(gpu, 3, (size_t)T * (K + 2));
+    for (int t = 0; t < T; t++) {
+        double sum = 0;
+        for (int r = 0; r < K; r++) {
+            int e = sel[t * K + r];
+            sum += w[t * K + r] = e >= 0 ? p[(size_t)t * X + e] : 0;
+        }
+        w[T * K + t] = (float)sum;
+        w[T * (K + 1) + t] = fmaxf((float)sum, 6.103515625e-5f);
+    }
+    dump_h(gpu, "ffn_moe_weights", il, w, false, T, 1, K, 1);
+    dump_h(gpu, "ffn_moe_weights_sum", il, w + T * K, false, T, 1, 1, 1);
+    dump_h(gpu, "ffn_moe_weights_sum_clamped", il, w + T * (K + 1), false, T, 1, 1, 1);
+}
+
+// The expert rows by pair p = t*K + r, which is llama.cpp's [T][n_used][n] order (rank -1: the
+// kernels wrote zeros), and each down row times its routing weight (ffn_moe_weighted).
+static void dump_experts(Gpu *gpu, int il, int T) {
+    if (!gpu->dump) return;
+    const Scratch *s = &gpu->sc;
+    int K = gpu->c.n_expert_used, F = gpu->c.n_ff, E = gpu->c.n_embd;
+    dump3(gpu, "ffn_moe_gate", il, s->ge, T, K, F);
+    dump3(gpu, "ffn_moe_up", il, s->ue, T, K, F);
+    dump3(gpu, "ffn_moe_swiglu", il, s->he, T, K, F);
+    dump3(gpu, "ffn_moe_down", il, s->ye, T, K, E);
+    float *y = fetch(gpu, 1, s->ye, (size_t)T * K * E);
+    const float *w = fetch(gpu, 2, s->w, (size_t)T * K);
+    for (size_t i = 0; i < (size_t)T * K * E; i++) y[i] *= w[i / E];
+    dump_h(gpu, "ffn_moe_weighted", il, y, false, T, 1, K, E);
+}
+
+// The shared expert's FFN rows, its gate logit, the sigmoid and the gated rows moe_shared adds
+static void dump_shared_expert(Gpu *gpu, int il, int T) {
+    if (!gpu->dump) return;
+    const Scratch *s = &gpu->sc;
+    int F = gpu->c.n_ff_shexp, E = gpu->c.n_embd;
+    dump(gpu, "ffn_gate", il, s->ge, T, F);
+    dump(gpu, "ffn_up", il, s->ue, T, F);
+    dump(gpu, "ffn_swiglu", il, s->he, T, F);
+    dump(gpu, "ffn_shexp", il, s->sh, T, E);
+    dump(gpu, "shared_expert_gate", il, s->sh_logit, T, 1);
+    float *g = fetch(gpu, 1, s->sh_logit, (size_t)T), *y = fetch(gpu, 2, s->sh, (size_t)T * E);
+    for (int t = 0; t < T; t++) g[t] = sigmoid(g[t]);
+    for (size_t i = 0; i < (size_t)T * E; i++) y[i] *= g[i / E];
+    dump_h(gpu, "shared_expert_gate_sigmoid", il, g, false, T, 1, 1, 1);
+    dump_h(gpu, "ffn_shexp_gated", il, y, false, T, 1, 1, E);
 }
 
 // The T rows of n activations x as a matmul with weights of type wtype reads them: rounded to its
@@ -1600,14 +1738,17 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
     dump(gpu, "linear_attn_qkv_mixed", il, s->qkv, T, C);
     dump(gpu, "z", il, s->z, T, c->value_dim);
     dump3(gpu, "beta_sigmoid", il, s->beta, T, H, 1);
+    dump_a_softplus(gpu, il, T);
     dump(gpu, "gate", il, s->g, T, H);
     if (log) {
         copy_floats(gpu->st.log_u[il], s->qkv, (size_t)T * c->conv_dim);
         copy_floats(gpu->st.log_g[il], s->g, (size_t)T * H);
         copy_floats(gpu->st.log_beta[il], s->beta, (size_t)T * H);
     }
-    if (pass == CAUSAL) gdn_advance(gpu, il, T, s->qkv, s->g, s->beta);
-    else gdn_preview(gpu, L, il, T);
+    if (pass == CAUSAL) {
+        dump_gdn_conv(gpu, il, T);   // conv_input .. k_conv and state_predelta, from the ring before it moves
+        gdn_advance(gpu, il, T, s->qkv, s->g, s->beta);
+    } else gdn_preview(gpu, L, il, T);
     dump_slice(gpu, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
     dump_slice(gpu, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
     dump_slice(gpu, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
@@ -1632,10 +1773,14 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
     float *y[] = {s->qg, s->kr, s->vr};
     matmuls(gpu, s->xn, T, 3, w, y);   // [q_h | gate_h] = W_q a, k = W_k a, v = W_v a
     dump(gpu, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
+    dump_q_heads(gpu, "Qcur_reshaped", il, T);
+    dump_gates(gpu, il, T);   // gate_reshaped, gate_sigmoid
     dump(gpu, "Vcur", il, s->vr, T, kvd);
     attn_qk_norm_gpu(s->qg, s->kr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps);
+    dump_q_heads(gpu, "Qcur_normed", il, T);
     dump3(gpu, "Kcur_normed", il, s->kr, T, c->n_head_kv, hd);
     attn_rope_gpu(s->qg, s->kr, T, s->pos, c->n_head, c->n_head_kv, hd, c->n_rot, c->rope_base);
+    dump_q_heads(gpu, "Qcur", il, T);
     dump3(gpu, "Kcur", il, s->kr, T, c->n_head_kv, hd);
     store_as_gpu(st->k_type, st->k[il], s->pos, kvd, s->kr, (int64_t)T * kvd);   // K and V rows into the cache at pos..
     store_as_gpu(st->v_type, st->v[il], s->pos, kvd, s->vr, (int64_t)T * kvd);
@@ -1657,7 +1802,7 @@ static void moe_experts(Gpu *gpu, const Layer *L, int T) {
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
     const void *xu = rounded(L->up_exps.type, s->xn, E, T, s->xq);   // (gate's the same where the dot types agree)
     const void *xg = dot_type(L->gate_exps.type) == dot_type(L->up_exps.type) ? xu : rounded(L->gate_exps.type, s->xn, E, T, s->xq2);
-    if (L->gate_exps.type == L->up_exps.type)   // h = silu(gate_e m) * up_e m in one launch
+    if (L->gate_exps.type == L->up_exps.type && !gpu->dump)   // h = silu(gate_e m) * up_e m in one launch (dumps: gate and up kept)
         swiglu_id_gpu(L->up_exps.type, L->gate_exps.data, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xg, xu, E, F, s->he);
     else {
         matmul_id_gpu(L->up_exps.type, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xu, E, F, s->ue);
@@ -1699,10 +1844,13 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T) {
         route_gpu(nullptr, s->probs, s->coreset, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, false, true);
     }
     dump(gpu, "ffn_moe_probs", il, s->probs, T, c->n_expert);
+    dump_routing(gpu, il, T);   // ffn_moe_topk, ffn_moe_weights[_sum[_clamped]]: route_top_k's steps
     dump(gpu, "ffn_moe_weights_norm", il, s->w, T, K);
     moe_experts(gpu, L, T);
+    dump_experts(gpu, il, T);   // ffn_moe_gate, _up, _swiglu, _down, _weighted, by pair
     dump(gpu, "ffn_moe_out", il, s->mix, T, c->n_embd);
     moe_shared(gpu, L, T);
+    dump_shared_expert(gpu, il, T);   // ffn_gate .. ffn_shexp_gated
     dump(gpu, "ffn_out", il, s->mix, T, c->n_embd);
 }
 

@@ -16,8 +16,19 @@
 //   - device memory (cudaMalloc) is filled with 0xff bytes (a float NaN) so a read of unwritten memory
 //     shows; __shared__ arrays live in one linker section, set to 0xff before each block; each
 //     allocation has a guard zone after it, checked after each launch (a write past the end);
-//   - cudaMemcpy's direction against where its pointers really are.
-// Any failure is one line `clover: error: cuda-emu: ...` and exit status 1.
+//   - cudaMemcpy's direction against where its pointers really are;
+//   - sm_90's launch limits, at every launch (see "launch limits" below): grid and block sizes, and
+//     shared memory per block (the static arrays a kernel writes plus the launch's dynamic bytes,
+//     48 KiB, or up to 227 KiB after cudaFuncSetAttribute's opt-in).
+// Any failure is one line `clover: error: cuda-emu: ...` (naming the kernel where there is one) and
+// exit status 1.
+// CLOVER_EMU_LAUNCH_ONLY=1: every launch's configuration is checked, no block runs and device memory
+// is not poisoned, so a batch far too large to emulate (-ub 8192) shows in seconds whether every
+// launch fits the limits; what it computes is garbage.
+// CLOVER_EMU_COUNT=FILE: the device memory each launch and copy touches, written to FILE (the cost
+// model of test/costmodel.c reads it; see "counting" below). A measurement mode: the same results,
+// but device memory is neither poisoned nor guarded. CLOVER_EMU_COUNT_STOP=N: the program ends
+// (exit 0) at its N-th host wait, so that a run measured for its first passes need not finish.
 // What it cannot check: races between blocks, the memory model, timing, inline PTX.
 #pragma once
 #include <math.h>
@@ -25,7 +36,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <elf.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <sys/mman.h>
+#include <algorithm>
 #include <functional>
 #include <tuple>
 #include <utility>
@@ -37,6 +52,7 @@ struct dim3 {
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 struct cudaDeviceProp { char name[256]; size_t totalGlobalMem; int major, minor, multiProcessorCount; };
 struct cudaLaunchAttribute;
@@ -64,6 +80,13 @@ static EmuGraph *emu_capture;   // the graph being captured (cudaStreamBeginCapt
 // time), so the scheduler can poison all of it before each block.
 #define __shared__ __attribute__((section("emu_shared"))) static
 extern "C" char __start_emu_shared[], __stop_emu_shared[];
+// Dynamic shared memory (CUDA's `extern __shared__ T name[]`, whose size the launch gives): declared
+// in a kernel as DYNAMIC_SHARED(T, name); (clover.cu defines the macro as that extern declaration for
+// nvcc where a kernel uses it). Here one buffer of the largest size a block may have, poisoned as the
+// static arrays are, with a guard zone after the launch's bytes.
+enum { EMU_SMEM_OPTIN = 227 * 1024, EMU_SMEM_GUARD = 64 };
+alignas(16) static unsigned char emu_dynamic_smem[EMU_SMEM_OPTIN + EMU_SMEM_GUARD];
+#define DYNAMIC_SHARED(T, name) T *name = (T *)emu_dynamic_smem
 
 static void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 #include <stdarg.h>
@@ -98,6 +121,7 @@ struct EmuThread {
     unsigned mask;
     int arg, width;
     uint64_t in, out;   // a warp operation's value and result
+    uint64_t loads, load_bytes;   // counting: its loads from device memory in this block
 };
 
 enum { EMU_MAX_THREADS = 1024, EMU_STACK = 256 * 1024 };
@@ -111,13 +135,17 @@ struct Emu {
     void (*body)(void *);
     void *body_arg;
     const char *kernel;
+    size_t dynamic_smem;            // the launch's dynamic shared memory bytes
+    bool launch_only;               // CLOVER_EMU_LAUNCH_ONLY: check each launch, run no block
 };
 static Emu emu;
 // the built-in variables, set by the scheduler before each switch into a fiber
 static dim3 threadIdx, blockIdx, blockDim, gridDim;
 
+static void emu_count_init(void);   // (counting, below)
 static void emu_init(void) {
     if (emu.stacks) return;
+    emu_count_init();
     const char *o = getenv("CLOVER_EMU_ORDER");
     if (!o || !strcmp(o, "forward")) emu.order = 0;
     else if (!strcmp(o, "reverse")) emu.order = 1;
@@ -125,6 +153,8 @@ static void emu_init(void) {
     else emu_fail("CLOVER_EMU_ORDER=%s: expected forward, reverse or random", o);
     const char *s = getenv("CLOVER_EMU_SEED");
     emu.rng = s ? strtoull(s, NULL, 10) * 2654435761u + 1 : 88172645463325252ull;
+    const char *lo = getenv("CLOVER_EMU_LAUNCH_ONLY");
+    emu.launch_only = lo && strcmp(lo, "0") && *lo;
     emu.stacks = (char *)mmap(NULL, (size_t)EMU_MAX_THREADS * EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (emu.stacks == MAP_FAILED) emu_fail("cannot map %d fiber stacks", EMU_MAX_THREADS);
 }
@@ -204,6 +234,8 @@ static bool emu_resolve_warp(int w) {
 static void emu_run_block(void) {
     int n = emu.n;
     memset(__start_emu_shared, 0xff, (size_t)(__stop_emu_shared - __start_emu_shared));
+    memset(emu_dynamic_smem, 0xff, emu.dynamic_smem);
+    memset(emu_dynamic_smem + emu.dynamic_smem, 0xa5, EMU_SMEM_GUARD);
     for (int t = 0; t < n; t++) {
         void **sp = (void **)(emu.stacks + (size_t)(t + 1) * EMU_STACK);
         *--sp = NULL;                          // keeps the entry's stack aligned as after a call
@@ -211,6 +243,7 @@ static void emu_run_block(void) {
         for (int r = 0; r < 6; r++) *--sp = NULL;
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
+        emu.th[t].loads = emu.th[t].load_bytes = 0;
     }
     int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
     for (int t = 0; t < n; t++) order[t] = emu.order == 1 ? n - 1 - t : t;
@@ -239,7 +272,13 @@ static void emu_run_block(void) {
             if (emu.th[t].state == EMU_DONE) done++;
             if (emu.th[t].state == EMU_AT_BARRIER) at_barrier++, first = first < 0 ? t : first;
         }
-        if (done == n) return;
+        if (done == n) {
+            for (int g = 0; g < EMU_SMEM_GUARD; g++)
+                if (emu_dynamic_smem[emu.dynamic_smem + g] != 0xa5)
+                    emu_fail("%s block (%u,%u) wrote past its %zu bytes of dynamic shared memory (byte %d after them)", emu.kernel, blockIdx.x,
+                             blockIdx.y, emu.dynamic_smem, g);
+            return;
+        }
         if (at_barrier == 0 || at_barrier + done < n || done > 0) {
             int a = first >= 0 ? first : 0, u = emu_first_unlike(a, 0, n);
             for (int t = 0; t < n && u < 0; t++) if (emu.th[t].state != emu.th[a].state) u = t;
@@ -297,7 +336,7 @@ static inline int __float2int_rn(float x) {
 
 // ---- device memory: tagged, poisoned, guarded ---------------------------------------------------
 enum { EMU_GUARD = 64, EMU_MAX_ALLOCS = 4096 };
-struct EmuAlloc { char *p; size_t n; };
+struct EmuAlloc { char *p; size_t n; uint8_t *pages; };   // pages: counting's flags, one per 4 KiB page
 static EmuAlloc emu_allocs[EMU_MAX_ALLOCS];
 static int emu_n_allocs;
 
@@ -312,7 +351,183 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
     return NULL;
 }
 
+// ---- counting (CLOVER_EMU_COUNT) -------------------------------------------------------------------
+// Device memory is mapped with no access, so the first read and the first write of each 4 KiB page by
+// a launch's blocks fault; the handler records the page and opens it (reads: read-only, so that a
+// later write faults too). At the launch's end its pages are closed again and summed: bytes read from
+// pages no launch or copy wrote since the last host wait ("cold": weights, KV cache, the state; what
+// must come from HBM) and from pages written since ("hot": the activations the kernels before it
+// wrote, in L2 on a GPU), and bytes written. A page counts once per launch, at its first touch, and
+// whole (but never past its allocation's end). Built with CLOVER_EMU_COUNT_LOADS and clang's
+// -fsanitize-coverage=inline-8bit-counters,trace-loads (make build/clover-emu-count), every load the
+// kernels make from device memory is counted too, per thread as the C++ is written (scalar code,
+// no vectorizing), in a sample of about 64 blocks a launch, scaled to all of them: a warp executes a
+// load instruction as often as its busiest lane loads, so a launch's warp loads are the sum over its
+// warps of their lanes' largest count. One line per launch, copy, graph launch and host wait:
+//   launch NAME GX GY GZ BX BY BZ COLD HOT WRITTEN WARP_LOADS THREAD_LOADS LOAD_BYTES MAX_WARP_LOADS
+//   copy KIND BYTES | graph | sync
+// (the four load counts -1 when not counted). The emulator's own accesses (copies, memsets) open and
+// close the pages they touch.
+enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
+struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
+struct EmuCount {
+    FILE *f;
+    bool in_launch;
+    bool sampling;                   // this block's loads are counted
+    uintptr_t lo, hi;                // device memory lies within [lo, hi)
+    double warp_loads, thread_loads, load_bytes, max_warp_loads;   // this launch's, sampled blocks only
+    unsigned sampled;
+    std::vector<EmuTouch> touched;   // this launch's pages, in fault order
+    std::vector<uint8_t *> hot;      // pages written since the last host wait
+};
+static EmuCount emu_count;
+
+#ifdef CLOVER_EMU_COUNT_LOADS
+// a load of n bytes at p by the running thread (clang's trace-loads callbacks)
+static inline void emu_load(const void *p, unsigned n) {
+    uintptr_t a = (uintptr_t)p;
+    if (!emu_count.sampling || a < emu_count.lo || a >= emu_count.hi) return;
+    emu.th[emu.cur].loads++, emu.th[emu.cur].load_bytes += n;
+}
+extern "C" void __sanitizer_cov_load1(uint8_t *p) { emu_load(p, 1); }
+extern "C" void __sanitizer_cov_load2(uint16_t *p) { emu_load(p, 2); }
+extern "C" void __sanitizer_cov_load4(uint32_t *p) { emu_load(p, 4); }
+extern "C" void __sanitizer_cov_load8(uint64_t *p) { emu_load(p, 8); }
+extern "C" void __sanitizer_cov_load16(__int128 *p) { emu_load(p, 16); }
+extern "C" void __sanitizer_cov_8bit_counters_init(char *, char *) {}
+static const bool emu_counts_loads = true;
+#else
+static const bool emu_counts_loads = false;
+#endif
+
+static EmuAlloc *emu_alloc_of(const void *p) {
+    for (int i = 0; i < emu_n_allocs; i++)
+        if ((const char *)p >= emu_allocs[i].p && (const char *)p < emu_allocs[i].p + emu_allocs[i].n) return &emu_allocs[i];
+    return NULL;
+}
+
+static void emu_segv(int sig, siginfo_t *si, void *uc) {
+    char *a = (char *)si->si_addr;
+    EmuAlloc *al = emu_count.in_launch ? emu_alloc_of(a) : NULL;
+    if (!al) {   // not counting's: the default action, at the same access again
+        signal(sig, SIG_DFL);
+        return;
+    }
+    bool write = ((ucontext_t *)uc)->uc_mcontext.gregs[REG_ERR] & 2;   // x86-64 page fault code: bit 1, a write
+    size_t pg = (size_t)(a - al->p) / EMU_PAGE;
+    uint8_t *f = &al->pages[pg];
+    char *page = al->p + pg * EMU_PAGE;
+    if (!(*f & (EMU_READ | EMU_WRITE))) {
+        size_t left = al->n - pg * EMU_PAGE;
+        emu_count.touched.push_back({f, page, left < EMU_PAGE ? left : (size_t)EMU_PAGE});
+    }
+    *f |= write ? EMU_WRITE : EMU_READ;
+    mprotect(page, EMU_PAGE, write ? PROT_READ | PROT_WRITE : PROT_READ);
+}
+
+static void emu_count_init(void) {
+    const char *path = getenv("CLOVER_EMU_COUNT");
+    if (!path || !*path) return;
+    if (!(emu_count.f = fopen(path, "w"))) emu_fail("CLOVER_EMU_COUNT=%s: cannot write it", path);
+    emu_count.touched.reserve((size_t)1 << 22);   // (the handler should not allocate)
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = emu_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigaction(SIGSEGV, &sa, NULL);
+}
+
+// the pages of [p, p + n) in device memory opened for the emulator itself, or closed again
+static void emu_open(const void *p, size_t n, bool open) {
+    EmuAlloc *al = emu_count.f && n ? emu_alloc_of(p) : NULL;
+    if (!al) return;
+    size_t first = (size_t)((const char *)p - al->p) / EMU_PAGE, last = (size_t)((const char *)p + n - 1 - al->p) / EMU_PAGE;
+    mprotect(al->p + first * EMU_PAGE, (last - first + 1) * EMU_PAGE, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+// a copy or memset's bytes; the device pages it wrote become hot
+static void emu_count_copy(const char *kind, const void *dst, size_t n) {
+    if (!emu_count.f) return;
+    fprintf(emu_count.f, "copy %s %zu\n", kind, n);
+    EmuAlloc *al = n ? emu_alloc_of(dst) : NULL;
+    if (!al) return;
+    for (size_t pg = (size_t)((const char *)dst - al->p) / EMU_PAGE; pg * EMU_PAGE < (size_t)((const char *)dst - al->p) + n; pg++)
+        if (!(al->pages[pg] & EMU_HOT)) al->pages[pg] |= EMU_HOT, emu_count.hot.push_back(&al->pages[pg]);
+}
+static void emu_count_line(const char *line) {
+    if (!emu_count.f) return;
+    fprintf(emu_count.f, "%s\n", line);
+    if (!strcmp(line, "sync")) {   // a host wait: nothing is hot any more
+        for (uint8_t *f : emu_count.hot) *f &= (uint8_t)~EMU_HOT;
+        emu_count.hot.clear();
+        static int n_syncs;
+        const char *stop = getenv("CLOVER_EMU_COUNT_STOP");
+        if (stop && ++n_syncs == atoi(stop)) {
+            fclose(emu_count.f);
+            fflush(stdout);
+            _exit(0);
+        }
+    }
+}
+static void emu_count_begin(void) {
+    emu_count.in_launch = emu_count.f != NULL;
+    emu_count.warp_loads = emu_count.thread_loads = emu_count.load_bytes = emu_count.max_warp_loads = 0;
+    emu_count.sampled = 0;
+}
+// block b of n: counted when it is one of about 64 evenly spaced ones
+static void emu_count_block_begin(unsigned long long b, unsigned long long n) {
+    unsigned long long every = n > 64 ? n / 64 : 1;
+    emu_count.sampling = emu_count.f && emu_counts_loads && b % every == 0;
+}
+static void emu_count_block_end(void) {
+    if (!emu_count.sampling) return;
+    emu_count.sampling = false;
+    emu_count.sampled++;
+    for (int w0 = 0; w0 < emu.n; w0 += 32) {
+        uint64_t m = 0;
+        for (int t = w0; t < emu.n && t < w0 + 32; t++) {
+            m = emu.th[t].loads > m ? emu.th[t].loads : m;
+            emu_count.thread_loads += (double)emu.th[t].loads, emu_count.load_bytes += (double)emu.th[t].load_bytes;
+        }
+        emu_count.warp_loads += (double)m;
+        if ((double)m > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)m;
+    }
+}
+// the launch's pages: summed, closed (runs of neighbouring pages in one call), forgotten
+static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
+    if (!emu_count.f) return;
+    emu_count.in_launch = false;
+    size_t cold = 0, hot = 0, written = 0;
+    std::vector<EmuTouch> &t = emu_count.touched;
+    for (EmuTouch &x : t) {
+        if (*x.flag & EMU_READ) (*x.flag & EMU_HOT ? hot : cold) += x.bytes;
+        if (*x.flag & EMU_WRITE) written += x.bytes;
+    }
+    for (EmuTouch &x : t) {
+        if ((*x.flag & EMU_WRITE) && !(*x.flag & EMU_HOT)) *x.flag |= EMU_HOT, emu_count.hot.push_back(x.flag);
+        *x.flag &= (uint8_t)~(EMU_READ | EMU_WRITE);
+    }
+    std::sort(t.begin(), t.end(), [](const EmuTouch &a, const EmuTouch &c) { return a.page < c.page; });
+    for (size_t i = 0; i < t.size();) {
+        size_t j = i + 1;
+        while (j < t.size() && t[j].page == t[j - 1].page + EMU_PAGE) j++;
+        mprotect(t[i].page, (j - i) * EMU_PAGE, PROT_NONE);
+        i = j;
+    }
+    t.clear();
+    char nm[512];
+    size_t k = 0;
+    for (const char *c = name; *c && k + 1 < sizeof nm; c++)
+        if (*c != ' ') nm[k++] = *c;
+    nm[k] = 0;
+    double blocks = (double)g.x * g.y * g.z, scale = emu_count.sampled ? blocks / emu_count.sampled : 0;
+    if (emu_counts_loads)
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written,
+                emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale, emu_count.max_warp_loads);
+    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
+}
+
 static void emu_check_guards(const char *after) {
+    if (emu_count.f) return;   // (counting: not guarded)
     for (int i = 0; i < emu_n_allocs; i++)
         for (int g = 0; g < EMU_GUARD; g++)
             if ((unsigned char)emu_allocs[i].p[emu_allocs[i].n + g] != 0xa5)
@@ -342,11 +557,23 @@ static cudaError_t cudaMalloc(void **p, size_t n) {
     size_t free_b, total_b;
     cudaMemGetInfo(&free_b, &total_b);
     if (emu_n_allocs == EMU_MAX_ALLOCS || n > free_b) return cudaErrorMemoryAllocation;
+    emu_init();
+    if (emu_count.f) {   // counting: whole pages of no access (see "counting")
+        size_t pages = (n + EMU_PAGE - 1) / EMU_PAGE + (n == 0);
+        char *m = (char *)mmap(NULL, pages * EMU_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        uint8_t *flags = (uint8_t *)calloc(pages, 1);
+        if (m == MAP_FAILED || !flags) return cudaErrorMemoryAllocation;
+        emu_allocs[emu_n_allocs++] = {m, n, flags};
+        if (!emu_count.lo || (uintptr_t)m < emu_count.lo) emu_count.lo = (uintptr_t)m;
+        if ((uintptr_t)m + pages * EMU_PAGE > emu_count.hi) emu_count.hi = (uintptr_t)m + pages * EMU_PAGE;
+        *p = m;
+        return cudaSuccess;
+    }
     char *m = (char *)aligned_alloc(256, (n + EMU_GUARD + 255) / 256 * 256);
     if (!m) return cudaErrorMemoryAllocation;
-    memset(m, 0xff, n);
+    if (!emu.launch_only) memset(m, 0xff, n);   // (launch only: the pages stay untouched)
     memset(m + n, 0xa5, EMU_GUARD);
-    emu_allocs[emu_n_allocs++] = {m, n};
+    emu_allocs[emu_n_allocs++] = {m, n, NULL};
     *p = m;
     return cudaSuccess;
 }
@@ -357,7 +584,8 @@ static cudaError_t cudaFree(void *p) {
     for (int i = 0; i < emu_n_allocs; i++)
         if (emu_allocs[i].p == p) {
             emu_check_guards("a kernel");
-            free(p);
+            if (emu_allocs[i].pages) munmap(p, ((emu_allocs[i].n + EMU_PAGE - 1) / EMU_PAGE + (emu_allocs[i].n == 0)) * EMU_PAGE), free(emu_allocs[i].pages);
+            else free(p);
             emu_allocs[i] = emu_allocs[--emu_n_allocs];
             return cudaSuccess;
         }
@@ -372,14 +600,21 @@ static cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKi
     static const char *names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice"};
     if (dd != want_dd || sd != want_sd)
         emu_fail("cudaMemcpy%s from %s memory to %s memory", names[kind], sd ? "device" : "host", dd ? "device" : "host");
+    emu_open(dst, n, true), emu_open(src, n, true);
     memmove(dst, src, n);
+    emu_open(dst, n, false), emu_open(src, n, false);
+    static const char *counted[] = {"h2h", "h2d", "d2h", "d2d"};
+    emu_count_copy(counted[kind], dd ? dst : NULL, n);
     return cudaSuccess;
 }
 
 static cudaError_t cudaMemset(void *p, int v, size_t n) {
     emu_not_capturing("cudaMemset");
     if (!emu_find(p, n)) emu_fail("cudaMemset of %zu bytes of host memory", n);
+    emu_open(p, n, true);
     memset(p, v, n);
+    emu_open(p, n, false);
+    emu_count_copy("memset", p, n);
     return cudaSuccess;
 }
 
@@ -409,6 +644,7 @@ static cudaError_t cudaStreamCreate(cudaStream_t *s) {
 }
 static cudaError_t cudaStreamSynchronize(cudaStream_t) {
     emu_not_capturing("cudaStreamSynchronize");
+    emu_count_line("sync");
     return cudaSuccess;
 }
 static cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
@@ -437,6 +673,7 @@ static cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 }
 static cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
     emu_not_capturing("cudaGraphLaunch");
+    emu_count_line("graph");
     for (auto &op : e->ops) op();
     return cudaSuccess;
 }
@@ -452,6 +689,7 @@ static cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
 }
 static inline cudaError_t cudaDeviceSynchronize(void) {
     emu_not_capturing("cudaDeviceSynchronize");
+    emu_count_line("sync");
     return cudaSuccess;
 }
 static const char *cudaGetErrorString(cudaError_t e) {
@@ -473,29 +711,146 @@ template <typename... P> static void emu_call(void *p) {
     std::apply(c->kernel, c->args);
 }
 
-// cudaLaunchKernelEx(&config, kernel, args...): the arguments converted to the kernel's parameter
-// types, as the real template does; then every block, one after another.
-// Every block of one launch, one after another; then the guard zones.
+// ---- launch limits -----------------------------------------------------------------------------
+// sm_90's (CUDA C++ Programming Guide, compute capability 9.0): gridDim.x <= 2^31 - 1, gridDim.y
+// and .z <= 65535; blockDim.x and .y <= 1024, .z <= 64, at most 1024 threads; shared memory per block
+// at most 48 KiB, static and dynamic together, unless the kernel opted in with
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n): then dynamic <= n and
+// static + dynamic <= 227 KiB (static alone stays <= 48 KiB: ptxas refuses more).
+// A kernel's static shared memory is measured: the __shared__ arrays of the emu_shared section that
+// its blocks write (an array it only read would be a read of unwritten memory anyway), sized from
+// the program's own symbol table (function-static arrays keep local symbols); without one (a
+// stripped binary) the whole section counts, an upper bound.
+enum { EMU_SMEM_DEFAULT = 48 * 1024, EMU_MAX_BLOCK = 1024, EMU_MAX_BLOCK_Z = 64, EMU_MAX_GRID_YZ = 65535 };
+static const unsigned EMU_MAX_GRID_X = 2147483647u;
+
+struct EmuSharedVar { size_t offset, size; };
+static std::vector<EmuSharedVar> emu_shared_vars;   // the section's arrays, by offset
+
+static void emu_read_shared_vars(void) {
+    static bool done;
+    if (done) return;
+    done = true;
+    size_t section = (size_t)(__stop_emu_shared - __start_emu_shared);
+    FILE *f = fopen("/proc/self/exe", "rb");
+    Elf64_Ehdr eh;
+    std::vector<Elf64_Shdr> sh;
+    if (f && fread(&eh, sizeof eh, 1, f) == 1 && !memcmp(eh.e_ident, ELFMAG, SELFMAG) && eh.e_shentsize == sizeof(Elf64_Shdr)) {
+        sh.resize(eh.e_shnum);
+        if (fseek(f, (long)eh.e_shoff, SEEK_SET) || fread(sh.data(), sizeof(Elf64_Shdr), sh.size(), f) != sh.size()) sh.clear();
+    }
+    int idx = -1, symtab = -1;
+    if (!sh.empty() && eh.e_shstrndx < sh.size()) {
+        std::vector<char> names(sh[eh.e_shstrndx].sh_size + 1, 0);
+        if (!fseek(f, (long)sh[eh.e_shstrndx].sh_offset, SEEK_SET) && fread(names.data(), 1, names.size() - 1, f) == names.size() - 1)
+            for (size_t i = 0; i < sh.size(); i++) {
+                if (sh[i].sh_name < names.size() && !strcmp(&names[sh[i].sh_name], "emu_shared")) idx = (int)i;
+                if (sh[i].sh_type == SHT_SYMTAB) symtab = (int)i;
+            }
+    }
+    if (idx >= 0 && symtab >= 0) {
+        std::vector<Elf64_Sym> syms(sh[symtab].sh_size / sizeof(Elf64_Sym));
+        if (!fseek(f, (long)sh[symtab].sh_offset, SEEK_SET) && fread(syms.data(), sizeof(Elf64_Sym), syms.size(), f) == syms.size())
+            for (const Elf64_Sym &y : syms)
+                if (y.st_shndx == idx && ELF64_ST_TYPE(y.st_info) == STT_OBJECT && y.st_size > 0 && y.st_value >= sh[idx].sh_addr &&
+                    y.st_value - sh[idx].sh_addr + y.st_size <= section)
+                    emu_shared_vars.push_back({(size_t)(y.st_value - sh[idx].sh_addr), (size_t)y.st_size});
+    }
+    if (f) fclose(f);
+    if (emu_shared_vars.empty() && section > 0) emu_shared_vars.push_back({0, section});
+}
+
+// bytes of the static shared arrays the block that just ran wrote (any byte no longer 0xff)
+static size_t emu_static_smem_written(void) {
+    size_t n = 0;
+    for (const EmuSharedVar &v : emu_shared_vars)
+        for (size_t i = 0; i < v.size; i++)
+            if ((unsigned char)__start_emu_shared[v.offset + i] != 0xff) {
+                n += v.size;
+                break;
+            }
+    return n;
+}
+
+// cudaFuncSetAttribute's opt-ins: kernel -> its largest dynamic shared memory
+struct EmuOptIn { const void *kernel; int max_dynamic; };
+static std::vector<EmuOptIn> emu_opt_ins;
+template <typename... P> static cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) emu_fail("cudaFuncSetAttribute: only cudaFuncAttributeMaxDynamicSharedMemorySize is emulated");
+    if (value < 0 || value > EMU_SMEM_OPTIN) return cudaErrorInvalidValue;
+    for (EmuOptIn &o : emu_opt_ins)
+        if (o.kernel == (const void *)kernel) return o.max_dynamic = value, cudaSuccess;
+    emu_opt_ins.push_back({(const void *)kernel, value});
+    return cudaSuccess;
+}
+static int emu_opt_in(const void *kernel) {   // -1: none
+    for (const EmuOptIn &o : emu_opt_ins)
+        if (o.kernel == kernel) return o.max_dynamic;
+    return -1;
+}
+
+// The grid, the block and the dynamic shared memory against the limits: one error line naming the
+// kernel and the limit when one is passed.
+static void emu_check_config(const cudaLaunchConfig_t *c, const void *kernel, const char *name) {
+    const dim3 &g = c->gridDim, &b = c->blockDim;
+    unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
+    if (!g.x || !g.y || !g.z || !b.x || !b.y || !b.z)
+        emu_fail("%s: launch of grid (%u,%u,%u) x block (%u,%u,%u): a size of 0", name, g.x, g.y, g.z, b.x, b.y, b.z);
+    if (g.x > EMU_MAX_GRID_X) emu_fail("%s: gridDim.x = %u is over sm_90's limit of %u", name, g.x, EMU_MAX_GRID_X);
+    if (g.y > EMU_MAX_GRID_YZ) emu_fail("%s: gridDim.y = %u is over sm_90's limit of %d", name, g.y, EMU_MAX_GRID_YZ);
+    if (g.z > EMU_MAX_GRID_YZ) emu_fail("%s: gridDim.z = %u is over sm_90's limit of %d", name, g.z, EMU_MAX_GRID_YZ);
+    if (b.x > EMU_MAX_BLOCK || b.y > EMU_MAX_BLOCK || b.z > EMU_MAX_BLOCK_Z || nt > EMU_MAX_BLOCK)
+        emu_fail("%s: block (%u,%u,%u) of %llu threads is over sm_90's limits (x, y <= %d, z <= %d, %d threads)", name, b.x, b.y, b.z, nt,
+                 EMU_MAX_BLOCK, EMU_MAX_BLOCK_Z, EMU_MAX_BLOCK);
+    int opt = emu_opt_in(kernel);
+    size_t limit = opt >= 0 ? (size_t)opt : EMU_SMEM_DEFAULT;
+    if (c->dynamicSmemBytes > limit)
+        emu_fail("%s: %zu bytes of dynamic shared memory, over %s %zu", name, c->dynamicSmemBytes,
+                 opt >= 0 ? "its cudaFuncSetAttribute(MaxDynamicSharedMemorySize) of" : "sm_90's default limit per block (no opt-in) of", limit);
+}
+
+// After a block: its static shared arrays with the launch's dynamic bytes, against the limit.
+static void emu_check_smem(const cudaLaunchConfig_t &c, const void *kernel, const char *name) {
+    size_t st = emu_static_smem_written(), dyn = c.dynamicSmemBytes;
+    int opt = emu_opt_in(kernel);
+    if (st > EMU_SMEM_DEFAULT)
+        emu_fail("%s: %zu bytes of static shared memory, over sm_90's %d (ptxas refuses it)", name, st, EMU_SMEM_DEFAULT);
+    if (opt < 0 && st + dyn > EMU_SMEM_DEFAULT)
+        emu_fail("%s: %zu bytes of static + %zu of dynamic shared memory, over sm_90's default limit per block of %d "
+                 "(more needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize))", name, st, dyn, EMU_SMEM_DEFAULT);
+    if (st + dyn > EMU_SMEM_OPTIN)
+        emu_fail("%s: %zu bytes of static + %zu of dynamic shared memory, over sm_90's %d per block", name, st, dyn, EMU_SMEM_OPTIN);
+}
+
+// Every block of one launch, one after another, each checked for its shared memory; then the
+// guard zones.
 template <typename... P> static void emu_run(const cudaLaunchConfig_t &c, EmuCall<P...> &call, const char *name) {
+    if (emu.launch_only) return;
+    emu_read_shared_vars();
     emu.body = emu_call<P...>, emu.body_arg = &call, emu.kernel = name, emu.n = (int)(c.blockDim.x * c.blockDim.y * c.blockDim.z);
+    emu.dynamic_smem = c.dynamicSmemBytes;
     gridDim = c.gridDim, blockDim = c.blockDim;
+    emu_count_begin();
     for (unsigned z = 0; z < gridDim.z; z++)
         for (unsigned y = 0; y < gridDim.y; y++)
             for (unsigned x = 0; x < gridDim.x; x++) {
                 blockIdx = dim3(x, y, z);
+                emu_count_block_begin(((unsigned long long)z * gridDim.y + y) * gridDim.x + x, (unsigned long long)gridDim.x * gridDim.y * gridDim.z);
                 emu_run_block();
+                emu_count_block_end();
+                emu_check_smem(c, (const void *)call.kernel, name);
             }
+    emu_count_end(name, c.gridDim, c.blockDim);
     emu_check_guards(name);
 }
 
-// cudaLaunchKernelEx(&config, kernel, args...): the arguments converted to the kernel's parameter
-// types, as the real template does; then run (or, while a graph is being captured, recorded).
+// cudaLaunchKernelEx(&config, kernel, args...): the configuration checked, the arguments converted
+// to the kernel's parameter types, as the real template does; then run (or, while a graph is being
+// captured, recorded).
 template <typename... P, typename... A>
 static cudaError_t emu_launch(const cudaLaunchConfig_t *c, void (*kernel)(P...), const char *name, A &&...args) {
     emu_init();
-    unsigned nt = c->blockDim.x * c->blockDim.y * c->blockDim.z;
-    if (nt == 0 || nt > EMU_MAX_THREADS || c->gridDim.x == 0 || c->gridDim.y == 0 || c->gridDim.z == 0 || c->gridDim.y > 65535 || c->gridDim.z > 65535)
-        return cudaErrorInvalidConfiguration;
+    emu_check_config(c, (const void *)kernel, name);
     EmuCall<P...> call{kernel, std::tuple<P...>(std::forward<A>(args)...)};
     if (emu_capture) emu_capture->ops.push_back([cfg = *c, call, name]() mutable { emu_run(cfg, call, name); });
     else emu_run(*c, call, name);
