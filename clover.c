@@ -2109,7 +2109,8 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
         const uint16_t *vh = (const uint16_t *)v;
         if (f16) for (int i = 0; i < hd; i++) w->acc16[i] = fp32_to_fp16(fmaf(fp16_to_fp32(vh[i]), vs, fp16_to_fp32(w->acc16[i])));
         else for (int i = 0; i < hd; i++) acc[i] = fmaf(bf16_to_fp32(vh[i]), vs, acc[i]);
-        S = S * ms + vs;
+        float S_ms = S * ms;   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
+        S = S_ms + vs;
     }
     if (f16) for (int i = 0; i < hd; i++) acc[i] = fp16_to_fp32(w->acc16[i]);
     *M_out = M;
@@ -2186,7 +2187,7 @@ static void attend_fa(const AttnTask *at, const FaScratch *w, const float *q, co
                       const uint8_t *V, size_t vstride, int n, int hd, float *o, float *og) {
     bool f16_kv = fa_type(at->k_type) == T_F16 && fa_type(at->v_type) == T_F16;
     float M, S;
-    store_as(fa_type(at->k_type), w->qr, q, hd);
+    if (at->fa != FA_TILED) store_as(fa_type(at->k_type), w->qr, q, hd);
     if (at->fa == FA_TILED) fa_tiled(at, w, q, K, kstride, V, vstride, n, hd, w->acc, &M, &S);
     else if (at->fa == FA_STEP && f16_kv && fa_cells(n) >= 512)
         fa_split(at, w, K, kstride, V, vstride, n, fa_cells(n), at->ctx->fa_threads, hd, w->acc, &M, &S);
