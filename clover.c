@@ -937,6 +937,11 @@ typedef struct {
     void (*delta_rule)(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o);
     void (*round_row_as)(uint32_t type, float *p, int n);
     void (*attn_v_sum)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
+    /* flash attention (section 9) */
+    void (*to_f16)(uint16_t *y, const float *x, int n);
+    void (*fa_scores)(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
+    void (*fa_mad)(float *y, uint32_t type, const void *v, float w, int n);
+    void (*fa_mad16)(uint16_t *y, uint32_t type, const void *v, float w, int n);
 } Kernels;
 static const Kernels *kernels(void);   /* section 12 */
 
@@ -2067,18 +2072,43 @@ static void attend(const float *q, const float *gate, const uint8_t *K, size_t k
  *     chunk per thread, merged in chunk order, so the bits depend on the thread count (-t). */
 static uint32_t fa_type(uint32_t cache_type) { return cache_type == T_F32 ? T_F16 : cache_type; }
 
-/* Cache row `row` as the op reads it: as stored, or, for an F32 cache, rounded to F16 into tmp. */
-static const uint8_t *fa_row(uint32_t cache_type, const uint8_t *row, uint16_t *tmp, int n) {
-    if (cache_type != T_F32) return row;
-    for (int i = 0; i < n; i++) tmp[i] = fp32_to_fp16(((const float *)row)[i]);
-    return (const uint8_t *)tmp;
+/* The op's vector steps, over rows of the cache as stored (F16, BF16, or F32 read as F16); each has
+ * a twin in section 12. */
+static float fa_load(uint32_t cache_type, const void *row, int i) {
+    return cache_type == T_F32 ? round_as(T_F16, ((const float *)row)[i]) : load_as(cache_type, row, i);
+}
+
+/* y = x rounded to F16 (twin: to_f16_avx2) */
+static void to_f16(uint16_t *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = fp32_to_fp16(x[i]);
+}
+
+/* s_t = q . K_t for the nt rows K_t = K + t kstride (bytes): a plain fused chain over the dims from
+ * dim 0, q in F32 (the tiled path's GEMM, simd_gemm). Twin: fa_scores_avx2 (eight keys per register). */
+static void fa_scores(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+    for (int t = 0; t < nt; t++) {
+        float d = 0;
+        for (int i = 0; i < hd; i++) d = fmaf(q[i], fa_load(type, K + (size_t)t * kstride, i), d);
+        s[t] = d;
+    }
+}
+
+/* y_i = fma(v_i, w, y_i), an F32 accumulator (ggml_vec_mad_f32 after the V row's conversion; the
+ * tiled path's V sum). Twin: fa_mad_avx2. */
+static void fa_mad(float *y, uint32_t type, const void *v, float w, int n) {
+    for (int i = 0; i < n; i++) y[i] = fmaf(fa_load(type, v, i), w, y[i]);
+}
+
+/* y_i = fp16(fma(v_i, w, y_i)), an F16 accumulator (ggml_vec_mad_f16). Twin: fa_mad16_avx2. */
+static void fa_mad16(uint16_t *y, uint32_t type, const void *v, float w, int n) {
+    for (int i = 0; i < n; i++) y[i] = fp32_to_fp16(fmaf(fa_load(type, v, i), w, fp16_to_fp32(y[i])));
 }
 
 /* Scratch of one thread's flash attention, carved from its V-sum accumulators (64 x head_dim floats). */
 typedef struct {
     float *acc, *acc_chunk;        /* F32 outputs: the row's, a split chunk's */
     uint16_t *acc16;               /* the F16 accumulator (F16 V) */
-    uint16_t *qr, *krow, *vrow;    /* q rounded to K's type; an F32 cache's K and V rows as F16 */
+    uint16_t *qr, *krow;           /* q rounded to K's type; an F32 cache's K row as F16 */
 } FaScratch;
 
 /* The per-row path (ggml's _one_chunk) for one head over keys [j0, j1): s_j = kdot(K_j, qr) *
@@ -2095,8 +2125,12 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
     if (f16) memset(w->acc16, 0, (size_t)hd * sizeof(uint16_t));
     else memset(acc, 0, (size_t)hd * sizeof(float));
     for (int j = j0; j < j1; j++) {
-        float s = kdot(fa_row(at->k_type, K + (size_t)j * kstride, w->krow, hd), w->qr, hd) * scale;
-        const uint8_t *v = fa_row(at->v_type, V + (size_t)j * vstride, w->vrow, hd);
+        const uint8_t *k = K + (size_t)j * kstride, *v = V + (size_t)j * vstride;
+        if (at->k_type == T_F32) {
+            kernels()->to_f16(w->krow, (const float *)k, hd);
+            k = (const uint8_t *)w->krow;
+        }
+        float s = kdot(k, w->qr, hd) * scale;
         float ms = 1, vs = 1;
         if (s > M) {
             ms = expf(M - s);
@@ -2106,10 +2140,10 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
         } else {
             vs = expf(s - M);
         }
-        const uint16_t *vh = (const uint16_t *)v;
-        if (f16) for (int i = 0; i < hd; i++) w->acc16[i] = fp32_to_fp16(fmaf(fp16_to_fp32(vh[i]), vs, fp16_to_fp32(w->acc16[i])));
-        else for (int i = 0; i < hd; i++) acc[i] = fmaf(bf16_to_fp32(vh[i]), vs, acc[i]);
-        S = S * ms + vs;
+        if (f16) kernels()->fa_mad16(w->acc16, at->v_type, v, vs, hd);
+        else kernels()->fa_mad(acc, at->v_type, v, vs, hd);
+        float S_ms = S * ms;   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
+        S = S_ms + vs;
     }
     if (f16) for (int i = 0; i < hd; i++) acc[i] = fp16_to_fp32(w->acc16[i]);
     *M_out = M;
@@ -2121,19 +2155,17 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
  * F32 (q not rounded), the tile's max; if the running max M grows, acc and S scale by
  * expf(M_old - M); then p_j = exp(s_j - M) and S += sum_j p_j as ggml_vec_soft_max_f32 computes
  * them (exp_sum; S float, the sum double), and acc += p_j V_j, a fused chain over the tile's keys. */
-static void fa_tiled(const AttnTask *at, const FaScratch *w, const float *q, const uint8_t *K, size_t kstride, const uint8_t *V,
-                     size_t vstride, int n, int hd, float *acc, float *M_out, float *S_out) {
+static void fa_tiled(const AttnTask *at, const float *q, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride, int n, int hd,
+                     float *acc, float *M_out, float *S_out) {
     float scale = at->ctx->m->c.kq_scale, M = -INFINITY, S = 0;
     memset(acc, 0, (size_t)hd * sizeof(float));
     for (int j0 = 0; j0 < n; j0 += 64) {
         int nt = n - j0 < 64 ? n - j0 : 64;
         float p[64], tile_max = -INFINITY;
-        for (int t = 0; t < 64; t++) p[t] = -INFINITY;
+        for (int t = nt; t < 64; t++) p[t] = -INFINITY;
+        kernels()->fa_scores(q, at->k_type, K + (size_t)j0 * kstride, kstride, nt, hd, p);
         for (int t = 0; t < nt; t++) {
-            const uint16_t *k = (const uint16_t *)fa_row(at->k_type, K + (size_t)(j0 + t) * kstride, w->krow, hd);
-            float d = 0;
-            for (int i = 0; i < hd; i++) d = fmaf(q[i], fp16_to_fp32(k[i]), d);
-            p[t] = d * scale;
+            p[t] *= scale;
             if (p[t] > tile_max) tile_max = p[t];
         }
         float M_new = fmaxf(M, tile_max);
@@ -2144,10 +2176,7 @@ static void fa_tiled(const AttnTask *at, const FaScratch *w, const float *q, con
         }
         M = M_new;
         S = (float)(S + exp_sum(p, 64, M));
-        for (int t = 0; t < nt; t++) {
-            const uint16_t *v = (const uint16_t *)fa_row(at->v_type, V + (size_t)(j0 + t) * vstride, w->vrow, hd);
-            for (int i = 0; i < hd; i++) acc[i] = fmaf(p[t], fp16_to_fp32(v[i]), acc[i]);
-        }
+        for (int t = 0; t < nt; t++) kernels()->fa_mad(acc, at->v_type, V + (size_t)(j0 + t) * vstride, p[t], hd);
     }
     *M_out = M;
     *S_out = S;
@@ -2186,8 +2215,8 @@ static void attend_fa(const AttnTask *at, const FaScratch *w, const float *q, co
                       const uint8_t *V, size_t vstride, int n, int hd, float *o, float *og) {
     bool f16_kv = fa_type(at->k_type) == T_F16 && fa_type(at->v_type) == T_F16;
     float M, S;
-    store_as(fa_type(at->k_type), w->qr, q, hd);
-    if (at->fa == FA_TILED) fa_tiled(at, w, q, K, kstride, V, vstride, n, hd, w->acc, &M, &S);
+    if (at->fa != FA_TILED) store_as(fa_type(at->k_type), w->qr, q, hd);
+    if (at->fa == FA_TILED) fa_tiled(at, q, K, kstride, V, vstride, n, hd, w->acc, &M, &S);
     else if (at->fa == FA_STEP && f16_kv && fa_cells(n) >= 512)
         fa_split(at, w, K, kstride, V, vstride, n, fa_cells(n), at->ctx->fa_threads, hd, w->acc, &M, &S);
     else fa_chunk(at, w, K, kstride, V, vstride, 0, n, hd, w->acc, &M, &S);
@@ -2207,8 +2236,7 @@ static void attn_task(void *p, int ith, int nth) {
     float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
     size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes;
     float *vacc = s->vacc + (size_t)ith * 64 * hd;
-    FaScratch w = {vacc, vacc + hd, (uint16_t *)(vacc + 2 * hd), (uint16_t *)(vacc + 3 * hd), (uint16_t *)(vacc + 4 * hd),
-                   (uint16_t *)(vacc + 5 * hd)};
+    FaScratch w = {vacc, vacc + hd, (uint16_t *)(vacc + 2 * hd), (uint16_t *)(vacc + 3 * hd), (uint16_t *)(vacc + 4 * hd)};
     for (int job = ith; job < at->T * c->n_head; job += nth) {
         int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
         int n = at->causal_from < 0 ? at->n_keys : at->causal_from + t + 1;
@@ -4403,6 +4431,88 @@ SIMD static void attn_v_sum_avx2(uint32_t type, const uint8_t *V, size_t vstride
         }
     memcpy(o, acc, (size_t)hd * sizeof(float));
 }
+
+/* --- flash attention's steps (section 9): F16C conversions (round to nearest even, as fp32_to_fp16)
+ * and per-lane fused multiply-adds in the plain order. A NaN may get another payload from F16C
+ * than from fp32_to_fp16, so a group of 8 with a NaN result is redone by the plain definition. */
+static inline SIMD_INLINE bool any_nan_avx2(__m256 v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0; }
+
+/* 8 values of a K or V row as flash attention reads them (fa_load) */
+static inline SIMD_INLINE __m256 fa_load_avx2(uint32_t type, const void *row, int i) {
+    if (type != T_F32) return load_as_avx2(type, row, i);
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps((const float *)row + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+SIMD static void to_f16_avx2(uint16_t *y, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (any_nan_avx2(v)) to_f16(y + i, x + i, 8);
+        else _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    to_f16(y + i, x + i, n - i);
+}
+
+/* eight keys at once, one per lane: the 8 x 8 blocks of their rows transposed so that lane t
+ * runs key t's chain over the dims in order */
+SIMD static void fa_scores_avx2(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+    int t = 0, nd = hd & ~7;
+    for (; t + 8 <= nt; t += 8) {
+        const uint8_t *Kt = K + (size_t)t * kstride;
+        __m256 acc = _mm256_setzero_ps();
+        for (int d = 0; d < nd; d += 8) {
+            __m256 r[8], u[8], c[8];
+            for (int k = 0; k < 8; k++) r[k] = fa_load_avx2(type, Kt + (size_t)k * kstride, d);
+            for (int k = 0; k < 8; k += 2) {
+                u[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+                u[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+            }
+            for (int k = 0; k < 8; k += 4) {   /* columns j and j+4 of keys k..k+3, in 128-bit halves */
+                r[k] = _mm256_shuffle_ps(u[k], u[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                r[k + 1] = _mm256_shuffle_ps(u[k], u[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                r[k + 2] = _mm256_shuffle_ps(u[k + 1], u[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                r[k + 3] = _mm256_shuffle_ps(u[k + 1], u[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            for (int j = 0; j < 4; j++) {
+                c[j] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x20);
+                c[j + 4] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x31);
+            }
+            for (int j = 0; j < 8; j++) acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d + j]), c[j], acc);
+        }
+        float a[8];
+        _mm256_storeu_ps(a, acc);
+        for (int k = 0; k < 8; k++) {
+            for (int d = nd; d < hd; d++) a[k] = fmaf(q[d], fa_load(type, Kt + (size_t)k * kstride, d), a[k]);
+            s[t + k] = a[k];
+        }
+        if (any_nan_avx2(_mm256_loadu_ps(s + t))) fa_scores(q, type, Kt, kstride, 8, hd, s + t);
+    }
+    fa_scores(q, type, K + (size_t)t * kstride, kstride, nt - t, hd, s + t);
+}
+
+SIMD static void fa_mad_avx2(float *y, uint32_t type, const void *v, float w, int n) {
+    __m256 w8 = _mm256_set1_ps(w);
+    size_t vb = TYPES[type].bytes;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_fmadd_ps(fa_load_avx2(type, v, i), w8, _mm256_loadu_ps(y + i));
+        if (any_nan_avx2(r)) fa_mad(y + i, type, (const uint8_t *)v + i * vb, w, 8);
+        else _mm256_storeu_ps(y + i, r);
+    }
+    fa_mad(y + i, type, (const uint8_t *)v + i * vb, w, n - i);
+}
+
+SIMD static void fa_mad16_avx2(uint16_t *y, uint32_t type, const void *v, float w, int n) {
+    __m256 w8 = _mm256_set1_ps(w);
+    size_t vb = TYPES[type].bytes;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_fmadd_ps(fa_load_avx2(type, v, i), w8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i))));
+        if (any_nan_avx2(r)) fa_mad16(y + i, type, (const uint8_t *)v + i * vb, w, 8);
+        else _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    fa_mad16(y + i, type, (const uint8_t *)v + i * vb, w, n - i);
+}
 #endif
 
 /* --- The kernel tables (section 5) ---------------------------------------------------------- */
@@ -4411,6 +4521,7 @@ static const Kernels KERNELS_PLAIN = {
             dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K},
     .quantize_q8_0 = quantize_q8_0, .quantize_q8_K = quantize_q8_K, .softmax = softmax, .silu_row = silu_row,
     .gdn_conv = gdn_conv, .delta_rule = delta_rule, .round_row_as = round_row_as, .attn_v_sum = attn_v_sum,
+    .to_f16 = to_f16, .fa_scores = fa_scores, .fa_mad = fa_mad, .fa_mad16 = fa_mad16,
 };
 #if defined(__x86_64__)
 static const Kernels KERNELS_AVX2 = {
@@ -4423,6 +4534,7 @@ static const Kernels KERNELS_AVX2 = {
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
+    .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2, .fa_mad16 = fa_mad16_avx2,
 };
 #endif
 

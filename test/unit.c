@@ -11,6 +11,8 @@
  *     at exact or near ties (clover follows the x86 AVX code: id = 127/amax, ties to even; the
  *     reference takes 1/d and rounds ties away from zero), where they may differ by one;
  *   - quantize_q8_K vs quantize_row_q8_K_ref, bit for bit (d, quants, bsums);
+ *   - the SIMD twins of the forward pass's kernels (flash attention's steps among them) vs their
+ *     plain definitions, bit for bit;
  *   - every dot product (dot_fn: row and tile orders, plain and repacked layouts) vs a float64 sum over ggml's dequantized
  *     weight and activation: |error| <= 1e-5 * sum |w_i a_i|.
  * Prints PASS/FAIL per check and "N passed, N failed"; exit status 1 if any failed.
@@ -567,6 +569,69 @@ static void test_simd_forward(void) {
 #endif
 }
 
+/* flash attention's steps (clover.c section 9) vs their AVX2 twins, bit for bit: rows with tails,
+ * F32 rows of random bit patterns (NaN, inf, subnormals) read as F16, F16 and BF16 rows */
+static void test_fa_simd(void) {
+    if (!simd_chosen()) {
+        printf("# SIMD kernels not chosen on this CPU (or CLOVER_SIMD=scalar): flash attention twins not compared\n");
+        return;
+    }
+#if defined(__x86_64__)
+    const int dims[] = {64, 32, 37, 16, 130, 7};
+    const uint32_t types[] = {T_F32, T_F16, T_BF16};
+    int bad = 0, n_checks = 0;
+    char detail[160] = "";
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+        for (int ty = 0; ty < 3; ty++)
+            for (int rep = 0; rep < 40; rep++) {
+                int hd = dims[s], nt = 1 + (int)(rnd64() % 21);
+                uint32_t type = types[ty];
+                size_t stride = 2 * (size_t)hd * TYPES[type].bytes;   /* two heads per row */
+                uint8_t *K = xmalloc((size_t)nt * stride);
+                float *row = xmalloc(2 * (size_t)hd * 4), *q = xmalloc((size_t)hd * 4), *s1 = xmalloc(21 * 4), *s2 = xmalloc(21 * 4);
+                float *y1 = xmalloc((size_t)hd * 4), *y2 = xmalloc((size_t)hd * 4);
+                uint16_t *h1 = xmalloc((size_t)hd * 2), *h2 = xmalloc((size_t)hd * 2);
+                for (int j = 0; j < nt; j++) {
+                    for (int i = 0; i < 2 * hd; i++) {
+                        uint32_t bits = rnd32();
+                        if (rep % 4) row[i] = rnd_normal() * 3;
+                        else memcpy(&row[i], &bits, 4);
+                    }
+                    store_as(type, K + (size_t)j * stride, row, 2 * hd);
+                }
+                for (int i = 0; i < hd; i++) {
+                    q[i] = rnd_normal();
+                    y1[i] = y2[i] = rnd_normal();
+                    h1[i] = h2[i] = fp32_to_fp16(rnd_normal());
+                }
+                const uint8_t *K1 = K + (size_t)hd * TYPES[type].bytes;   /* the second head */
+                float w = rnd_uniform(0, 1);
+                if (type != T_BF16) {
+                    fa_scores(q, type, K1, stride, nt, hd, s1);
+                    fa_scores_avx2(q, type, K1, stride, nt, hd, s2);
+                    n_checks++;
+                    if (memcmp(s1, s2, (size_t)nt * 4) && bad++ == 0) snprintf(detail, sizeof detail, "scores %s hd=%d nt=%d", TYPES[type].name, hd, nt);
+                    fa_mad16(h1, type, K1, w, hd);
+                    fa_mad16_avx2(h2, type, K1, w, hd);
+                    n_checks++;
+                    if (memcmp(h1, h2, (size_t)hd * 2) && bad++ == 0) snprintf(detail, sizeof detail, "F16 mad %s hd=%d", TYPES[type].name, hd);
+                }
+                fa_mad(y1, type, K1, w, hd);
+                fa_mad_avx2(y2, type, K1, w, hd);
+                n_checks++;
+                if (memcmp(y1, y2, (size_t)hd * 4) && bad++ == 0) snprintf(detail, sizeof detail, "F32 mad %s hd=%d", TYPES[type].name, hd);
+                if (type == T_F32) {
+                    to_f16(h1, (const float *)K1, hd);
+                    to_f16_avx2(h2, (const float *)K1, hd);
+                    n_checks++;
+                    if (memcmp(h1, h2, (size_t)hd * 2) && bad++ == 0) snprintf(detail, sizeof detail, "to F16 hd=%d", hd);
+                }
+                free(K), free(row), free(q), free(s1), free(s2), free(y1), free(y2), free(h1), free(h2);
+            }
+    check(bad == 0 && n_checks > 0, "SIMD flash attention steps (scores, F32 and F16 mad, to F16) vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
+#endif
+}
+
 int main(void) {
     test_fp16_to_fp32();
     test_fp32_to_fp16();
@@ -578,6 +643,7 @@ int main(void) {
     test_simd_dots();
     test_simd_forward();
     test_round_row_simd();
+    test_fa_simd();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
