@@ -4,7 +4,7 @@
 # build/costmodel (test/costmodel.c) over the counts. Run by `make costmodel` and test/gpu.sh.
 #
 #   test/costmodel.sh [--bw GBS] [--ptxas LOG] [--sass LIST] [--emu BIN] [--work DIR] [--timeout S]
-#                     --slice L MODEL [--slice L MODEL]
+#                     [--decode-only] --slice L MODEL [--slice L MODEL]
 #
 # Per slice, two runs (in parallel, one process each), each after a prompt of two ids (one prefilled
 # row): a plain greedy decode of 2 tokens (the model takes its last step, a CUDA graph), and
@@ -12,7 +12,7 @@
 # the 16-row verify batch and the rollback (a random model takes no draft), where the run is stopped
 # (CLOVER_EMU_COUNT_STOP). Counts and logs go to DIR (default: a temporary folder). --timeout: each
 # run's limit; a round out of time leaves the prediction to the decode step (the rounds emulate 16-row
-# passes, the LM head's included: minutes at the real shape).
+# passes, the LM head's included: minutes at the real shape). --decode-only: no round at all.
 # The prediction for 40 layers needs two slices of the same layer pattern (4 and 8 layers).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +20,7 @@ cd "$ROOT" || exit 1
 EMU=build/clover-emu-count
 WORK=
 LIMIT=0
+ROUNDS=1
 ARGS=()
 SLICES=()
 while [ $# -gt 0 ]; do
@@ -28,6 +29,7 @@ while [ $# -gt 0 ]; do
         --emu) EMU=$2; shift 2 ;;
         --work) WORK=$2; shift 2 ;;
         --timeout) LIMIT=$2; shift 2 ;;
+        --decode-only) ROUNDS=; shift ;;
         --slice) SLICES+=("$2" "$3"); shift 3 ;;
         *) echo "costmodel.sh: unknown option $1" >&2; exit 1 ;;
     esac
@@ -50,16 +52,16 @@ declare -A PID
 for ((i = 0; i < ${#SLICES[@]}; i += 2)); do
     L=${SLICES[i]} M=${SLICES[i + 1]}
     counted "decode-$L" "$M" -n 2 & PID[decode-$L]=$!
-    CLOVER_EMU_COUNT_STOP=4 counted "round-$L" "$M" -n 16 --spec-type draft-self --spec-draft-n-max 15 --spec-draft-p-min 0 & PID[round-$L]=$!
+    [ -z "$ROUNDS" ] || { CLOVER_EMU_COUNT_STOP=4 counted "round-$L" "$M" -n 16 --spec-type draft-self --spec-draft-n-max 15 --spec-draft-p-min 0 & PID[round-$L]=$!; }
 done
-rounds=1
+rounds=$ROUNDS
 for ((i = 0; i < ${#SLICES[@]}; i += 2)); do
     L=${SLICES[i]}
     if ! wait "${PID[decode-$L]}"; then
         echo "costmodel.sh: the decode run on $L layers failed: $(grep -m 1 error "$WORK/decode-$L.err")" >&2
         exit 1
     fi
-    wait "${PID[round-$L]}" || { rounds=; echo "costmodel.sh: the draft-self round on $L layers failed or ran out of time: the decode step alone" >&2; }
+    [ -z "$ROUNDS" ] || wait "${PID[round-$L]}" || { rounds=; echo "costmodel.sh: the draft-self round on $L layers failed or ran out of time: the decode step alone" >&2; }
 done
 CM=()
 for ((i = 0; i < ${#SLICES[@]}; i += 2)); do

@@ -1850,12 +1850,12 @@ test_gpu_forward() {
             done
         else fail "gpu_forward/$ORDER/batch" "$(why)"; fi
         # every matrix Q4_K (token_embd and ssm_alpha/beta too, an F32 router), 2 of 4 experts, vocabulary
-        # 512, 40 ids in one batch, three seeds: the GPU computes each row of a batch as a decode step,
+        # 512, 40 ids in one batch, two seeds: the GPU computes each row of a batch as a decode step,
         # which is the CPU's order with -ub 1 (llama.cpp's too), so it is held to F32's limits against
         # that. (The CPU's 40-row batch takes llama.cpp's batch kernels: on these seeds their float order
         # moves the Q8_K rounding of a SwiGLU row, and its logits leave its -ub 1's by a median of 3e-2
         # to 5e-2, as llama.cpp's own do; see test_batch.)
-        for n in 5 6 7; do
+        for n in 6 7; do
             [ -n "$all" ] || continue
             name="gpu_forward/$ORDER/q4_k 40-row batch, seed $n, == the CPU's -ub 1 within 1e-4"
             m=$(model q4_k "$n" --experts 4 --vocab 512) || { fail "$name" "cannot generate the model"; continue; }
