@@ -51,13 +51,22 @@ build/bench: test/bench.c test/llama_host.h clover.c | build
 	$(CC) $(CFLAGS) -I$(LLAMA_INC) -I$(GGML_INC) -o $@ test/bench.c $(LLAMA_LIBS) $(LDLIBS)
 
 # clover-cuda: the same program with the GPU side (clover.cu), for sm_90 plus PTX for newer GPUs.
-# CUDA_ARCH names the targets: test/gpu.sh builds sm_90a (Hopper's own instructions) plus PTX.
+# CUDA_ARCH names the targets: test/gpu.sh builds sm_90a alone (Hopper's own instructions).
+# NVCCFLAGS: more nvcc options (test/gpu.sh: -Xptxas -v and -keep, for the cost model).
 CUDA_ARCH ?= -arch=sm_90 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS ?=
+# The two objects are separate targets so that make -j compiles them at once (nvcc takes minutes).
 cuda: clover-cuda
-clover-cuda: clover.c clover.cu | build
-	$(NVCC) -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -c clover.cu -o build/clover-cu.o
-	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o build/clover-cuda.o
+build/clover-cu.o: clover.cu | build
+	$(NVCC) -O2 -std=c++17 -fmad=false $(CUDA_ARCH) $(NVCCFLAGS) -c clover.cu -o $@
+build/clover-cuda.o: clover.c | build
+	$(CC) $(CFLAGS) -DCLOVER_CUDA -c clover.c -o $@
+clover-cuda: build/clover-cu.o build/clover-cuda.o
 	$(NVCC) -o $@ build/clover-cuda.o build/clover-cu.o $(LDLIBS)
+
+# gpu_bw: the copy bandwidth test/gpu.sh measures
+build/gpu_bw: test/gpu_bw.cu | build
+	$(NVCC) -O2 $(CUDA_ARCH) -o $@ test/gpu_bw.cu
 
 # clover-emu: the same two files, clover.cu compiled as plain C++ with the CPU emulation of the CUDA
 # runtime (test/cuda_emu.h): each kernel launch runs on the CPU, its threads as fibers, with barrier,

@@ -17,10 +17,13 @@
 #   1. make, cc, nvcc and nvidia-smi on PATH, else one line and exit 1; nvidia-smi and
 #      nvcc --version into env.txt
 #   2. build ./clover, build/gen and build/cmp (not build/ref, build/unit and the other tools that
-#      link llama.cpp, whose libraries do not travel), then clover-cuda for sm_90a plus compute_90
-#      PTX (the Makefile's CUDA_ARCH); build/gen writes the real-shape models in the background
-#      meanwhile, one process each. Then build/gpu_bw (test/gpu_bw.cu) measures the device-to-device
-#      copy bandwidth that step 5 compares with
+#      link llama.cpp, whose libraries do not travel), then clover-cuda for sm_90a alone (the H200's
+#      own code: no PTX for other GPUs, which would run nvcc's front end a second time; measured on
+#      the 2-core build machine, 2026-12-01: 111 s of CPU for sm_90a, 216 s with compute_90 PTX),
+#      with ptxas -v and the cubin kept for the cost model, and build/gpu_bw (test/gpu_bw.cu), in one
+#      make -j; build/gen writes the real-shape models in the background meanwhile, one process each,
+#      and the emulation's counting build and test/costmodel.c are built too. build/gpu_bw measures
+#      the device-to-device copy bandwidth that steps 5 and 7 use
 #   3. clover-cuda --check-ops on a tiny model of every weight type, then on real-shape slices of the
 #      35B model (q4_k_m, q8_0, q4_0; 4 layers: 3 GDN and the attention layer, the real vocabulary,
 #      and every clover_moe extra, so that each matrix shape is there)
@@ -34,10 +37,14 @@
 #      difference of the two slices over 4 layers, and the 40-layer figures are the 4-layer slice
 #      plus 36 such layers
 #   6. compute-sanitizer memcheck and racecheck over draft-self on a tiny clover_moe model, if there
+#   7. the cost model (test/costmodel.sh, in the background after step 3): the emulation counts what
+#      each kernel touches on the two benchmark slices, test/costmodel.c predicts each kernel's time on
+#      the H200 at the measured bandwidth with the build's ptxas report, for 40 layers: its table in
+#      cost.txt, its summary line here, beside the measured figures of step 5 (PREDICTIONS)
 # Then the summary table, last on stdout (the tool returns the last 12,000 characters) and in
 # $OUT/summary.txt: one line per item, PASS / FAIL / SKIP, or INFO with the figure. Files under $OUT
 # (the tool brings back at most 8): summary.txt env.txt build.log ops.log forward.log bench.log
-# sanitizer.log. Exit status 1 if any line is FAIL or a step was skipped for want of time.
+# sanitizer.log cost.txt. Exit status 1 if any line is FAIL or a step was skipped for want of time.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -48,7 +55,8 @@ if [ -z "${OUT:-}" ]; then OUT=$(mktemp -d "${TMPDIR:-/tmp}/clover-gpu-out.XXXXX
 mkdir -p "$OUT" || exit 1
 W=$(mktemp -d "${TMPDIR:-/tmp}/clover-gpu.XXXXXX") || exit 1    # models (gigabytes): never under $OUT
 EDIT="python3 test/gguf_edit.py"
-ARCH="-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90"
+ARCH="-gencode arch=compute_90a,code=sm_90a"   # the H200's code only (step 2)
+KEEP=build/nvcc-keep                           # nvcc's kept files: the cubin the cost model sizes
 declare -A GENPID GENRC
 GENS=                      # what each background generator wrote, in how long, and when it was waited for
 # shellcheck disable=SC2317  # run by the EXIT trap
@@ -169,16 +177,25 @@ gen_bg bench-8 --type q4_k_m --layers 8
 
 t=$(date +%s)
 rc=0
+# the cost model's counting emulation: with clang++ its loads are counted too (trace-loads), else the
+# plain emulation built with g++ counts only the pages each launch touches
+if command -v clang++ > /dev/null; then COUNT_EMU=build/clover-emu-count COUNT_MAKE=(build/clover-emu-count)
+else COUNT_EMU=build/clover-emu COUNT_MAKE=(build/clover-emu CXX_EMU=g++); fi
 if [ -n "$DRY" ]; then
     GPU=${GPU_SH_DRY_BIN:-build/clover-emu}
     if [ -z "${GPU_SH_DRY_BIN:-}" ]; then
-        say "make cuda-emu (dry run)"
-        tl 300 make -j16 cuda-emu >> "$OUT/build.log" 2>&1 || rc=$?
+        say "make cuda-emu build/costmodel ${COUNT_MAKE[*]} (dry run)"
+        tl 300 make -j16 cuda-emu build/costmodel "${COUNT_MAKE[@]}" >> "$OUT/build.log" 2>&1 || rc=$?
     fi
 else
     GPU=./clover-cuda
-    say "make clover-cuda CUDA_ARCH=\"$ARCH\""
-    tl 300 make -j16 clover-cuda CUDA_ARCH="$ARCH" >> "$OUT/build.log" 2>&1 || rc=$?
+    say "make clover-cuda build/gpu_bw build/costmodel ${COUNT_MAKE[*]} CUDA_ARCH=\"$ARCH\""
+    mkdir -p "$KEEP"
+    tl 300 make -j16 clover-cuda build/gpu_bw build/costmodel "${COUNT_MAKE[@]}" CUDA_ARCH="$ARCH" NVCCFLAGS="-Xptxas -v -keep -keep-dir $KEEP" \
+        >> "$OUT/build.log" 2>&1 || rc=$?
+    # ptxas's report (in build.log) and the cubin's kernel sizes, demangled, for costmodel
+    c++filt < "$OUT/build.log" > "$W/ptxas.txt"
+    readelf -SW "$KEEP/clover.cubin" 2> /dev/null | sed 's/\.text\./.text. /' | c++filt > "$W/sass.txt"
 fi
 GPU_OK=
 if [ "$rc" -eq 0 ] && [ -x "$GPU" ]; then
@@ -196,9 +213,7 @@ if [ -n "$DRY" ]; then
     row INFO "bandwidth" "$BW GB/s: KINDS.md's H200 figure (dry run, not measured)"
 elif in_time "bandwidth (build/gpu_bw)"; then
     say "build/gpu_bw"
-    # shellcheck disable=SC2086  # ARCH: several nvcc options
-    if tl 120 nvcc -O2 $ARCH -o build/gpu_bw test/gpu_bw.cu >> "$OUT/build.log" 2>&1 &&
-       tl 60 build/gpu_bw 4 > "$W/bw.txt" 2>&1; then
+    if [ -x build/gpu_bw ] && tl 60 build/gpu_bw 4 > "$W/bw.txt" 2>&1; then
         BW=$(sed -n 's/.*median \([0-9.]*\) GB\/s.*/\1/p' "$W/bw.txt")
         row INFO "bandwidth (build/gpu_bw)" "$(tail -n 1 "$W/bw.txt" | sed 's/^gpu_bw: //')"
     else
@@ -239,6 +254,24 @@ if gpu_ok "check-ops"; then
         if model_ready "ops-$t"; then ops "ops $SHAPE $t, 4 layers" "$M"; else row FAIL "ops $SHAPE $t, 4 layers" "$WHY"; fi
         rm -f "$M"
     done
+fi
+
+# --- 7 (started here). the cost model, in the background: the emulation's counts take minutes -------
+# Its bandwidth: the copy's where it was measured, else the H200's nominal 4800 GB/s. The dry run
+# models the 4-layer slice's decode step alone (its two cores are the emulation's already), the GPU
+# run both slices' steps and rounds (40 layers, extrapolated).
+COST_PID=
+if [ ! -x build/costmodel ] || [ ! -x "$COUNT_EMU" ]; then row SKIP "cost model" "no build/costmodel or $COUNT_EMU (build.log)"
+elif in_time "cost model"; then
+    if model_ready bench-4 && model_ready bench-8; then
+        cost_args=(--bw "$([ -n "$DRY" ] && echo 4800 || echo "${BW:-4800}")" --emu "$COUNT_EMU" --work "$W/cost" --slice 4 "$W/bench-4.gguf")
+        if [ -n "$DRY" ]; then cost_args+=(--decode-only); else cost_args+=(--slice 8 "$W/bench-8.gguf"); fi
+        grep -q 'Compiling entry' "$W/ptxas.txt" 2> /dev/null && cost_args+=(--ptxas "$W/ptxas.txt" --sass "$W/sass.txt")
+        say "test/costmodel.sh in the background"
+        # each emulated run until 30 s before the deadline (a round out of time: the decode step alone)
+        timeout -k 5 "$(( $(left) - 10 ))" test/costmodel.sh "${cost_args[@]}" --timeout "$(( $(left) - 30 ))" > "$OUT/cost.txt" 2>&1 &
+        COST_PID=$!
+    else row FAIL "cost model" "$WHY"; fi
 fi
 
 # --- 4. the GPU forward pass on tiny models (test/run.sh gpu_forward) -----------------------------
@@ -380,8 +413,15 @@ if gpu_ok "bench" && in_time "bench"; then
         row INFO "est. 40 layers (4 + 36 x per layer)" "decode $(calc 1 "1000 / $est_ms") t/s, $est_ms ms/step; verify $(calc 2 "($(med 4 verify_ms) + 9 * ($(med 8 verify_ms) - $(med 4 verify_ms))) / $est_ms") and preview $(calc 2 "($(med 4 preview_ms) + 9 * ($(med 8 preview_ms) - $(med 4 preview_ms))) / $est_ms") decode steps"
         bw_line "  est. bandwidth reached" "$est_ms" "$(calc 0 "${B[4:total]} + 36 * $lay_b")"
     fi
-    rm -f "$W"/bench-*.gguf
 fi
+# --- 7. the cost model's result (started before step 4) ---------------------------------------------
+if [ -n "$COST_PID" ]; then
+    say "waiting for test/costmodel.sh"
+    if wait "$COST_PID"; then
+        row INFO "cost model (PREDICTED)" "$(grep '^summary' "$OUT/cost.txt" | sed 's/^summary (PREDICTED, /(/') (cost.txt)"
+    else row FAIL "cost model" "exit $?: $(tail -n 1 "$OUT/cost.txt" | cut -c1-160) (cost.txt)"; fi
+fi
+rm -f "$W"/bench-*.gguf
 
 [ -z "$GENS" ] || row INFO "build/gen in the background" "${GENS%;}"
 
