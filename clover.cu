@@ -115,17 +115,15 @@ extern "C" bool gpu_init(char *info, size_t n) {
 // ================================================================================================
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_Q8_K = 15, T_BF16 = 30 };
 
+// Exact for every input, without branches: the 15 bits below the sign shifted into a float's exponent
+// and mantissa give 2^-112 times the half's value (a half subnormal becomes a float subnormal with the
+// same digits), and one multiplication by 2^112 rescales it exactly; inf and NaN (exponent 31) keep
+// their payload in the top mantissa bits, as clover.c's fp16_to_fp32 does. Checked against the CPU
+// for all 65536 halves (--check-ops "fp16_to_fp32").
 __device__ float fp16_to_fp32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) bits = sign | 0x7f800000 | (man << 13);           // inf, nan
-    else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13); // normal: rebias 15 -> 127
-    else if (man == 0) bits = sign;                                     // zero
-    else {                                                              // subnormal: normalise
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    return __uint_as_float(bits);
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, rest = (uint32_t)(h & 0x7fff) << 13;
+    float mag = (h & 0x7c00) == 0x7c00 ? __uint_as_float(0x7f800000 | rest) : __uint_as_float(rest) * 0x1p112f;
+    return __uint_as_float(sign | __float_as_uint(mag));
 }
 
 // round to nearest even; NaN stays a quiet NaN with its sign (clover.c's fp32_to_fp16)
@@ -206,6 +204,38 @@ static size_t row_bytes(uint32_t t, int64_t n) {
     return 0;
 }
 
+// The device layouts. A 16-byte load needs a 16-byte aligned address: Q4_K (144 B) and Q5_K (176 B)
+// blocks keep rows aligned, Q8_0 (34 B), Q4_0 (18 B) and Q6_K (210 B) do not. So at upload
+// (upload_weights) a matrix of those types is split, the same bytes moved: row r keeps its quants in
+// block order (Q8_0: the 32 qs of each block; Q4_0: the 16 qs bytes of each block; Q6_K: all its
+// blocks' ql, then all their qh, then all their scales), and the fp16 scales d of every block of every
+// row follow all the rows, block b of row r at scales[r * blocks + b]. A row of quants is then n,
+// n/2 or 13n/16 bytes, a multiple of 16.
+static bool split_scales(uint32_t t) { return t == T_Q8_0 || t == T_Q4_0 || t == T_Q6_K; }
+
+// bytes of a row of n values of type t on the device (without the split-off scales)
+static size_t quant_row_bytes(uint32_t t, int64_t n) {
+    switch (t) {
+    case T_Q8_0: return (size_t)n;
+    case T_Q4_0: return (size_t)n / 2;
+    case T_Q6_K: return (size_t)n / 16 * 13;
+    default: return row_bytes(t, n);
+    }
+}
+
+// Rounded activations (quantize_row_gpu) are split the same way, a row at a time, so that a lane
+// reads its 16 or 32 quants with one or two 16-byte loads: [n int8 q | Q8_0: n/32 fp16 d; Q8_K: n/16
+// int16 bsums, then n/256 float d], each row padded to a multiple of 16 bytes. F16 and BF16 rows are
+// n values, F32 rows the activations themselves. act_bytes: the bytes between two rows.
+static size_t act_content(uint32_t dt, int64_t n) {
+    switch (dt) {
+    case T_Q8_0: return (size_t)n + (size_t)n / 16;
+    case T_Q8_K: return (size_t)n + (size_t)n / 8 + (size_t)n / 64;
+    default: return row_bytes(dt, n);
+    }
+}
+static size_t act_bytes(uint32_t dt, int64_t n) { return (act_content(dt, n) + 15) & ~(size_t)15; }
+
 // ================================================================================================
 // 4. Reductions: a warp's 32 values folded by xor butterfly (offsets 16, 8, 4, 2, 1), so every lane
 //    ends with the same bits, in an order fixed by the lane numbers alone. A block of 32*W threads
@@ -241,23 +271,26 @@ template <typename T> __device__ T block_sum(T v) {
 // ================================================================================================
 // Twin: quantize_q8_0. Per block of 32: d = amax/127 (stored as fp16), q = round(x * 127/amax),
 // nearest with ties to even (__float2int_rn; a NaN gives 0, as (int8_t)lrintf(NaN) on x86).
-// One warp per block, lane j holding x_j.
-__global__ void quantize_q8_0_kernel(const float *x, BlockQ8_0 *y, int64_t n_blocks) {
-    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+// One warp per block (block b of all T rows, nb a row), lane j holding x_j; into the split row layout.
+__global__ void quantize_q8_0_kernel(const float *x, uint8_t *y, int64_t n, size_t y_bytes, int64_t n_blocks) {
+    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP, nb = n / 32;
     int lane = threadIdx.x % WARP;
     float v = b < n_blocks ? x[32 * b + lane] : 0;
     float amax = warp_max(fmaxf(0.0f, fabsf(v)));
     if (b >= n_blocks) return;
+    uint8_t *row = y + (b / nb) * y_bytes;
+    int64_t bb = b % nb;
     float d = amax / 127, id = amax != 0 ? 127.f / amax : 0;
-    if (lane == 0) y[b].d = fp32_to_fp16(d);
-    y[b].qs[lane] = (int8_t)__float2int_rn(v * id);
+    if (lane == 0) ((uint16_t *)(row + n))[bb] = fp32_to_fp16(d);
+    ((int8_t *)row)[32 * bb + lane] = (int8_t)__float2int_rn(v * id);
 }
 
 // Twin: quantize_q8_K. Per block of 256 the signed extreme max (the first of equal |x|) maps to -127:
 // iscale = -127/max, q = min(round(iscale x), 127), d = 1/iscale, bsums[g] = sum of q over 16.
-// One warp per block, lane l holding elements 8l..8l+7 (so bsum g is lanes 2g and 2g+1).
-__global__ void quantize_q8_K_kernel(const float *x, BlockQ8_K *y, int64_t n_blocks) {
-    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+// One warp per block, lane l holding elements 8l..8l+7 (so bsum g is lanes 2g and 2g+1); its 8 q
+// stored as one 8-byte word.
+__global__ void quantize_q8_K_kernel(const float *x, uint8_t *y, int64_t n, size_t y_bytes, int64_t n_blocks) {
+    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP, nb = n / 256;
     int lane = threadIdx.x % WARP;
     float v[8], amax = 0;
     int at = 256;   // index of the extreme; 256: none (all zero or NaN)
@@ -271,24 +304,23 @@ __global__ void quantize_q8_K_kernel(const float *x, BlockQ8_K *y, int64_t n_blo
         if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, at = at2;
     }
     if (b >= n_blocks) return;
-    BlockQ8_K *yb = &y[b];
-    if (amax == 0) {
-        for (int j = 0; j < 8; j++) yb->qs[8 * lane + j] = 0;
-        if (lane < 16) yb->bsums[lane] = 0;
-        if (lane == 0) yb->d = 0;
-        return;
-    }
-    float iscale = -127.f / x[256 * b + at];
+    uint8_t *row = y + (b / nb) * y_bytes;
+    int64_t bb = b % nb;
+    int16_t *bsums = (int16_t *)(row + n) + 16 * bb;
+    float *d = (float *)(row + n + n / 8) + bb;
+    float iscale = amax == 0 ? 0 : -127.f / x[256 * b + at];
+    uint64_t q8 = 0;
     int s = 0;
     for (int j = 0; j < 8; j++) {
         int q = __float2int_rn(iscale * v[j]);
         q = q < 127 ? q : 127;
-        yb->qs[8 * lane + j] = (int8_t)q;
+        q8 |= (uint64_t)(uint8_t)q << (8 * j);
         s += q;
     }
+    ((uint64_t *)(row + 256 * bb))[lane] = q8;
     s += __shfl_down_sync(0xffffffffu, s, 1);
-    if (lane % 2 == 0) yb->bsums[lane / 2] = (int16_t)s;
-    if (lane == 0) yb->d = 1 / iscale;
+    if (lane % 2 == 0) bsums[lane / 2] = (int16_t)s;
+    if (lane == 0) *d = amax == 0 ? 0 : 1 / iscale;
 }
 
 // Twin: quantize_row for F16 and BF16 activations: one element per thread.
@@ -302,11 +334,13 @@ __global__ void quantize_bf16_kernel(const float *x, uint16_t *y, int64_t n) {
     if (i < n) y[i] = fp32_to_bf16(x[i]);
 }
 
-// Round T rows of n activations (x, device) to the dot type of weights of type wtype (y, device;
-// rows of row_bytes(dot_type(wtype), n)). Twin: quantize_row, row by row.
+// Round T rows of n activations (x, device) to the dot type of weights of type wtype (y, device; rows
+// act_bytes(dot_type(wtype), n) apart, in the split layout of section 3). Twin: quantize_row, row by row.
 static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n, int T) {
     int64_t all = n * T;
-    switch (dot_type(wtype)) {
+    uint32_t dt = dot_type(wtype);
+    size_t yb = act_bytes(dt, n);
+    switch (dt) {
     case T_F32: dev_to_dev(y, x, (size_t)all * 4); break;
     case T_F16: {
         cudaLaunchConfig_t c = launch_config(blocks_for(all, BLOCK), BLOCK);
@@ -320,12 +354,12 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
     }
     case T_Q8_0: {
         cudaLaunchConfig_t c = launch_config(blocks_for(all / 32, BLOCK / WARP), BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_0_kernel, x, (BlockQ8_0 *)y, all / 32));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_0_kernel, x, (uint8_t *)y, n, yb, all / 32));
         break;
     }
     case T_Q8_K: {
         cudaLaunchConfig_t c = launch_config(blocks_for(all / 256, BLOCK / WARP), BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_K_kernel, x, (BlockQ8_K *)y, all / 256));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_K_kernel, x, (uint8_t *)y, n, yb, all / 256));
         break;
     }
     }
@@ -334,221 +368,350 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
 // ================================================================================================
 // 6. Matmul: y[t][o] = sum_i W[o][i] x[t][i] (clover.c's matmul in row order, dot_fn(wtype, false))
 // ================================================================================================
-// Each weight type has a unit function that adds unit u of a row (one element for float weights,
-// one block for quantized ones) to two float accumulators: acc += (d_w d_a) * (integer block sum),
-// accm += (dmin_w d_a) * (integer sum of the mins). The integer sums are the CPU's exactly; only
-// the float order differs: lane l of a warp takes units l, l+32, l+64, ... in order (fmaf into its
-// accumulators), then the lanes are folded by xor butterfly and the result is acc - accm.
+// A row's dot is a sum over its units: a block (32 or 256 weights) or 16 bytes of F32/F16/BF16.
+// A quantized unit adds (d_w d_a) * (its integer block sum), and for Q4_K/Q5_K also the mins' term
+// (dmin_w d_a) * (the integer sum of its mins): those integers are the CPU's exactly, whichever lanes
+// add them. The float order of a row depends on its weight type and length alone (not on T, the
+// kernel, the expert or the thread order; it is not the CPU's SIMD order, and stays within llama.cpp's
+// spread of CPU variants, README "GPU"):
+//   lpr = lanes_per_row(LPB, units) lanes take the row, LPB lanes a unit, so slots = lpr / LPB;
+//   slot s takes units s, s + slots, s + 2 slots, ... in turn, acc = fmaf(d_w d_a, sum, acc) from +0
+//   (float units: acc = fmaf(w_i, x_i, acc) over the unit's values in order);
+//   the slots are folded by halving (slot i += slot i + slots/2, then + slots/4, ..., + 1: the xor
+//   butterfly of their lanes), the mins' slots alike, and the row's dot is acc - accm.
+// The LPB lanes of a unit read a part of its bytes each; their integer sums are added by xor shuffles
+// (exact), so that each of them holds the unit's sums and does the same fmaf. Short rows (expert down
+// projections: 512 values, two K blocks) get fewer lanes, and a warp takes 32 / lpr rows at once.
+// matvec_kernel (one activation row: a decode step, the experts), matmul_kernel (tiles of rows: verify,
+// preview, prefill) and swiglu_id_kernel run these same steps, so a row's bits do not depend on which
+// of them computed it or on the batch around it.
 
-// F32 / F16 / BF16 weights against activations rounded to the same type: acc = fma(w_i, x_i, acc)
-// (fp16 and bf16 products are exact in fp32; twins dot_f32_row, dot_f16_row, dot_bf16_row).
-struct UnitF32 {
-    static constexpr int size = 1;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
-        acc = fmaf(((const float *)w)[i], ((const float *)a)[i], acc);
-    }
-};
-struct UnitF16 {
-    static constexpr int size = 1;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
-        acc = fmaf(fp16_to_fp32(((const uint16_t *)w)[i]), fp16_to_fp32(((const uint16_t *)a)[i]), acc);
-    }
-};
-struct UnitBF16 {
-    static constexpr int size = 1;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
-        acc = fmaf(bf16_to_fp32(((const uint16_t *)w)[i]), bf16_to_fp32(((const uint16_t *)a)[i]), acc);
-    }
-};
+// 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts of section 3), and 8
+struct alignas(16) Vec16 { uint32_t w[4]; };
+struct alignas(8) Vec8 { uint32_t w[2]; };
+__device__ Vec16 load16(const uint8_t *p) { return *(const Vec16 *)p; }
+__device__ Vec8 load8(const uint8_t *p) { return *(const Vec8 *)p; }
 
-// Q8_0 . Q8_0: d_w d_a sum_j q_j a_j over 32 (twin dot_q8_0)
-struct UnitQ8_0 {
-    static constexpr int size = 32;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
-        const BlockQ8_0 *x = (const BlockQ8_0 *)w + b, *y = (const BlockQ8_0 *)a + b;
-        int32_t s = 0;
-        for (int j = 0; j < 32; j++) s += x->qs[j] * y->qs[j];
-        acc = fmaf(fp16_to_fp32(x->d) * fp16_to_fp32(y->d), (float)s, acc);
-    }
-};
-
-// Q4_0 . Q8_0: d_w d_a sum_j (q_j - 8) a_j; byte j holds q_j (low nibble) and q_j+16 (twin dot_q4_0)
-struct UnitQ4_0 {
-    static constexpr int size = 32;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
-        const BlockQ4_0 *x = (const BlockQ4_0 *)w + b;
-        const BlockQ8_0 *y = (const BlockQ8_0 *)a + b;
-        int32_t s = 0;
-        for (int j = 0; j < 16; j++) s += ((x->qs[j] & 15) - 8) * y->qs[j] + ((x->qs[j] >> 4) - 8) * y->qs[j + 16];
-        acc = fmaf(fp16_to_fp32(x->d) * fp16_to_fp32(y->d), (float)s, acc);
-    }
-};
-
-// the eight 6-bit scales and mins of Q4_K/Q5_K (clover.c's unpack_scales_k4)
-__device__ void unpack_scales_k4(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
-        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-    }
+// c + the four products of a's and b's signed bytes: the device's dp4a instruction; written out where
+// this file is not compiled for a device (the emulation)
+__device__ int dp4a(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, (int)b, c);
+#else
+    for (int k = 0; k < 4; k++) c += (int8_t)(a >> (8 * k)) * (int8_t)(b >> (8 * k));
+    return c;
+#endif
 }
 
-// Q4_K/Q5_K . Q8_K: d_w d_a sum_j sc_j (q_j . a_j) - dmin_w d_a sum_j m_j (bsum_2j + bsum_2j+1), sub-block
-// j = 2p + h of 32 weights: nibble h of bytes qs[32p..32p+31] (Q5_K: plus bit 2p+h of qh as bit 4).
-// Twins dot_q4_K / dot_q4_K_8x8 and dot_q5_K (the same integers, other float orders).
-template <bool Q5> struct UnitK4 {
-    static constexpr int size = 256;
-    static constexpr bool mins = true;   // accm: the mins' term
-    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &accm) {
-        const uint8_t *qs, *qh = nullptr, *scales;
-        uint16_t d16, dmin16;
-        if (Q5) {
-            const BlockQ5_K *x = (const BlockQ5_K *)w + b;
-            qs = x->qs, qh = x->qh, scales = x->scales, d16 = x->d, dmin16 = x->dmin;
-        } else {
-            const BlockQ4_K *x = (const BlockQ4_K *)w + b;
-            qs = x->qs, scales = x->scales, d16 = x->d, dmin16 = x->dmin;
-        }
-        const BlockQ8_K *y = (const BlockQ8_K *)a + b;
-        uint8_t sc[8], mn[8];
-        unpack_scales_k4(scales, sc, mn);
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            int p = j / 2, h = j % 2, s = 0;
-            for (int l = 0; l < 32; l++) {
-                int q = (qs[32 * p + l] >> (4 * h)) & 15;
-                if (Q5) q |= ((qh[l] >> j) & 1) << 4;
-                s += q * y->qs[32 * j + l];
-            }
-            sumi += sc[j] * s;
-            summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
-        }
-        acc = fmaf(fp16_to_fp32(d16) * y->d, (float)sumi, acc);
-        accm = fmaf(fp16_to_fp32(dmin16) * y->d, (float)summ, accm);
+// A matrix on the device (clover.c's Mat): n_out rows of n_in values of `type` (n_stack matrices of
+// them for the stacked experts, expert e's row o being row e * n_out + o) in the layouts of section 3:
+// row r's quants at data + r * row_bytes, and for Q8_0, Q4_0 and Q6_K its blocks' fp16 scales d at
+// scales + r * blocks.
+struct Mat { uint32_t type; int64_t n_in, n_out; const uint8_t *data; size_t row_bytes; const uint16_t *scales; };
+
+// One type per weight type: UNIT values a unit, LPB lanes a unit, MINS (the Q4_K/Q5_K mins' term).
+// load: this lane's part of unit u of row r (nu units a row) into registers, unpacked, once for all
+// the activation rows it meets; add: that part against rounded activation row x (n values): the
+// unit's sums, added across its LPB lanes, then its fmaf into acc (and accm). on false: the lane only
+// takes part in the shuffles (its piece is not read).
+
+// F32 weights . F32 activations: 4 values a lane, one 16-byte load of each
+struct DotF32 {
+    static constexpr int UNIT = 4, LPB = 1;
+    static constexpr bool MINS = false;
+    struct Piece { float w[4]; };
+    __device__ static void load(const Mat &m, int64_t r, int, int u, int, Piece &p) {
+        Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
+        for (int i = 0; i < 4; i++) p.w[i] = __uint_as_float(v.w[i]);
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t, int u, int, bool on, float &acc, float &) {
+        if (!on) return;
+        Vec16 a = load16(x + 16 * (size_t)u);
+        for (int i = 0; i < 4; i++) acc = fmaf(p.w[i], __uint_as_float(a.w[i]), acc);
     }
 };
 
-// Q6_K . Q8_K: d_w d_a sum_g sc_g sum_l (q - 32) a over 16 weights per g; q = 4 bits of ql and 2 of
-// qh, in two halves of 128 (clover.c's unpack_q6_K). Twin dot_q6_K.
-struct UnitQ6_K {
-    static constexpr int size = 256;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
-        const BlockQ6_K *x = (const BlockQ6_K *)w + b;
-        const BlockQ8_K *y = (const BlockQ8_K *)a + b;
-        int32_t sumi = 0;
-        for (int g = 0; g < 16; g++) {
-            int s = 0;
-            for (int l = 0; l < 16; l++) {
-                int i = 16 * g + l, n = i / 128, r = i % 128, k = r / 32, m = r % 32;   // y[l + 32k] of half n
-                const uint8_t *ql = x->ql + 64 * n, *qh = x->qh + 32 * n;
-                int lo = k % 2 ? ql[m + 32] : ql[m];
-                lo = k < 2 ? lo & 15 : lo >> 4;
-                int q = (lo | (((qh[m] >> (2 * k)) & 3) << 4)) - 32;
-                s += q * y->qs[i];
-            }
-            sumi += x->scales[g] * s;
-        }
-        acc = fmaf(fp16_to_fp32(x->d) * y->d, (float)sumi, acc);
+// F16 / BF16 weights . activations rounded to the same type (the products are exact in fp32; twins
+// dot_f16_row, dot_bf16_row): 8 values a lane, one 16-byte load of each
+template <bool BF> struct DotHalf {
+    static constexpr int UNIT = 8, LPB = 1;
+    static constexpr bool MINS = false;
+    struct Piece { float w[8]; };
+    __device__ static float value(const Vec16 &v, int i) {
+        uint16_t h = (uint16_t)(v.w[i / 2] >> (16 * (i % 2)));
+        return BF ? bf16_to_fp32(h) : fp16_to_fp32(h);
+    }
+    __device__ static void load(const Mat &m, int64_t r, int, int u, int, Piece &p) {
+        Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
+        for (int i = 0; i < 8; i++) p.w[i] = value(v, i);
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t, int u, int, bool on, float &acc, float &) {
+        if (!on) return;
+        Vec16 a = load16(x + 16 * (size_t)u);
+        for (int i = 0; i < 8; i++) acc = fmaf(p.w[i], value(a, i), acc);
     }
 };
 
-enum { MAX_ROWS = 16 };   // activation rows a warp takes at once (a verify or preview batch: all of them)
-
-// The dots of one weight row w with R <= MAX_ROWS rounded activation rows a (a_bytes apart) by a
-// warp (every lane gets them): lane l adds units l, l+32, ... of each row, so a weight unit is read
-// from memory once for the R rows; then each row's lanes are folded. Row r's sum is the same chain
-// whatever R is: its bits are those of the row alone. active false: the warp folds zeros (it must
-// still reach the shuffles).
-template <typename Unit> __device__ void rows_dot(const uint8_t *w, const uint8_t *a, size_t a_bytes, int R, int64_t n, bool active, float *out) {
-    int lane = threadIdx.x % WARP;
-    float acc[MAX_ROWS], accm[MAX_ROWS];
-#pragma unroll
-    for (int r = 0; r < MAX_ROWS; r++) acc[r] = accm[r] = 0;
-    if (active)
-        for (int64_t u = lane; u < n / Unit::size; u += WARP)
-#pragma unroll
-            for (int r = 0; r < MAX_ROWS; r++)
-                if (r < R) Unit::add(w, a + r * a_bytes, u, acc[r], accm[r]);
-#pragma unroll
-    for (int r = 0; r < MAX_ROWS; r++) {
-        if (r >= R) break;   // R is the same in every lane: the shuffles stay convergent
-        float s = warp_sum(acc[r]), m = Unit::mins ? warp_sum(accm[r]) : 0;   // (no mins: nothing to fold)
-        out[r] = s - m;
+// Q8_0 . Q8_0: d_w d_a sum_j q_j a_j over 32 (twin dot_q8_0); a lane a block, two 16-byte loads of
+// each, 8 dp4a
+struct DotQ8_0 {
+    static constexpr int UNIT = 32, LPB = 1;
+    static constexpr bool MINS = false;
+    struct Piece { Vec16 q[2]; float d; };
+    __device__ static void load(const Mat &m, int64_t r, int nu, int u, int, Piece &p) {
+        const uint8_t *b = m.data + r * m.row_bytes + 32 * (size_t)u;
+        p.q[0] = load16(b), p.q[1] = load16(b + 16);
+        p.d = fp16_to_fp32(m.scales[r * nu + u]);
     }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int, bool on, float &acc, float &) {
+        if (!on) return;
+        Vec16 a[2] = {load16(x + 32 * (size_t)u), load16(x + 32 * (size_t)u + 16)};
+        int s = 0;
+        for (int i = 0; i < 8; i++) s = dp4a(p.q[i / 4].w[i % 4], a[i / 4].w[i % 4], s);
+        acc = fmaf(p.d * fp16_to_fp32(((const uint16_t *)(x + n))[u]), (float)s, acc);
+    }
+};
+
+// Q4_0 . Q8_0: d_w d_a sum_j (q_j - 8) a_j; byte j holds q_j (low nibble) and q_j+16 (twin dot_q4_0).
+// A lane a block: its 16 bytes in one load, split into nibbles at load; sum (q - 8) a = sum q a -
+// 8 sum a, the activations' sum by dp4a with ones.
+struct DotQ4_0 {
+    static constexpr int UNIT = 32, LPB = 1;
+    static constexpr bool MINS = false;
+    struct Piece { uint32_t lo[4], hi[4]; float d; };
+    __device__ static void load(const Mat &m, int64_t r, int nu, int u, int, Piece &p) {
+        Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
+        for (int i = 0; i < 4; i++) p.lo[i] = v.w[i] & 0x0f0f0f0f, p.hi[i] = (v.w[i] >> 4) & 0x0f0f0f0f;
+        p.d = fp16_to_fp32(m.scales[r * nu + u]);
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int, bool on, float &acc, float &) {
+        if (!on) return;
+        Vec16 a0 = load16(x + 32 * (size_t)u), a1 = load16(x + 32 * (size_t)u + 16);
+        int s = 0, sa = 0;
+        for (int i = 0; i < 4; i++) {
+            s = dp4a(p.hi[i], a1.w[i], dp4a(p.lo[i], a0.w[i], s));
+            sa = dp4a(0x01010101u, a1.w[i], dp4a(0x01010101u, a0.w[i], sa));
+        }
+        acc = fmaf(p.d * fp16_to_fp32(((const uint16_t *)(x + n))[u]), (float)(s - 8 * sa), acc);
+    }
+};
+
+// scale and min j (0..7) of a Q4_K/Q5_K block from its 12 scale bytes as three words s0, s1, s2
+// (clover.c's unpack_scales_k4, for one j)
+__device__ void scale_min_k4(uint32_t s0, uint32_t s1, uint32_t s2, int j, int &sc, int &mn) {
+    int k = 8 * (j % 4);
+    uint32_t a = (s0 >> k) & 255, b = (s1 >> k) & 255, c = (s2 >> k) & 255;   // bytes j%4, j%4 + 4, j%4 + 8
+    if (j < 4) sc = (int)(a & 63), mn = (int)(b & 63);
+    else sc = (int)((c & 15) | ((a >> 6) << 4)), mn = (int)((c >> 4) | ((b >> 6) << 4));
 }
 
-// One warp per (output row o, group of MAX_ROWS activation rows): grid (n_out / 8 warps per block,
-// T / MAX_ROWS). W's rows are row_bytes apart; xq holds T rounded rows, xq_bytes apart.
-template <typename Unit>
-__global__ void matmul_kernel(const uint8_t *W, size_t w_bytes, const uint8_t *xq, size_t xq_bytes, int64_t n, int64_t n_out, int T, float *y) {
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+// Q4_K/Q5_K . Q8_K: d_w d_a sum_j sc_j (q_j . a_j) - dmin_w d_a sum_j m_j (bsum_2j + bsum_2j+1) over
+// the sub-blocks j = 2p + h of 32 weights, nibble h of bytes qs[32p..32p+31] (Q5_K: plus bit j of
+// qh[l] as bit 4). Twins dot_q4_K / dot_q4_K_8x8 and dot_q5_K. Lane p of a block's 4 takes j = 2p
+// and 2p + 1: the block's 16-byte header (d, dmin, scales), its 32 qs bytes (and Q5_K's 32 qh), 64
+// activations (four 16-byte loads), 16 dp4a.
+template <bool Q5> struct DotK4 {
+    static constexpr int UNIT = 256, LPB = 4;
+    static constexpr bool MINS = true;
+    struct Piece { uint32_t lo[8], hi[8]; int sc[2], mn[2]; float d, dmin; };
+    __device__ static void load(const Mat &m, int64_t r, int, int u, int part, Piece &p) {
+        const uint8_t *b = m.data + r * m.row_bytes + (size_t)u * (Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+        Vec16 h = load16(b), q[2] = {load16(b + (Q5 ? 48 : 16) + 32 * part), load16(b + (Q5 ? 48 : 16) + 32 * part + 16)};
+        p.d = fp16_to_fp32((uint16_t)h.w[0]), p.dmin = fp16_to_fp32((uint16_t)(h.w[0] >> 16));
+        for (int k = 0; k < 2; k++) scale_min_k4(h.w[1], h.w[2], h.w[3], 2 * part + k, p.sc[k], p.mn[k]);
+        Vec16 qh[2] = {};
+        if (Q5) qh[0] = load16(b + 16), qh[1] = load16(b + 32);
+        for (int i = 0; i < 8; i++) {
+            uint32_t w = q[i / 4].w[i % 4], hb = qh[i / 4].w[i % 4];
+            p.lo[i] = (w & 0x0f0f0f0f) | (Q5 ? ((hb >> (2 * part)) & 0x01010101) << 4 : 0);
+            p.hi[i] = ((w >> 4) & 0x0f0f0f0f) | (Q5 ? ((hb >> (2 * part + 1)) & 0x01010101) << 4 : 0);
+        }
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &accm) {
+        int si = 0, sm = 0;
+        if (on) {
+            const uint8_t *a = x + 256 * (size_t)u + 64 * part;
+            Vec16 av[4] = {load16(a), load16(a + 16), load16(a + 32), load16(a + 48)};
+            Vec8 bs = load8(x + n + 2 * (16 * (size_t)u + 4 * part));   // bsums 4p .. 4p+3
+            int s0 = 0, s1 = 0;
+            for (int i = 0; i < 8; i++) {
+                s0 = dp4a(p.lo[i], av[i / 4].w[i % 4], s0);
+                s1 = dp4a(p.hi[i], av[2 + i / 4].w[i % 4], s1);
+            }
+            si = p.sc[0] * s0 + p.sc[1] * s1;
+            sm = p.mn[0] * ((int16_t)bs.w[0] + (int16_t)(bs.w[0] >> 16)) + p.mn[1] * ((int16_t)bs.w[1] + (int16_t)(bs.w[1] >> 16));
+        }
+        for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o), sm += __shfl_xor_sync(0xffffffffu, sm, o);
+        if (!on) return;
+        float da = ((const float *)(x + n + n / 8))[u];
+        acc = fmaf(p.d * da, (float)si, acc);
+        accm = fmaf(p.dmin * da, (float)sm, accm);
+    }
+};
+
+// Q6_K . Q8_K: d_w d_a sum_g sc_g sum_l (q - 32) a over 16 weights per g (twin dot_q6_K); weight
+// 128h + 32k + l (half h, l < 32) is q = (ql[64h + l + 32(k%2)] nibble k/2) | (bits 2k of qh[32h + l]) << 4.
+// Lane p of a block's 4 takes half h = p/2 and l in [16(p%2), +16): three 16-byte loads of ql, qh and
+// the block's 16 scales, four of activations, 16 dp4a; sum (q - 32) a = sum q a - 32 bsum_g.
+struct DotQ6_K {
+    static constexpr int UNIT = 256, LPB = 4;
+    static constexpr bool MINS = false;
+    struct Piece { uint32_t q[4][4]; int sc[4]; float d; };
+    __device__ static void load(const Mat &m, int64_t r, int nu, int u, int part, Piece &p) {
+        const uint8_t *row = m.data + r * m.row_bytes;   // [ql: 128 a block][qh: 64][scales: 16]
+        int h = part / 2, l0 = 16 * (part % 2);
+        Vec16 qa = load16(row + 128 * (size_t)u + 64 * h + l0), qb = load16(row + 128 * (size_t)u + 64 * h + 32 + l0);
+        Vec16 qh = load16(row + 128 * (size_t)nu + 64 * (size_t)u + 32 * h + l0), sc = load16(row + 192 * (size_t)nu + 16 * (size_t)u);
+        for (int k = 0; k < 4; k++) {
+            for (int i = 0; i < 4; i++) {
+                uint32_t lo = k % 2 ? qb.w[i] : qa.w[i];
+                lo = k < 2 ? lo & 0x0f0f0f0f : (lo >> 4) & 0x0f0f0f0f;
+                p.q[k][i] = lo | ((qh.w[i] >> (2 * k)) & 0x03030303) << 4;
+            }
+            uint32_t w = h ? sc.w[2 + k / 2] : sc.w[k / 2];   // scale g = 8h + 2k + p%2
+            p.sc[k] = (int8_t)(w >> (8 * (2 * (k % 2) + part % 2)));
+        }
+        p.d = fp16_to_fp32(m.scales[r * nu + u]);
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &) {
+        int si = 0, h = part / 2, l0 = 16 * (part % 2);
+        if (on) {
+            Vec16 bs = load16(x + n + 2 * (16 * (size_t)u + 8 * h));   // bsums 8h .. 8h+7
+            for (int k = 0; k < 4; k++) {
+                Vec16 a = load16(x + 256 * (size_t)u + 128 * h + 32 * k + l0);
+                int s = 0;
+                for (int i = 0; i < 4; i++) s = dp4a(p.q[k][i], a.w[i], s);
+                si += p.sc[k] * (s - 32 * (int16_t)(bs.w[k] >> (16 * (part % 2))));
+            }
+        }
+        for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o);
+        if (on) acc = fmaf(p.d * ((const float *)(x + n + n / 8))[u], (float)si, acc);
+    }
+};
+
+// The slots of this lane's row folded (the halving fold above); every lane of the row gets the dot.
+template <typename D> __device__ float fold_row(float acc, float accm, int lpr) {
+    for (int o = lpr / 2; o >= D::LPB; o /= 2) {
+        acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (D::MINS) accm += __shfl_xor_sync(0xffffffffu, accm, o);
+    }
+    return D::MINS ? acc - accm : acc;
+}
+
+// Row r of m . rounded activation row x by the lpr lanes of this lane's row (lanes lpr-aligned in the
+// warp). active false: the lanes take part in the shuffles and add nothing.
+template <typename D> __device__ float row_dot(const Mat &m, int64_t r, const uint8_t *x, int lpr, bool active) {
+    int gl = threadIdx.x % lpr, slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = (int)(m.n_in / D::UNIT);
+    float acc = 0, accm = 0;
+#pragma unroll 2
+    for (int u0 = 0; u0 < nu; u0 += slots) {   // the same trip count in every lane: the shuffles stay convergent
+        int u = u0 + slot;
+        bool on = active && u < nu;
+        typename D::Piece p;
+        if (on) D::load(m, r, nu, u, part, p);
+        D::add(p, x, m.n_in, u, part, on, acc, accm);
+    }
+    return fold_row<D>(acc, accm, lpr);
+}
+
+// lanes of a row of `units` units: the smallest power of two that gives each unit its LPB lanes, at most a warp
+static int lanes_per_row(int lpb, int64_t units) {
+    int l = lpb;
+    while (l < WARP && l < units * lpb) l *= 2;
+    return l;
+}
+
+// One activation row per job: job j multiplies expert ids[j]'s matrix (ids NULL: the matrix) by
+// rounded row x + (j / in_div) * x_bytes into y + j * n_out; ids[j] < 0: zeros. Blocks of BLOCK
+// threads take BLOCK / lpr rows (a warp 32 / lpr), grid row_blocks x jobs in x alone (jobs may
+// pass 65,535).
+template <typename D>
+__global__ void matvec_kernel(Mat m, const int *ids, const uint8_t *x, size_t x_bytes, int in_div, int lpr, int64_t row_blocks, float *y) {
+    int64_t job = blockIdx.x / row_blocks, o = blockIdx.x % row_blocks * (BLOCK / lpr) + threadIdx.x / lpr;
+    int e = ids ? ids[job] : 0;
+    bool active = o < m.n_out;
+    if (e < 0) {   // the whole block (one job): no shuffles left behind
+        if (active && threadIdx.x % lpr == 0) y[job * m.n_out + o] = 0;
+        return;
+    }
+    float v = row_dot<D>(m, e * m.n_out + o, x + job / in_div * x_bytes, lpr, active);
+    if (active && threadIdx.x % lpr == 0) y[job * m.n_out + o] = v;
+}
+
+enum { MAX_ROWS = 16 };   // activation rows of matmul_kernel's tile (a verify or preview batch: all of them)
+
+// T activation rows in tiles of MAX_ROWS (grid y): a lane loads and unpacks its part of a unit once
+// and adds it to every row of the tile, its accumulators for the tile's rows in shared memory (its
+// own cells, [warp][row][lane]: no bank conflicts, no barrier); then each row is folded as in row_dot.
+template <typename D> __global__ void matmul_kernel(Mat m, const uint8_t *x, size_t x_bytes, int T, int lpr, float *y) {
+    __shared__ float acc[BLOCK / WARP][MAX_ROWS][WARP], accm[BLOCK / WARP][MAX_ROWS][WARP];
+    int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, gl = lane % lpr;
+    int slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = (int)(m.n_in / D::UNIT);
+    int64_t o = (int64_t)blockIdx.x * (BLOCK / lpr) + threadIdx.x / lpr;
     int t0 = blockIdx.y * MAX_ROWS, R = T - t0 < MAX_ROWS ? T - t0 : MAX_ROWS;
-    bool active = o < n_out;
-    float out[MAX_ROWS];
-    rows_dot<Unit>(W + (active ? o : 0) * w_bytes, xq + t0 * xq_bytes, xq_bytes, R, n, active, out);
-    if (active && threadIdx.x % WARP == 0)
-        for (int r = 0; r < R; r++) y[(int64_t)(t0 + r) * n_out + o] = out[r];
-}
-
-// y[t][o] = W x_t for T activation rows already rounded to W's dot type (quantize_row_gpu).
-// W: device copy of n_out rows of n values of type wtype. Twin: matmul with dot_fn(wtype, false).
-static void matmul_gpu(uint32_t wtype, const void *W, const void *xq, int64_t n, int64_t n_out, int T, float *y) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), blocks_for(T, MAX_ROWS)), BLOCK);
-    const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
-    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n);
-    switch (wtype) {
-    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF32>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF16>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitBF16>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ8_0>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ4_0>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<false>>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<true>>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ6_K>, w, wb, a, ab, n, n_out, T, y)); break;
-    default: fprintf(stderr, "clover: error: matmul_gpu: no kernel for weight type %u\n", wtype); exit(1);
+    const uint8_t *xt = x + (size_t)t0 * x_bytes;
+    bool active = o < m.n_out;
+    for (int r = 0; r < R; r++) acc[w][r][lane] = accm[w][r][lane] = 0;
+    for (int u0 = 0; u0 < nu; u0 += slots) {
+        int u = u0 + slot;
+        bool on = active && u < nu;
+        typename D::Piece p;
+        if (on) D::load(m, o, nu, u, part, p);
+        for (int r = 0; r < R; r++) D::add(p, xt + r * x_bytes, m.n_in, u, part, on, acc[w][r][lane], accm[w][r][lane]);
+    }
+    for (int r = 0; r < R; r++) {
+        float v = fold_row<D>(acc[w][r][lane], accm[w][r][lane], lpr);
+        if (active && gl == 0) y[(int64_t)(t0 + r) * m.n_out + o] = v;
     }
 }
 
-// The expert matmul (clover.c's FFN over experts, by pair rather than grouped): one warp per (output
-// row o, pair p), grid (n_out / 8, n_pairs). Pair p runs row o of expert ids[p] (W + e * expert_bytes)
-// on activation row p / in_div, through rows_dot as matmul_kernel does, so its bits are that row's of
-// the dense matmul of W_e. ids[p] < 0: row p is zeros.
-template <typename Unit>
-__global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div, const uint8_t *xq,
-                                 size_t xq_bytes, int64_t n, int64_t n_out, float *y) {
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
-    int p = blockIdx.y, e = ids[p];
-    bool active = o < n_out;
-    float r = 0;
-    if (e >= 0) rows_dot<Unit>(W + e * expert_bytes + (active ? o : 0) * w_bytes, xq + (size_t)(p / in_div) * xq_bytes, xq_bytes, 1, n, active, &r);
-    if (active && threadIdx.x % WARP == 0) y[(int64_t)p * n_out + o] = r;
+// f(D()) for weight type t's dot type D (section 6's types)
+template <typename F> static void by_type(uint32_t t, const char *what, F f) {
+    switch (t) {
+    case T_F32: f(DotF32()); break;
+    case T_F16: f(DotHalf<false>()); break;
+    case T_BF16: f(DotHalf<true>()); break;
+    case T_Q8_0: f(DotQ8_0()); break;
+    case T_Q4_0: f(DotQ4_0()); break;
+    case T_Q4_K: f(DotK4<false>()); break;
+    case T_Q5_K: f(DotK4<true>()); break;
+    case T_Q6_K: f(DotQ6_K()); break;
+    default: fprintf(stderr, "clover: error: %s: no kernel for weight type %u\n", what, t); exit(1);
+    }
 }
 
-// y[p] = W_{ids[p]} xq[p / in_div] for n_pairs pairs (see matmul_id_kernel); in_div: n_used for
-// gate/up (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n] tensor.
-static void matmul_id_gpu(uint32_t wtype, const void *W, size_t expert_bytes, const int *ids, int n_pairs, int in_div, const void *xq, int64_t n,
-                          int64_t n_out, float *y) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)n_pairs), BLOCK);
-    const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
-    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
-    switch (wtype) {
-    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitF32>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitF16>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitBF16>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ8_0>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ4_0>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitK4<false>>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitK4<true>>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ6_K>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    default: fprintf(stderr, "clover: error: matmul_id_gpu: no kernel for weight type %u\n", wtype); exit(1);
-    }
+// y[t][o] = W x_t for T activation rows already rounded to W's dot type (quantize_row_gpu): one row
+// (a decode step) by matvec_kernel, more by matmul_kernel; the same bits for a row either way.
+// Twin: matmul with dot_fn(wtype, false).
+static void matmul_gpu(const Mat *w, const void *xq, int T, float *y) {
+    size_t xb = act_bytes(dot_type(w->type), w->n_in);
+    const uint8_t *x = (const uint8_t *)xq;
+    by_type(w->type, "matmul_gpu", [&](auto d) {
+        using D = decltype(d);
+        int lpr = lanes_per_row(D::LPB, w->n_in / D::UNIT);
+        unsigned rb = blocks_for(w->n_out, BLOCK / lpr);
+        if (T == 1) {
+            cudaLaunchConfig_t c = launch_config(rb, BLOCK);
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, *w, (const int *)nullptr, x, xb, 1, lpr, (int64_t)rb, y));
+        } else {
+            cudaLaunchConfig_t c = launch_config(dim3(rb, blocks_for(T, MAX_ROWS)), BLOCK);
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, *w, x, xb, T, lpr, y));
+        }
+    });
+}
+
+// y[p] = W_{ids[p]} xq[p / in_div] for n_pairs pairs (see matvec_kernel); in_div: n_used for gate/up
+// (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n_in] experts.
+static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div, const void *xq, float *y) {
+    size_t xb = act_bytes(dot_type(w->type), w->n_in);
+    const uint8_t *x = (const uint8_t *)xq;
+    by_type(w->type, "matmul_id_gpu", [&](auto d) {
+        using D = decltype(d);
+        int lpr = lanes_per_row(D::LPB, w->n_in / D::UNIT);
+        unsigned rb = blocks_for(w->n_out, BLOCK / lpr);
+        cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs, BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, *w, ids, x, xb, in_div, lpr, (int64_t)rb, y));
+    });
 }
 
 // ================================================================================================
@@ -1110,41 +1273,36 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_kernel, g, u, h, n));
 }
 
-// The experts' gate, up and SwiGLU in one launch, for gate and up tensors of one type: the fused twin
-// of matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is rows_dot's
-// chain, then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p], t = p / in_div;
-// ids[p] < 0: h row p is 0 (= silu(0) * 0). One warp per (o, p), as matmul_id_kernel.
-template <typename Unit>
-__global__ void swiglu_id_kernel(const uint8_t *G, const uint8_t *U, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div,
-                                 const uint8_t *xg, const uint8_t *xu, size_t xq_bytes, int64_t n, int64_t n_out, float *h) {
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
-    int p = blockIdx.y, e = ids[p];
-    bool active = o < n_out;
+// Gate, up and SwiGLU in one launch, for gate and up matrices of one type: the fused twin of
+// matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is row_dot's,
+// then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p] (ids NULL: the one
+// matrix, the shared expert), t = p / in_div; ids[p] < 0: h row p is 0 (= silu(0) * 0). Blocks and
+// grid as matvec_kernel's; the gate row then the up row, by the same lanes.
+template <typename D>
+__global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *xg, const uint8_t *xu, size_t x_bytes, int lpr,
+                                 int64_t row_blocks, float *h) {
+    int64_t job = blockIdx.x / row_blocks, o = blockIdx.x % row_blocks * (BLOCK / lpr) + threadIdx.x / lpr;
+    int e = ids ? ids[job] : 0;
+    bool active = o < G.n_out;
     float g = 0, u = 0;
-    if (e >= 0) {
-        size_t at = e * expert_bytes + (active ? o : 0) * w_bytes, in = (size_t)(p / in_div) * xq_bytes;
-        rows_dot<Unit>(G + at, xg + in, xq_bytes, 1, n, active, &g);
-        rows_dot<Unit>(U + at, xu + in, xq_bytes, 1, n, active, &u);
+    if (e >= 0) {   // the whole block (one job)
+        size_t in = (size_t)(job / in_div) * x_bytes;
+        g = row_dot<D>(G, e * G.n_out + o, xg + in, lpr, active);
+        u = row_dot<D>(U, e * U.n_out + o, xu + in, lpr, active);
     }
-    if (active && threadIdx.x % WARP == 0) h[(int64_t)p * n_out + o] = silu(g) * u;
+    if (active && threadIdx.x % lpr == 0) h[job * G.n_out + o] = silu(g) * u;
 }
 
-static void swiglu_id_gpu(uint32_t wtype, const void *G, const void *U, size_t expert_bytes, const int *ids, int n_pairs, int in_div,
-                          const void *xg, const void *xu, int64_t n, int64_t n_out, float *h) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), (unsigned)n_pairs), BLOCK);
-    const uint8_t *g = (const uint8_t *)G, *u = (const uint8_t *)U, *ag = (const uint8_t *)xg, *au = (const uint8_t *)xu;
-    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
-    switch (wtype) {
-    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitF32>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitF16>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitBF16>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ8_0>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ4_0>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitK4<false>>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitK4<true>>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ6_K>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    default: fprintf(stderr, "clover: error: swiglu_id_gpu: no kernel for weight type %u\n", wtype); exit(1);
-    }
+static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, const void *xg, const void *xu, float *h) {
+    size_t xb = act_bytes(dot_type(G->type), G->n_in);
+    const uint8_t *ag = (const uint8_t *)xg, *au = (const uint8_t *)xu;
+    by_type(G->type, "swiglu_id_gpu", [&](auto d) {
+        using D = decltype(d);
+        int lpr = lanes_per_row(D::LPB, G->n_in / D::UNIT);
+        unsigned rb = blocks_for(G->n_out, BLOCK / lpr);
+        cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs, BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ag, au, xb, lpr, (int64_t)rb, h));
+    });
 }
 
 // Twin: moe_sum. Thread per (t, i): out[t][i] = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each
@@ -1222,9 +1380,8 @@ struct GpuModel {
     void *dump_arg;
 };
 
-// The device copies: the same structs with device pointers (Mat, Layer, State and Scratch of
-// clover.c, field for field where the GPU needs the field).
-struct Mat { uint32_t type; int64_t n_in, n_out; const uint8_t *data; size_t row_bytes; };
+// The device copies: the same structs with device pointers (Mat, section 6; Layer, State and Scratch
+// of clover.c, field for field where the GPU needs the field).
 struct Layer {
     bool recurrent;
     float *attn_norm, *post_norm;
@@ -1353,10 +1510,72 @@ static float *dev_floats(size_t n) { return (float *)dev_alloc(n * sizeof(float)
 
 static float *upload_vec(const float *h, size_t n) { return h ? (float *)dev_copy(h, n * sizeof(float)) : nullptr; }
 
+// A matrix's rows as stored (blocks) into the device layout of section 3: rows x quant_row_bytes
+// bytes, then (Q8_0, Q4_0, Q6_K) the rows x blocks scales. The bytes are moved, not changed.
+static void split_rows(uint32_t t, const uint8_t *src, int64_t n, int64_t rows, uint8_t *dst) {
+    size_t rb = row_bytes(t, n), qb = quant_row_bytes(t, n);
+    int64_t nb = t == T_Q6_K ? n / 256 : n / 32;
+    uint16_t *scales = (uint16_t *)(dst + (size_t)rows * qb);
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *s = src + (size_t)r * rb;
+        uint8_t *q = dst + (size_t)r * qb;
+        for (int64_t b = 0; b < nb; b++) {
+            uint16_t *d = &scales[r * nb + b];
+            if (t == T_Q8_0) {
+                BlockQ8_0 x;
+                memcpy(&x, s + b * sizeof x, sizeof x);
+                memcpy(q + 32 * b, x.qs, 32), *d = x.d;
+            } else if (t == T_Q4_0) {
+                BlockQ4_0 x;
+                memcpy(&x, s + b * sizeof x, sizeof x);
+                memcpy(q + 16 * b, x.qs, 16), *d = x.d;
+            } else {
+                BlockQ6_K x;
+                memcpy(&x, s + b * sizeof x, sizeof x);
+                memcpy(q + 128 * b, x.ql, 128), memcpy(q + 128 * nb + 64 * b, x.qh, 64), memcpy(q + 192 * nb + 16 * b, x.scales, 16);
+                *d = x.d;
+            }
+        }
+    }
+}
+
+// n_stack matrices of n_out rows of n_in values of type t (host, as stored) onto the device. Every
+// kernel reads whole units with 16-byte loads: rows whose length is not a multiple of the unit (4
+// values for F32, 8 for F16/BF16, the block otherwise) are refused.
+static Mat upload_weights(uint32_t t, int64_t n_in, int64_t n_out, int n_stack, const void *h) {
+    int unit = 0;
+    by_type(t, "upload_weights", [&](auto d) { unit = decltype(d)::UNIT; });
+    if (n_in % unit != 0) {
+        fprintf(stderr, "clover: error: the GPU kernels need %s rows of a multiple of %d values, but a matrix has rows of %lld; use -ngl 0\n",
+                type_name(t), unit, (long long)n_in);
+        exit(1);
+    }
+    int64_t rows = n_out * n_stack;
+    size_t bytes = row_bytes(t, n_in) * (size_t)rows;
+    Mat m = {t, n_in, n_out, nullptr, quant_row_bytes(t, n_in), nullptr};
+    if (!split_scales(t)) {
+        m.data = (const uint8_t *)dev_copy(h, bytes);
+        return m;
+    }
+    uint8_t *tmp = (uint8_t *)xmalloc(bytes);
+    split_rows(t, (const uint8_t *)h, n_in, rows, tmp);
+    m.data = (const uint8_t *)dev_copy(tmp, bytes);
+    m.scales = (const uint16_t *)(m.data + (size_t)rows * m.row_bytes);
+    free(tmp);
+    return m;
+}
+
 static Mat upload_mat(const GpuMat *m, int n_stack) {
-    Mat d = {m->type, m->n_in, m->n_out, nullptr, row_bytes(m->type, m->n_in)};
-    if (m->data) d.data = (const uint8_t *)dev_copy(m->data, mat_bytes(m, n_stack));
-    return d;
+    if (!m->data) return {m->type, m->n_in, m->n_out, nullptr, quant_row_bytes(m->type, m->n_in), nullptr};
+    return upload_weights(m->type, m->n_in, m->n_out, n_stack, m->data);
+}
+
+// expert e of stacked experts m as a matrix of its own
+static Mat expert(const Mat *m, int e) {
+    Mat x = *m;
+    x.data += (size_t)e * m->n_out * m->row_bytes;
+    if (x.scales) x.scales += (size_t)e * m->n_out * (m->n_in / (m->type == T_Q6_K ? 256 : 32));
+    return x;
 }
 
 static Layer upload_layer(const GpuConfig *c, const GpuLayer *h) {
@@ -1383,7 +1602,7 @@ static Layer upload_layer(const GpuConfig *c, const GpuLayer *h) {
     L.gate_exps = upload_mat(&h->gate_exps, c->n_expert), L.up_exps = upload_mat(&h->up_exps, c->n_expert);
     L.down_exps = upload_mat(&h->down_exps, c->n_expert);
     L.gate_shexp = upload_mat(&h->gate_shexp, 1), L.up_shexp = upload_mat(&h->up_shexp, 1), L.down_shexp = upload_mat(&h->down_shexp, 1);
-    L.shexp_gate = {T_F32, c->n_embd, 1, (const uint8_t *)upload_vec(h->shexp_gate, c->n_embd), (size_t)c->n_embd * 4};
+    L.shexp_gate = {T_F32, c->n_embd, 1, (const uint8_t *)upload_vec(h->shexp_gate, c->n_embd), (size_t)c->n_embd * 4, nullptr};
     return L;
 }
 
@@ -1527,7 +1746,7 @@ static void matmuls(Gpu *gpu, const float *x, int T, int n, const Mat *const w[]
     const void *xq = nullptr;
     for (int i = 0; i < n; i++) {
         if (i == 0 || dot_type(w[i]->type) != dot_type(w[i - 1]->type)) xq = rounded(w[i]->type, x, w[i]->n_in, T, gpu->sc.xq);
-        matmul_gpu(w[i]->type, w[i]->data, xq, w[i]->n_in, w[i]->n_out, T, y[i]);
+        matmul_gpu(w[i], xq, T, y[i]);
     }
 }
 
@@ -1658,14 +1877,14 @@ static void moe_experts(Gpu *gpu, const Layer *L, int T) {
     const void *xu = rounded(L->up_exps.type, s->xn, E, T, s->xq);   // (gate's the same where the dot types agree)
     const void *xg = dot_type(L->gate_exps.type) == dot_type(L->up_exps.type) ? xu : rounded(L->gate_exps.type, s->xn, E, T, s->xq2);
     if (L->gate_exps.type == L->up_exps.type)   // h = silu(gate_e m) * up_e m in one launch
-        swiglu_id_gpu(L->up_exps.type, L->gate_exps.data, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xg, xu, E, F, s->he);
+        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, xg, xu, s->he);
     else {
-        matmul_id_gpu(L->up_exps.type, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xu, E, F, s->ue);
-        matmul_id_gpu(L->gate_exps.type, L->gate_exps.data, L->gate_exps.row_bytes * F, s->sel, T * K, K, xg, E, F, s->ge);
+        matmul_id_gpu(&L->up_exps, s->sel, T * K, K, xu, s->ue);
+        matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, xg, s->ge);
         swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
     }
     const void *xh = rounded(L->down_exps.type, s->he, F, T * K, s->xq);
-    matmul_id_gpu(L->down_exps.type, L->down_exps.data, L->down_exps.row_bytes * E, s->sel, T * K, 1, xh, F, E, s->ye);
+    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, xh, s->ye);
     moe_sum_gpu(s->sel, s->w, s->ye, T, K, E, s->mix);
 }
 
@@ -1912,26 +2131,79 @@ static void fill_activations(float *x, int64_t n, bool edges) {
     if (n > 700) x[700] = INFINITY;
 }
 
-// quantize_row vs quantize_q8_0 / q8_K / f16 / bf16: the rounded bytes are equal
+// A row rounded by the CPU (clover.c's blocks) in the device's split layout (section 3): its
+// act_content bytes
+static void split_act(uint32_t dt, const uint8_t *cpu, int64_t n, uint8_t *out) {
+    if (dt == T_Q8_0)
+        for (int64_t b = 0; b < n / 32; b++) {
+            BlockQ8_0 x;
+            memcpy(&x, cpu + b * sizeof x, sizeof x);
+            memcpy(out + 32 * b, x.qs, 32), memcpy(out + n + 2 * b, &x.d, 2);
+        }
+    else if (dt == T_Q8_K)
+        for (int64_t b = 0; b < n / 256; b++) {
+            BlockQ8_K x;
+            memcpy(&x, cpu + b * sizeof x, sizeof x);
+            memcpy(out + 256 * b, x.qs, 256), memcpy(out + n + 32 * b, x.bsums, 32), memcpy(out + n + n / 8 + 4 * b, &x.d, 4);
+        }
+    else memcpy(out, cpu, row_bytes(dt, n));
+}
+
+// quantize_row vs quantize_q8_0 / q8_K / f16 / bf16: the rounded bytes are equal (the CPU's rows
+// split as the device lays them out)
 static void check_quantize(Tally *tl, const GpuCheck *cpu, uint32_t wtype, int64_t n) {
     for (int T : BATCHES) {
         uint32_t dt = dot_type(wtype);
-        size_t rb = row_bytes(dt, n);
+        size_t rb = row_bytes(dt, n), ab = act_bytes(dt, n), content = act_content(dt, n);
         float *x = (float *)xmalloc((size_t)(n * T) * 4);
-        uint8_t *want = (uint8_t *)xmalloc(rb * T), *got = (uint8_t *)xmalloc(rb * T);
+        uint8_t *cpu_row = (uint8_t *)xmalloc(rb), *want = (uint8_t *)xmalloc(content * T), *got = (uint8_t *)xmalloc(ab * T);
         fill_activations(x, n * T, true);
-        for (int t = 0; t < T; t++) cpu->quantize_row(wtype, x + t * n, want + t * rb, n);
+        for (int t = 0; t < T; t++) {
+            cpu->quantize_row(wtype, x + t * n, cpu_row, n);
+            split_act(dt, cpu_row, n, want + t * content);
+        }
         float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4);
-        void *dy = dev_alloc(rb * T);
+        void *dy = dev_alloc(ab * T);
         quantize_row_gpu(wtype, dx, dy, n, T);
-        host_copy(got, dy, rb * T);
+        host_copy(got, dy, ab * T);
+        double differ = 0;
+        for (int t = 0; t < T; t++) differ += bytes_differ(got + t * ab, want + t * content, content);
         char op[96];
         snprintf(op, sizeof op, "quantize_row %s n=%lld T=%d", type_name(dt), (long long)n, T);
-        report(tl, op, bytes_differ(got, want, rb * T), 0, "bytes");
+        report(tl, op, differ, 0, "bytes");
         CUDA_CHECK(cudaFree(dx));
         CUDA_CHECK(cudaFree(dy));
-        free(x), free(want), free(got);
+        free(x), free(cpu_row), free(want), free(got);
     }
+}
+
+// fp16_to_fp32 (section 2) of every half h = i, for check_fp16
+__global__ void fp16_all_kernel(float *y) {
+    int i = blockIdx.x * BLOCK + threadIdx.x;
+    y[i] = fp16_to_fp32((uint16_t)i);
+}
+
+// fp16_to_fp32 for all 65536 halves against their values computed here from the definition (sign,
+// exponent, mantissa; inf and NaN as clover.c keeps them): the same bits
+static void check_fp16(Tally *tl) {
+    float *got = (float *)xmalloc(65536 * 4), *want = (float *)xmalloc(65536 * 4);
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t sign = (h & 0x8000) << 16, e = (h >> 10) & 31, man = h & 0x3ff, bits;
+        if (e == 31) bits = sign | 0x7f800000 | man << 13;
+        else {
+            float v = e ? ldexpf((float)(1024 + man), (int)e - 25) : ldexpf((float)man, -24);
+            memcpy(&bits, &v, 4);
+            bits |= sign;
+        }
+        memcpy(&want[h], &bits, 4);
+    }
+    float *dy = (float *)dev_alloc(65536 * 4);
+    cudaLaunchConfig_t c = launch_config(65536 / BLOCK, BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, fp16_all_kernel, dy));
+    host_copy(got, dy, 65536 * 4);
+    report(tl, "fp16_to_fp32 all 65536 halves", bytes_differ(got, want, 65536 * 4), 0, "bytes");
+    CUDA_CHECK(cudaFree(dy));
+    free(got), free(want);
 }
 
 // Random weights whose every product and sum is exact in float (scales powers of two, small
@@ -1972,7 +2244,8 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
         w = (uint8_t *)xmalloc(wb * n_out);
         fill_exact_weights(wt, w, n, n_out);
     }
-    void *dw = dev_copy(w, wb * n_out);
+    Mat dm = upload_weights(wt, n, n_out, 1, w);
+    size_t xb = act_bytes(dt, n);
     for (int T : BATCHES) {
         float *x = (float *)xmalloc((size_t)(n * T) * 4), *want = (float *)xmalloc((size_t)(n_out * T) * 4);
         float *got = (float *)xmalloc((size_t)(n_out * T) * 4), *one = (float *)xmalloc((size_t)n_out * 4);
@@ -1984,15 +2257,15 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
             for (int64_t o = 0; o < n_out; o++) want[t * n_out + o] = cpu->dot(wt, m->n_out, w + o * wb, xq, n);
         }
         float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4), *dy = (float *)dev_alloc((size_t)(n_out * T) * 4);
-        void *dxq = dev_alloc(ab * T);
+        void *dxq = dev_alloc(xb * T);
         quantize_row_gpu(wt, dx, dxq, n, T);
-        matmul_gpu(wt, dw, dxq, n, n_out, T, dy);
+        matmul_gpu(&dm, dxq, T, dy);
         host_copy(got, dy, (size_t)(n_out * T) * 4);
         char op[128];
         snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
         report(tl, op, rel_err(got, want, n_out * T), exact ? 0 : 1e-5, exact ? "abs" : "rel");
-        if (T > 1) {   // row T-1 alone must give the bits it got in the batch
-            matmul_gpu(wt, dw, (uint8_t *)dxq + (T - 1) * ab, n, n_out, 1, dy);
+        if (T > 1) {   // row T-1 alone (matvec_kernel) must give the bits it got in the batch (matmul_kernel)
+            matmul_gpu(&dm, (uint8_t *)dxq + (T - 1) * xb, 1, dy);
             host_copy(one, dy, (size_t)n_out * 4);
             snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d row %d = alone", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T, T - 1);
             report(tl, op, bytes_differ(one, got + (T - 1) * n_out, (size_t)n_out * 4), 0, "bytes");
@@ -2002,7 +2275,7 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
         CUDA_CHECK(cudaFree(dxq));
         free(x), free(want), free(got), free(one), free(xq);
     }
-    CUDA_CHECK(cudaFree(dw));
+    CUDA_CHECK(cudaFree((void *)dm.data));
     if (exact) free(w);
 }
 
@@ -2491,8 +2764,8 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
     int64_t n = m->n_in, n_out = m->n_out;
     int K = cpu->n_expert_used, E = cpu->n_expert;
     uint32_t wt = m->type;
-    size_t wb = row_bytes(wt, n), ab = row_bytes(dot_type(wt), n), eb = wb * n_out;
-    void *dw = dev_copy(m->data, eb * E);
+    size_t wb = row_bytes(wt, n), ab = row_bytes(dot_type(wt), n), eb = wb * n_out, xb = act_bytes(dot_type(wt), n);
+    Mat dm = upload_weights(wt, n, n_out, E, m->data);
     for (int T : BATCHES) {
         int n_pairs = T * K, rows = n_pairs / in_div;
         int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
@@ -2507,15 +2780,16 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
         float *dx = (float *)dev_copy(x, (size_t)(n * rows) * 4), *dy = (float *)dev_alloc((size_t)(n_out * n_pairs) * 4);
         float *dd = (float *)dev_alloc((size_t)(n_out * rows) * 4);
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
-        void *dxq = dev_alloc(ab * rows);
+        void *dxq = dev_alloc(xb * rows);
         quantize_row_gpu(wt, dx, dxq, n, rows);
-        matmul_id_gpu(wt, dw, eb, dids, n_pairs, in_div, dxq, n, n_out, dy);
+        matmul_id_gpu(&dm, dids, n_pairs, in_div, dxq, dy);
         host_copy(got, dy, (size_t)(n_out * n_pairs) * 4);
         char name[128];
         snprintf(name, sizeof name, "matmul_id %s %lldx%lld x%d pairs=%d/%d T=%d", type_name(wt), (long long)n_out, (long long)n, E, n_pairs, in_div, T);
         report(tl, name, rel_err(got, want, n_out * n_pairs), 1e-5, "rel");
         int e0 = ids[0];
-        matmul_gpu(wt, (const uint8_t *)dw + e0 * eb, dxq, n, n_out, rows, dd);
+        Mat de = expert(&dm, e0);
+        matmul_gpu(&de, dxq, rows, dd);
         host_copy(dense, dd, (size_t)(n_out * rows) * 4);
         double differ = 0;
         for (int p = 0; p < n_pairs; p++)
@@ -2529,7 +2803,7 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
         CUDA_CHECK(cudaFree(dxq));
         free(ids), free(x), free(want), free(got), free(dense), free(xq);
     }
-    CUDA_CHECK(cudaFree(dw));
+    CUDA_CHECK(cudaFree((void *)dm.data));
 }
 
 // swiglu_id (gate, up and SwiGLU of the experts in one launch) against its plain twins on the GPU,
@@ -2541,8 +2815,8 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
     int64_t n = um->n_in, F = um->n_out;
     int K = cpu->n_expert_used, E = cpu->n_expert;
     uint32_t wt = um->type;
-    size_t ab = row_bytes(dot_type(wt), n), eb = row_bytes(wt, n) * F;
-    void *dg = dev_copy(gm->data, eb * E), *du = dev_copy(um->data, eb * E);
+    size_t xb = act_bytes(dot_type(wt), n);
+    Mat dg = upload_weights(wt, n, F, E, gm->data), du = upload_weights(wt, n, F, E, um->data);
     for (int T : BATCHES) {
         int n_pairs = T * K;
         int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
@@ -2551,12 +2825,12 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4), *dh = (float *)dev_alloc((size_t)(F * n_pairs) * 4);
         float *dgo = (float *)dev_alloc((size_t)(F * n_pairs) * 4), *duo = (float *)dev_alloc((size_t)(F * n_pairs) * 4);
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
-        void *dxq = dev_alloc(ab * T);
+        void *dxq = dev_alloc(xb * T);
         quantize_row_gpu(wt, dx, dxq, n, T);
-        swiglu_id_gpu(wt, dg, du, eb, dids, n_pairs, K, dxq, dxq, n, F, dh);
+        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, dxq, dxq, dh);
         host_copy(got, dh, (size_t)(F * n_pairs) * 4);
-        matmul_id_gpu(wt, dg, eb, dids, n_pairs, K, dxq, n, F, dgo);
-        matmul_id_gpu(wt, du, eb, dids, n_pairs, K, dxq, n, F, duo);
+        matmul_id_gpu(&dg, dids, n_pairs, K, dxq, dgo);
+        matmul_id_gpu(&du, dids, n_pairs, K, dxq, duo);
         swiglu_gpu(dgo, duo, dh, F * n_pairs);
         host_copy(want, dh, (size_t)(F * n_pairs) * 4);
         char name[128];
@@ -2565,8 +2839,8 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         for (void *p : {(void *)dx, (void *)dh, (void *)dgo, (void *)duo, (void *)dids, dxq}) CUDA_CHECK(cudaFree(p));
         free(ids), free(x), free(got), free(want);
     }
-    CUDA_CHECK(cudaFree(dg));
-    CUDA_CHECK(cudaFree(du));
+    CUDA_CHECK(cudaFree((void *)dg.data));
+    CUDA_CHECK(cudaFree((void *)du.data));
 }
 
 // swiglu on T rows of n_ff: the same bits (expf_ggml is the CPU's)
@@ -2650,6 +2924,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     }
     printf("check-ops: %s\n", info);
     Tally tl = {0, 0};
+    check_fp16(&tl);
     // each distinct (type, shape) once; big matrices by their first rows (the CPU twin is slow there)
     for (int i = 0; i < cpu->n_mats; i++) {
         const GpuMat *m = &cpu->mats[i];
