@@ -1178,45 +1178,99 @@ static void attention_gpu(const float *qg, const void *K, const void *V, uint32_
 // ================================================================================================
 // 10. MoE (clover.c section 9, "MoE")
 // ================================================================================================
-enum { MAX_EXPERT = 256 };   // route_top_k and coreset keep per-expert arrays in one thread
+enum { MAX_EXPERT = 256, EPL = MAX_EXPERT / WARP };   // routing: a warp per row, EPL experts a lane
 
-// Twin: route_top_k, by one thread: n_used times the largest p[e] not yet taken among the allowed
-// (strictly larger wins, so ties go to the lower e; none left: -1, weight 0); the weights divided by
-// their sum (in double, clamped to fp16's smallest normal), then scaled when the scale is not 0 or 1.
-__device__ void route_top_k(const float *p, const uint8_t *allowed, int n_expert, int k, float weights_scale, int *sel, float *w) {
-    for (int r = 0; r < k; r++) {
-        int best = -1;
-        for (int e = 0; e < n_expert; e++) {
-            if (allowed && !allowed[e]) continue;
-            bool taken = false;
-            for (int q = 0; q < r; q++) taken |= sel[q] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[r] = best;
-        w[r] = best >= 0 ? p[best] : 0;
+// Twin: softmax, by one warp over its row's n <= MAX_EXPERT values, lane l holding v[j] = x[l + 32j]:
+// m = max x; e_i = exp(x_i - m), expf_ggml on whole groups of 16, each group folded by halving in
+// float (group g = 2j + l/16 is half a warp at step j: the xor butterfly 8, 4, 2, 1 is the CPU's
+// halving fold), libm expf on the tail; the sum of the group sums and tail terms in double (the only
+// order that differs from the CPU's); x_i = e_i * (1/sum).
+__device__ void softmax_warp(float v[EPL], int n) {
+    int lane = threadIdx.x % WARP, groups = n / 16;
+    float m = -INFINITY;
+    for (int j = 0; j < EPL; j++)
+        if (lane + WARP * j < n && v[j] > m) m = v[j];
+    for (int o = 16; o >= 1; o /= 2) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        if (m2 > m) m = m2;
     }
+    double sum = 0;
+    for (int j = 0; j < EPL && WARP * j < n; j++) {   // the same trip count in every lane
+        int e = lane + WARP * j;
+        bool whole = e / 16 < groups;
+        v[j] = e >= n ? 0 : whole ? expf_ggml(v[j] - m) : expf(v[j] - m);
+        float g = whole ? v[j] : 0;
+        for (int o = 8; o >= 1; o /= 2) g += __shfl_xor_sync(0xffffffffu, g, o);
+        if (whole && lane % 16 == 0) sum += g;
+        if (!whole && e < n) sum += v[j];
+    }
+    for (int o = 16; o >= 1; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < EPL; j++) v[j] *= inv;
+}
+
+// Twin: route_top_k, by one warp (lane l holding p[l + 32j] in v[j]): n_used rounds of a warp argmax
+// over the allowed experts not yet taken. The CPU's loop keeps the first candidate and replaces it by
+// a strictly larger p, so its answer is the first candidate when that p is NaN, else the largest
+// non-NaN p with the lowest index among equals: each lane finds its own first candidate and best
+// (its experts in index order), then (value, index) pairs are folded by xor butterfly, the larger
+// value or the lower index winning. None left: -1, weight 0. The weights are then divided by their
+// sum (in double in rank order, clamped to fp16's smallest normal) and scaled when the scale is not 0
+// or 1, by lane 0 in the CPU's order: the same bits from the same p.
+__device__ void route_top_k_warp(const float v[EPL], const uint8_t *allowed, int n_expert, int k, float weights_scale, int *sel, float *w) {
+    int lane = threadIdx.x % WARP;
+    uint32_t open = 0;   // bit j: expert lane + 32j may still be chosen
+    for (int j = 0; j < EPL; j++) {
+        int e = lane + WARP * j;
+        if (e < n_expert && (!allowed || allowed[e])) open |= 1u << j;
+    }
+    for (int r = 0; r < k; r++) {
+        int first = MAX_EXPERT, best = MAX_EXPERT;   // MAX_EXPERT: none
+        float first_v = 0, best_v = -INFINITY;
+        for (int j = 0; j < EPL; j++) {
+            if (!(open >> j & 1)) continue;
+            int e = lane + WARP * j;
+            if (first == MAX_EXPERT) first = e, first_v = v[j];
+            if (v[j] == v[j] && (best == MAX_EXPERT || v[j] > best_v)) best = e, best_v = v[j];
+        }
+        for (int o = 16; o >= 1; o /= 2) {
+            int f2 = __shfl_xor_sync(0xffffffffu, first, o), b2 = __shfl_xor_sync(0xffffffffu, best, o);
+            float fv2 = __shfl_xor_sync(0xffffffffu, first_v, o), bv2 = __shfl_xor_sync(0xffffffffu, best_v, o);
+            if (f2 < first) first = f2, first_v = fv2;
+            if (b2 != MAX_EXPERT && (best == MAX_EXPERT || bv2 > best_v || (bv2 == best_v && b2 < best))) best = b2, best_v = bv2;
+        }
+        int pick = first == MAX_EXPERT ? -1 : first_v != first_v ? first : best;
+        if (pick >= 0 && pick % WARP == lane) open &= ~(1u << (pick / WARP));
+        if (lane == 0) sel[r] = pick, w[r] = pick < 0 ? 0 : pick == first ? first_v : best_v;
+    }
+    if (lane != 0) return;
     double total = 0;
     for (int r = 0; r < k; r++) total += w[r];
     float sum = fmaxf((float)total, 6.103515625e-5f);
     for (int r = 0; r < k; r++) {
-        w[r] /= sum;
-        if (weights_scale != 0 && weights_scale != 1) w[r] *= weights_scale;
+        float x = w[r] / sum;
+        w[r] = weights_scale != 0 && weights_scale != 1 ? x * weights_scale : x;
     }
 }
 
-// Twin: route_task. Block per row t: p_t = softmax(logits_t) by softmax_block (as softmax_kernel),
-// then thread 0 chooses the row's experts.
-__global__ void route_kernel(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int n_expert, int n_used,
+// Twin: route_task. A warp per row t (BLOCK / WARP rows a block): softmax: p_t = softmax(logits_t)
+// (else p_t as given); route: the row's experts and weights from p_t, within `allowed` when given.
+__global__ void route_kernel(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int T, int n_expert, int n_used,
                              float weights_scale, bool softmax, bool route) {
-    int t = blockIdx.x;
-    float *pt = p + (int64_t)t * n_expert;
-    if (softmax) {
-        for (int e = threadIdx.x; e < n_expert; e += BLOCK) pt[e] = logits[(int64_t)t * n_expert + e];
-        __syncthreads();
-        softmax_block(pt, n_expert);
-        __syncthreads();
+    int64_t t = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (t >= T) return;   // the whole warp
+    float *pt = p + t * n_expert, v[EPL];
+    for (int j = 0; j < EPL; j++) {
+        int e = lane + WARP * j;
+        v[j] = e < n_expert ? (softmax ? logits[t * n_expert + e] : pt[e]) : 0;
     }
-    if (route && threadIdx.x == 0) route_top_k(pt, allowed, n_expert, n_used, weights_scale, sel + (int64_t)t * n_used, w + (int64_t)t * n_used);
+    if (softmax) {
+        softmax_warp(v, n_expert);
+        for (int j = 0; j < EPL; j++)
+            if (lane + WARP * j < n_expert) pt[lane + WARP * j] = v[j];
+    }
+    if (route) route_top_k_warp(v, allowed, n_expert, n_used, weights_scale, sel + t * n_used, w + t * n_used);
 }
 
 static void route_gpu(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int T, int n_expert, int n_used,
@@ -1225,22 +1279,23 @@ static void route_gpu(const float *logits, float *p, const uint8_t *allowed, int
         fprintf(stderr, "clover: error: route_gpu: %d experts, over %d\n", n_expert, MAX_EXPERT);
         exit(1);
     }
-    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, route_kernel, logits, p, allowed, sel, w, n_expert, n_used, weights_scale, softmax, route));
+    cudaLaunchConfig_t c = launch_config(blocks_for(T, BLOCK / WARP), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, route_kernel, logits, p, allowed, sel, w, T, n_expert, n_used, weights_scale, softmax, route));
 }
 
-// Twin: coreset, by one thread: total_e = sum_t p[t][e] in double (rows in order), experts sorted by
-// total (insertion sort: stable, ties keep the lower index first), then the shortest prefix whose
-// running sum reaches top_p * T is allowed.
+// Twin: coreset. total_e = sum_t p[t][e] in double, rows in order (thread e, the CPU's order), into
+// shared memory; then thread 0: experts sorted by total (insertion sort: stable, ties keep the lower
+// index first), and the shortest prefix whose running sum reaches top_p * T is allowed. One block.
 __global__ void coreset_kernel(const float *p, int T, int n_expert, float top_p, uint8_t *allowed) {
-    double total[MAX_EXPERT];
-    int order[MAX_EXPERT];
-    for (int e = 0; e < n_expert; e++) {
-        total[e] = 0;
-        for (int t = 0; t < T; t++) total[e] += p[(int64_t)t * n_expert + e];
-        order[e] = e;
-        allowed[e] = 0;
+    __shared__ double total[MAX_EXPERT];
+    __shared__ int order[MAX_EXPERT];
+    for (int e = threadIdx.x; e < n_expert; e += BLOCK) {
+        double s = 0;
+        for (int t = 0; t < T; t++) s += p[(int64_t)t * n_expert + e];
+        total[e] = s, order[e] = e, allowed[e] = 0;
     }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
     for (int i = 1; i < n_expert; i++)
         for (int j = i; j > 0 && total[order[j]] > total[order[j - 1]]; j--) {
             int tmp = order[j];
@@ -1258,7 +1313,7 @@ static void coreset_gpu(const float *p, int T, int n_expert, float top_p, uint8_
         fprintf(stderr, "clover: error: coreset_gpu: %d experts, over %d\n", n_expert, MAX_EXPERT);
         exit(1);
     }
-    cudaLaunchConfig_t c = launch_config(1, 1);
+    cudaLaunchConfig_t c = launch_config(1, BLOCK);
     CUDA_CHECK(cudaLaunchKernelEx(&c, coreset_kernel, p, T, n_expert, top_p, allowed));
 }
 
@@ -2673,9 +2728,10 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
 //   softmax + top-k over all experts, with the model's weights scale;
 //   top-k on given p within an allowed set, scale 2.5;
 //   top-k within fewer allowed experts than n_used (ranks -1, weight 0).
-// sel must be the same ints; p and w within the softmax's double-sum order (1e-6).
-static void check_route(Tally *tl, const GpuCheck *cpu) {
-    int E = cpu->n_expert, K = cpu->n_expert_used;
+// In the given-p cases some rows hold NaNs, one row at its first allowed expert (the CPU's loop keeps
+// that one). sel must be the same ints; p and w within the softmax's double-sum order (1e-6). At the
+// model's n_expert and n_used, and at the real model's 256 and 8 (softmax groups of 16, 8 experts a lane).
+static void check_route(Tally *tl, const GpuCheck *cpu, int E, int K) {
     for (int mode = 0; mode < 3; mode++)
         for (int T : BATCHES) {
             int64_t np = (int64_t)T * E, nw = (int64_t)T * K;
@@ -2695,6 +2751,10 @@ static void check_route(Tally *tl, const GpuCheck *cpu) {
             for (int t = 0; t < T; t++) {
                 float *pt = p + (size_t)t * E;
                 cpu->softmax(pt, E);
+                if (mode != 0 && t % 3 == 1) pt[rng_next() % E] = NAN;
+                if (mode != 0 && t % 4 == 2)
+                    for (int e = 0; e < E; e++)
+                        if (allowed[e]) { pt[e] = NAN; break; }
                 if (mode != 0) memcpy(logits + (size_t)t * E, pt, (size_t)E * 4);   // given p: the softmax of the logits, ties kept
                 cpu->route_top_k(pt, mode == 0 ? NULL : allowed, E, K, scale, sel + (size_t)t * K, w + (size_t)t * K);
             }
@@ -2975,7 +3035,8 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
             check_attention(&tl, cpu, type, T, 37, true);
             check_attention(&tl, cpu, type, T, 37, false);
         }
-    check_route(&tl, cpu);
+    check_route(&tl, cpu, cpu->n_expert, cpu->n_expert_used);
+    if (cpu->n_expert != 256) check_route(&tl, cpu, 256, 8);
     check_coreset(&tl, cpu);
     check_matmul_id(&tl, cpu, &cpu->up_exps, cpu->n_expert_used);
     check_matmul_id(&tl, cpu, &cpu->down_exps, 1);
