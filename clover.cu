@@ -984,49 +984,75 @@ static void gdn_ring_push_gpu(float *ring, const float *u, int T, int K, int C) 
     CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_ring_push_kernel, ring, u, T, K, C));
 }
 
-// Twin: dot_f32 (clover.c's dot_f32_row; dot_f32_avx2 gives the same bits): 64 accumulators, lane l
-// taking elements l, l+64, ... by fmaf, folded by halving, then the tail past the last multiple of
-// 64 added in order (product, then sum).
-__device__ float dot_f32(const float *x, const float *y, int n) {
-    float acc[64];
-    for (int l = 0; l < 64; l++) acc[l] = 0;
-    int np = n & ~63;
-    for (int i = 0; i < np; i += 64)
-        for (int l = 0; l < 64; l++) acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
-    for (int w = 32; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    float sum = acc[0];
-    for (int i = np; i < n; i++) sum += x[i] * y[i];
-    return sum;
+enum { MAX_DSTATE = 256, SPL = MAX_DSTATE / WARP };   // the delta rule: state values a lane holds
+
+// Twin: dot_f32 (clover.c's dot_f32_row; dot_f32_avx2 gives the same bits) of a column held by a warp,
+// x[l + 32m] = xs[m] in lane l (and y alike): 64 accumulators, slot s taking elements s, s+64, ... by
+// fmaf (slot l + 32 (m % 2) is lane l's), folded by halving (the first step in the lane, then the
+// xor butterfly 16 .. 1), then the tail past the last multiple of 64 added in order (product, then
+// sum; gathered lane by lane). Every lane gets the sum.
+__device__ float dot_f32_warp(const float xs[SPL], const float ys[SPL], int d) {
+    int lane = threadIdx.x % WARP, np = d & ~63;
+    float lo = 0, hi = 0;
+    for (int m = 0; m < SPL; m++)
+        if (WARP * m < np) {
+            if (m % 2 == 0) lo = fmaf(xs[m], ys[m], lo);
+            else hi = fmaf(xs[m], ys[m], hi);
+        }
+    float s = lo + hi;
+    for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    for (int m = 0; m < SPL; m++) {
+        if (WARP * m < np || WARP * m >= d) continue;
+        float p = lane + WARP * m < d ? xs[m] * ys[m] : 0;
+        int len = d - WARP * m < WARP ? d - WARP * m : WARP;
+        for (int l = 0; l < len; l++) s += __shfl_sync(0xffffffffu, p, l);
+    }
+    return s;
 }
 
 // Twin: gdn_scan_head + delta_rule (delta_rule_avx2: the same bits). For value head h (q/k head
 // kh = h % n_k_heads) and each row t in order (reverse: T-1 .. 0), on column j of S_h:
 //   S_j <- exp(g) S_j;  delta_j = beta (v_j - S_j . k);  S_j <- S_j + k delta_j;  o_j = (S_j . q) / sqrt(d)
-// Columns are independent, so a block per value head and a thread per column j (j, j+blockDim, ...
-// when d exceeds the block), all of its rows in turn: no barriers. The operations and dot orders
-// are the CPU's; only expf(g) is the device's (it may differ from libm's in the last bits).
+// Columns are independent: a warp per column j (BLOCK / WARP columns a block, grid heads x column
+// blocks), its column in registers for all T rows (lane l holds S_j[l + 32m]: the column's d floats
+// are contiguous, S + h*d*d + j*d, so each load and store of the warp is 128 consecutive bytes), k and
+// q read the same way (one 128-byte line a warp per 32 values, shared by the block's warps in L1). The
+// operations and dot orders are the CPU's; only expf(g) is the device's (it may differ from libm's in
+// the last bits). No barriers.
 __global__ void delta_rule_kernel(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
                                   int H, int n_k_heads, int d, int C, int key_dim, int value_dim) {
-    int h = blockIdx.x, kh = h % n_k_heads;
-    float scale = 1.0f / sqrtf((float)d);
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float *Sj = S + ((int64_t)h * d + j) * d;
-        for (int n = 0; n < T; n++) {
-            int t = reverse ? T - 1 - n : n;
-            const float *yt = y + (int64_t)t * C, *q = yt + kh * d, *k = yt + key_dim + kh * d, *v = yt + 2 * key_dim + h * d;
-            float decay = expf(g[(int64_t)t * H + h]);
-            for (int i = 0; i < d; i++) Sj[i] *= decay;
-            float delta = (v[j] - dot_f32(Sj, k, d)) * beta[(int64_t)t * H + h];
-            for (int i = 0; i < d; i++) Sj[i] = fmaf(k[i], delta, Sj[i]);
-            o[(int64_t)t * value_dim + h * d + j] = dot_f32(Sj, q, d) * scale;
+    int cb = (d + BLOCK / WARP - 1) / (BLOCK / WARP), h = blockIdx.x / cb, j = blockIdx.x % cb * (BLOCK / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP, kh = h % n_k_heads;
+    if (j >= d) return;   // the whole warp
+    float scale = 1.0f / sqrtf((float)d), st[SPL];
+    float *Sj = S + ((int64_t)h * d + j) * d;
+    for (int m = 0; m < SPL; m++) st[m] = lane + WARP * m < d ? Sj[lane + WARP * m] : 0;
+    for (int n = 0; n < T; n++) {
+        int t = reverse ? T - 1 - n : n;
+        const float *yt = y + (int64_t)t * C, *q = yt + kh * d, *k = yt + key_dim + kh * d, *v = yt + 2 * key_dim + h * d;
+        float kk[SPL], qq[SPL];
+        for (int m = 0; m < SPL; m++) {
+            bool in = lane + WARP * m < d;
+            kk[m] = in ? k[lane + WARP * m] : 0, qq[m] = in ? q[lane + WARP * m] : 0;
         }
+        float decay = expf(g[(int64_t)t * H + h]);
+        for (int m = 0; m < SPL; m++) st[m] *= decay;
+        float delta = (v[j] - dot_f32_warp(st, kk, d)) * beta[(int64_t)t * H + h];
+        for (int m = 0; m < SPL; m++) st[m] = fmaf(kk[m], delta, st[m]);
+        float out = dot_f32_warp(st, qq, d) * scale;
+        if (lane == 0) o[(int64_t)t * value_dim + h * d + j] = out;
     }
+    for (int m = 0; m < SPL; m++)
+        if (lane + WARP * m < d) Sj[lane + WARP * m] = st[m];
 }
 
 static void delta_rule_gpu(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse, int H,
                            int n_k_heads, int d, int C, int key_dim, int value_dim) {
-    cudaLaunchConfig_t c = launch_config((unsigned)H, (unsigned)(d < BLOCK ? d : BLOCK));
+    if (d > MAX_DSTATE) {
+        fprintf(stderr, "clover: error: delta_rule_gpu: state size %d is over %d\n", d, MAX_DSTATE);
+        exit(1);
+    }
+    cudaLaunchConfig_t c = launch_config((unsigned)(H * ((d + BLOCK / WARP - 1) / (BLOCK / WARP))), BLOCK);
     CUDA_CHECK(cudaLaunchKernelEx(&c, delta_rule_kernel, S, y, g, beta, o, T, reverse, H, n_k_heads, d, C, key_dim, value_dim));
 }
 
