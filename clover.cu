@@ -1093,7 +1093,6 @@ static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, i
 // ================================================================================================
 // 9. Gated attention (clover.c section 9, "gated attention")
 // ================================================================================================
-enum { MAX_HEAD_DIM = 512 };   // the attention kernel keeps a rounded q head in shared memory
 
 // Twins: load_as, round_as. Element i of a cache row of type T_F32, T_F16 or T_BF16 as fp32 (exact),
 // and x after a round trip through that type (store_as then load_as).
@@ -1145,60 +1144,133 @@ static void store_as_gpu(uint32_t type, void *dst, const int *pos, int64_t row, 
     CUDA_CHECK(cudaLaunchKernelEx(&c, store_as_kernel, type, (uint8_t *)dst, pos, row, x, n));
 }
 
-// Twin: attend (attn_task's body for one row t and head h). Block (t, h):
-//   qr = round_as(k_type, q_h)                                      thread per dim
-//   s_j = (sum_i K_j[i] qr[i]) * kq_scale for j < n, -inf to np    thread per key, fmaf in order i = 0..hd-1
-//   p = softmax(s) over np = n rounded up to 16 (softmax_block: attn_softmax's padding, so every group of
-//       16 goes through expf_ggml), then p_j = round_as(v_type, p_j)
-//   o[i] = sum_{j<n} p_j V_j[i]                                     thread per dim, fmaf in order j = 0..n-1
-//   ao_gated = o * sigmoid(gate_h)
-// The CPU folds its dot and V sum in SIMD lanes (attn_v_sum: keys in 64 or 16 lanes); here each is one
-// chain, the same for every row whatever T is. Head h reads kv head h / (n_head / n_head_kv).
-__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, const int *pos,
-                                 int T, bool causal, int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride,
-                                 float *ao, float *ao_gated) {
-    __shared__ float qr[MAX_HEAD_DIM];
-    int t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
-    int n = causal ? *pos + t + 1 : *pos + T, np = (n + 15) & ~15;
-    const float *q = qg + ((int64_t)t * n_head + h) * 2 * hd, *gate = q + hd;
-    size_t kstride = (size_t)n_head_kv * hd * cache_bytes(k_type), vstride = (size_t)n_head_kv * hd * cache_bytes(v_type);
-    const uint8_t *Kh = K + (size_t)kvh * hd * cache_bytes(k_type), *Vh = V + (size_t)kvh * hd * cache_bytes(v_type);
-    float *sc = att + ((int64_t)t * n_head + h) * att_stride;
-    for (int i = threadIdx.x; i < hd; i += BLOCK) qr[i] = round_as(k_type, q[i]);
-    __syncthreads();
-    for (int j = threadIdx.x; j < np; j += BLOCK) {
-        float s = -INFINITY;
-        if (j < n) {
-            float d = 0;
-            for (int i = 0; i < hd; i++) d = fmaf(load_as(k_type, Kh + j * kstride, i), qr[i], d);
-            s = d * kq_scale;
-        }
-        sc[j] = s;
-    }
-    __syncthreads();
-    softmax_block(sc, np);
-    for (int j = threadIdx.x; j < n; j += BLOCK) sc[j] = round_as(v_type, sc[j]);
-    __syncthreads();
-    for (int i = threadIdx.x; i < hd; i += BLOCK) {
-        float o = 0;
-        for (int j = 0; j < n; j++) o = fmaf(sc[j], load_as(v_type, Vh + j * vstride, i), o);
-        int64_t at = ((int64_t)t * n_head + h) * hd + i;
-        ao[at] = o;
-        ao_gated[at] = o * sigmoid(gate[i]);
+// Twin: attend (attn_task's body for one row t and head h), as flash-decoding: for each query head h
+// of kv head g = h / G (G = n_head / n_head_kv), over the n keys row t sees,
+//   o = sum_j softmax_j(s) V_j,  s_j = (K_j . round_as(k_type, q_h)) * kq_scale,  ao_gated = o * sigmoid(gate_h)
+// attention_kernel: a block per (row t, kv head g, split), a warp per query head of the group, so the
+// G heads share each K and V row read. The n keys are split into chunks whose length depends on n
+// alone (never on the batch: a verify row gets the bits its decode step gets); a split walks its
+// chunk in tiles of KV_TILE keys: the block loads a tile of K rows into shared memory as floats
+// (16-byte loads, rows padded by one float: lane j reads row j without bank conflicts), lane j of
+// each warp computes score j (fmaf over the head's dims in order), then the online softmax:
+//   m' = max(m, max_j s_j), c = exp(m - m'), l = c l + sum_j exp(s_j - m'), o = c o + sum_j p_j V_j
+// (expf_ggml, the CPU softmax's exp; the sum of p by xor butterfly; the V sum over the tile's keys in
+// order, lane l holding dims l, l+32, ... of o, the tile's V rows loaded as the K rows were). Each split
+// writes (m, l, o) to part; attention_combine_kernel folds the splits in order and divides:
+//   M = max_s m_s, o = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s.
+// No n_ctx-long score buffer: part holds T x n_head x MAX_SPLITS x (hd + 2) floats. The CPU rounds p
+// to the cache type before the V sum (llama.cpp's non-flash matmul); this form keeps p in float, as
+// llama.cpp's flash attention does, so with f16/bf16 caches the two differ by up to half an ulp of
+// that type per p (check_attention's limits).
+enum { MAX_HEAD_DIM = 256, MAX_GROUP = 8, KV_TILE = 32, MAX_SPLITS = 16, SPLIT_KEYS = 128 };
+
+// keys a split of a row that sees n keys takes: n over at most MAX_SPLITS splits of at least
+// SPLIT_KEYS, rounded up to whole tiles
+__device__ int split_keys(int n) {
+    int splits = (n + SPLIT_KEYS - 1) / SPLIT_KEYS;
+    splits = splits < MAX_SPLITS ? splits : MAX_SPLITS;
+    int keys = (n + splits - 1) / splits;
+    return (keys + KV_TILE - 1) / KV_TILE * KV_TILE;
+}
+
+// rows 0..nk-1 of a kv head's cache slice (rows `stride` bytes apart, hd values of `type`) into tile as floats
+__device__ void load_tile(float (*tile)[MAX_HEAD_DIM + 1], const uint8_t *src, size_t stride, uint32_t type, int nk, int hd) {
+    int per = type == T_F32 ? 4 : 8, chunks = hd / per;   // values of a 16-byte load
+    for (int c = threadIdx.x; c < nk * chunks; c += blockDim.x) {
+        int k = c / chunks, i = c % chunks * per;
+        Vec16 v = load16(src + k * stride + (size_t)i * cache_bytes(type));
+        if (type == T_F32)
+            for (int e = 0; e < 4; e++) tile[k][i + e] = __uint_as_float(v.w[e]);
+        else
+            for (int e = 0; e < 8; e++) {
+                uint16_t hv = (uint16_t)(v.w[e / 2] >> (16 * (e % 2)));
+                tile[k][i + e] = type == T_F16 ? fp16_to_fp32(hv) : bf16_to_fp32(hv);
+            }
     }
 }
 
+__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, const int *pos,
+                                 int T, bool causal, int n_head, int n_head_kv, int hd, float kq_scale, float *part) {
+    __shared__ float tile[KV_TILE][MAX_HEAD_DIM + 1];
+    __shared__ float qr[MAX_GROUP][MAX_HEAD_DIM];
+    __shared__ float p[MAX_GROUP][KV_TILE];
+    int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, split = blockIdx.x % MAX_SPLITS, rest = blockIdx.x / MAX_SPLITS;
+    int t = rest / n_head_kv, g = rest % n_head_kv, h = g * (n_head / n_head_kv) + w;
+    int n = causal ? *pos + t + 1 : *pos + T, chunk = split_keys(n), j0 = split * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
+    if (j0 >= n) return;   // the whole block: no such split for this n
+    const float *q = qg + ((int64_t)t * n_head + h) * 2 * hd;
+    for (int i = lane; i < hd; i += WARP) qr[w][i] = round_as(k_type, q[i]);
+    size_t kstride = (size_t)n_head_kv * hd * cache_bytes(k_type), vstride = (size_t)n_head_kv * hd * cache_bytes(v_type);
+    const uint8_t *Kg = K + (size_t)g * hd * cache_bytes(k_type), *Vg = V + (size_t)g * hd * cache_bytes(v_type);
+    float m = -INFINITY, l = 0, o[MAX_HEAD_DIM / WARP];
+    for (int i = 0; i < MAX_HEAD_DIM / WARP; i++) o[i] = 0;
+    for (int j = j0; j < j1; j += KV_TILE) {
+        int nk = j1 - j < KV_TILE ? j1 - j : KV_TILE;
+        __syncthreads();   // the last tile's V sum is done with tile[]
+        load_tile(tile, Kg + (size_t)j * kstride, kstride, k_type, nk, hd);
+        __syncthreads();
+        float s = -INFINITY;
+        if (lane < nk) {
+            float d = 0;
+            for (int i = 0; i < hd; i++) d = fmaf(tile[lane][i], qr[w][i], d);
+            s = d * kq_scale;
+        }
+        float mn = fmaxf(m, warp_max(s)), pj = lane < nk ? expf_ggml(s - mn) : 0, c = expf_ggml(m - mn);
+        l = l * c + warp_sum(pj);
+        m = mn;
+        p[w][lane] = pj;
+        __syncthreads();   // every warp's scores are done with the K tile
+        load_tile(tile, Vg + (size_t)j * vstride, vstride, v_type, nk, hd);
+        __syncthreads();
+        for (int i = 0; i < MAX_HEAD_DIM / WARP; i++) {
+            if (lane + WARP * i >= hd) break;
+            float a = o[i] * c;
+            for (int k = 0; k < nk; k++) a = fmaf(p[w][k], tile[k][lane + WARP * i], a);
+            o[i] = a;
+        }
+    }
+    float *out = part + (((int64_t)t * n_head + h) * MAX_SPLITS + split) * (hd + 2);
+    if (lane == 0) out[0] = m, out[1] = l;
+    for (int i = 0; i < MAX_HEAD_DIM / WARP && lane + WARP * i < hd; i++) out[2 + lane + WARP * i] = o[i];
+}
+
+// the splits of row t, head h folded in order (block (t, h), a thread per dim), then the gate
+__global__ void attention_combine_kernel(const float *qg, const float *part, const int *pos, int T, bool causal, int n_head, int hd,
+                                         float *ao, float *ao_gated) {
+    int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
+    int n = causal ? *pos + t + 1 : *pos + T, chunk = split_keys(n), splits = (n + chunk - 1) / chunk;
+    const float *pt = part + ((int64_t)t * n_head + h) * MAX_SPLITS * (hd + 2), *gate = qg + ((int64_t)t * n_head + h) * 2 * hd + hd;
+    float M = -INFINITY, L = 0;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, pt[s * (hd + 2)]);
+    for (int s = 0; s < splits; s++) L += expf_ggml(pt[s * (hd + 2)] - M) * pt[s * (hd + 2) + 1];
+    for (int i = threadIdx.x; i < hd; i += BLOCK) {
+        float a = 0;
+        for (int s = 0; s < splits; s++) a += expf_ggml(pt[s * (hd + 2)] - M) * pt[s * (hd + 2) + 2 + i];
+        float v = a / L;
+        int64_t at = ((int64_t)t * n_head + h) * hd + i;
+        ao[at] = v;
+        ao_gated[at] = v * sigmoid(gate[i]);
+    }
+}
+
+// floats of attention's partial results for T rows
+static size_t attention_part_floats(int T, int n_head, int hd) { return (size_t)T * n_head * MAX_SPLITS * (hd + 2); }
+
 // T rows at positions *pos.. (device memory, as for rope): causal, row t sees keys 0..*pos+t; else
-// every row sees keys 0..*pos+T-1 (the preview's block).
+// every row sees keys 0..*pos+T-1 (the preview's block). part: attention_part_floats(T, ...) floats.
 static void attention_gpu(const float *qg, const void *K, const void *V, uint32_t k_type, uint32_t v_type, const int *pos, int T, bool causal,
-                          int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride, float *ao, float *ao_gated) {
-    if (hd > MAX_HEAD_DIM) {
-        fprintf(stderr, "clover: error: attention_gpu: head dim %d is over %d\n", hd, MAX_HEAD_DIM);
+                          int n_head, int n_head_kv, int hd, float kq_scale, float *part, float *ao, float *ao_gated) {
+    int G = n_head / n_head_kv;
+    if (hd > MAX_HEAD_DIM || hd % 8 || G > MAX_GROUP) {
+        fprintf(stderr, "clover: error: attention_gpu: head dim %d (at most %d, a multiple of 8) or %d query heads a kv head (at most %d)\n",
+                hd, MAX_HEAD_DIM, G, MAX_GROUP);
         exit(1);
     }
-    cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, (const float *)qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, pos, T,
-                                  causal, n_head, n_head_kv, hd, kq_scale, att, att_stride, ao, ao_gated));
+    cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head_kv * MAX_SPLITS), (unsigned)(G * WARP));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, pos, T, causal, n_head,
+                                  n_head_kv, hd, kq_scale, part));
+    c = launch_config((unsigned)(T * n_head), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_combine_kernel, qg, (const float *)part, pos, T, causal, n_head, hd, ao, ao_gated));
 }
 
 // ================================================================================================
@@ -1493,8 +1565,7 @@ struct State {
 struct Scratch {
     int cap;
     float *x, *xn, *qkv, *z, *o, *o_normed, *beta_logit, *alpha, *beta, *g, *conv;
-    float *qg, *kr, *vr, *ao, *ao_gated, *att;
-    size_t att_stride;
+    float *qg, *kr, *vr, *ao, *ao_gated, *att;   // att: attention's partial results (attention_gpu)
     float *router_logits, *probs, *w;
     int *sel;
     float *ge, *ue, *he, *ye, *sh, *sh_logit, *mix;
@@ -1561,7 +1632,6 @@ static double layer_mat_bytes(const GpuConfig *c, const GpuLayer *L) {
     return b;
 }
 
-static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
 
 static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type) {
     const GpuConfig *c = &m->c;
@@ -1576,7 +1646,7 @@ static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_
     double T = cap, K = c->n_expert_used, ff = (double)widest_ff(c), maxin = (double)widest_input(c);
     double per_row = 4.0 * c->n_embd + 2.0 * c->conv_dim + 4.0 * c->value_dim + 8.0 * c->n_v_heads + 4.0 * c->n_head * c->head_dim +
                      2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + 1 + c->n_vocab +
-                     (double)c->n_head * att_stride(n_ctx);
+                     (double)attention_part_floats(1, c->n_head, c->head_dim);
     p.scratch = 4 * (T * per_row + 2 * S) + 4 * (T * K * maxin + T * maxin) + c->n_expert;
     return p;
 }
@@ -1711,7 +1781,7 @@ static void state_init(State *s, const GpuConfig *c, const Layer *layers, int n_
     }
 }
 
-static void scratch_init(Scratch *s, const GpuConfig *c, int cap, int n_ctx) {
+static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used, H = (size_t)c->n_v_heads;
     size_t ff = widest_ff(c), q = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_head_kv * c->head_dim, S = S_floats(c);
     size_t maxin = widest_input(c);
@@ -1725,8 +1795,7 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap, int n_ctx) {
     for (float **h : heads) *h = dev_floats(T * H);
     s->qg = dev_floats(T * 2 * q), s->ao = dev_floats(T * q), s->ao_gated = dev_floats(T * q);
     s->kr = dev_floats(T * kvd), s->vr = dev_floats(T * kvd);
-    s->att_stride = att_stride(n_ctx);
-    s->att = dev_floats(T * c->n_head * s->att_stride);
+    s->att = dev_floats(attention_part_floats(cap, c->n_head, c->head_dim));
     s->router_logits = dev_floats(T * c->n_expert), s->probs = dev_floats(T * c->n_expert);
     s->w = dev_floats(T * K), s->sel = (int *)dev_alloc(T * K * sizeof(int));
     s->ge = dev_floats(T * K * ff), s->ue = dev_floats(T * K * ff), s->he = dev_floats(T * K * ff), s->ye = dev_floats(T * K * E);
@@ -1773,7 +1842,7 @@ extern "C" Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type,
     gpu->layers = (Layer *)xmalloc((size_t)c->n_layer * sizeof(Layer));
     for (int il = 0; il < c->n_layer; il++) gpu->layers[il] = upload_layer(c, &m->layers[il]);
     state_init(&gpu->st, c, gpu->layers, n_ctx, cap, k_type, v_type);
-    scratch_init(&gpu->sc, c, cap, n_ctx);
+    scratch_init(&gpu->sc, c, cap);
     return gpu;
 }
 
@@ -1940,7 +2009,7 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
     store_as_gpu(st->k_type, st->k[il], s->pos, kvd, s->kr, (int64_t)T * kvd);   // K and V rows into the cache at pos..
     store_as_gpu(st->v_type, st->v[il], s->pos, kvd, s->vr, (int64_t)T * kvd);
     attention_gpu(s->qg, st->k[il], st->v[il], st->k_type, st->v_type, s->pos, T, pass == CAUSAL, c->n_head, c->n_head_kv, hd,
-                  c->kq_scale, s->att, s->att_stride, s->ao, s->ao_gated);
+                  c->kq_scale, s->att, s->ao, s->ao_gated);
     dump(gpu, "attn_pregate", il, s->ao, T, c->n_head * hd);
     dump(gpu, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
     matmul(gpu, &L->wo, s->ao_gated, T, s->mix);   // out = W_o o
@@ -2706,11 +2775,24 @@ static void check_store_as(Tally *tl, const GpuCheck *cpu) {
         }
 }
 
+// value i of a cache row of `type` on the host, from the definition (as check_fp16's reference)
+static double cache_value(uint32_t type, const uint8_t *row, size_t i) {
+    if (type == T_F32) { float f; memcpy(&f, row + 4 * i, 4); return f; }
+    uint16_t h;
+    memcpy(&h, row + 2 * i, 2);
+    if (type == T_BF16) { uint32_t b = (uint32_t)h << 16; float f; memcpy(&f, &b, 4); return f; }
+    int e = (h >> 10) & 31, man = h & 0x3ff;
+    double v = e == 31 ? (man ? NAN : INFINITY) : e ? ldexp(1024 + man, e - 25) : ldexp(man, -24);
+    return h & 0x8000 ? -v : v;
+}
+
 // Attention of T rows over a cache of n_keys = pos + T rows of one type: causal (row t sees pos + t + 1
-// keys) or full (every row sees all). q and K hold k/4, |k| <= 7, so that every score is
-// exact in any order and the softmax's p are the same bits on both sides: a 1-ulp difference in p could
-// flip its f16/bf16 rounding (a 2^-11 or 2^-8 step, the CPU's own rounding, not an error of the kernel).
-// What is left is the V sum's order (one chain against the CPU's 64 lanes) and the device's expf in the gate.
+// keys) or full (every row sees all). q and K hold k/4, |k| <= 7, so that every score is exact. Two
+// comparisons: against a float64 evaluation of the same function (q rounded to the cache type, the
+// exact softmax, the V sum, the gate) within 1e-5, which is the kernel's own error (online softmax,
+// float sums, the device's expf); and against the CPU's attend, which rounds each p to the cache type
+// before the V sum where the flash form keeps it in float: within half an ulp of that type per p
+// (2^-11 for f16, 2^-8 for bf16, relative), 1e-5 for f32. pos 3000: MAX_SPLITS splits.
 static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T, int pos, bool causal) {
     int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv, n_keys = pos + T, kvd = nkv * hd;
     size_t cb = cache_bytes(type), stride = ((size_t)n_keys + 15) / 16 * 16 + 16;   // past the minimum
@@ -2719,35 +2801,64 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
     for (int64_t i = 0; i < nq; i++)
         if (i / hd % 2 == 0) qg[i] = (float)((int)(rng_next() % 15) - 7) / 4;   // q_h, not gate_h
     for (int64_t i = 0; i < nkv_all; i++) k[i] = (float)((int)(rng_next() % 15) - 7) / 4;
-    uint8_t *K = (uint8_t *)xmalloc((size_t)nkv_all * cb), *V = (uint8_t *)xmalloc((size_t)nkv_all * cb);
+    uint8_t *K = (uint8_t *)xmalloc((size_t)nkv_all * cb), *V = (uint8_t *)xmalloc((size_t)nkv_all * cb), *qr = (uint8_t *)xmalloc((size_t)hd * cb);
     cpu->store_as(type, K, k, (int)nkv_all);
     cpu->store_as(type, V, v, (int)nkv_all);
-    float *want = (float *)xmalloc((size_t)no * 8), *got = (float *)xmalloc((size_t)no * 8);   // ao then ao_gated
+    float *want = (float *)xmalloc((size_t)no * 8), *ref = (float *)xmalloc((size_t)no * 8), *got = (float *)xmalloc((size_t)no * 8);   // ao, ao_gated
     float *sc = (float *)xmalloc(stride * 4), *acc = (float *)xmalloc((size_t)64 * hd * 4);
+    double *p = (double *)xmalloc((size_t)n_keys * sizeof(double));
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
             int kvh = h / (nh / nkv), n = causal ? pos + t + 1 : n_keys;
             const float *q = qg + ((size_t)t * nh + h) * 2 * hd;
             size_t at = ((size_t)t * nh + h) * hd;
-            cpu->attend(q, q + hd, K + (size_t)kvh * hd * cb, kvd * cb, type, V + (size_t)kvh * hd * cb, kvd * cb, type, n, hd, cpu->kq_scale, 64,
-                        sc, acc, want + at, want + no + at);
+            const uint8_t *Kh = K + (size_t)kvh * hd * cb, *Vh = V + (size_t)kvh * hd * cb;
+            cpu->attend(q, q + hd, Kh, kvd * cb, type, Vh, kvd * cb, type, n, hd, cpu->kq_scale, 64, sc, acc, want + at, want + no + at);
+            cpu->store_as(type, qr, q, hd);
+            double m = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += cache_value(type, Kh + (size_t)j * kvd * cb, i) * cache_value(type, qr, i);
+                p[j] = d * cpu->kq_scale, m = fmax(m, p[j]);
+            }
+            for (int j = 0; j < n; j++) p[j] = exp(p[j] - m), sum += p[j];
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int j = 0; j < n; j++) o += p[j] / sum * cache_value(type, Vh + (size_t)j * kvd * cb, i);
+                ref[at + i] = (float)o, ref[no + at + i] = (float)(o / (1 + exp(-(double)q[hd + i])));
+            }
         }
-    float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *datt = (float *)dev_alloc((size_t)T * nh * stride * 4);
+    float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *datt = (float *)dev_alloc(attention_part_floats(T, nh, hd) * 4);
     void *dK = dev_copy(K, (size_t)nkv_all * cb), *dV = dev_copy(V, (size_t)nkv_all * cb);
     float *dout = (float *)dev_alloc((size_t)no * 8);
     int *dpos = dev_int(pos);
-    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, stride, dout, dout + no);
+    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + no);
     host_copy(got, dout, (size_t)no * 8);
     CUDA_CHECK(cudaFree(dpos));
     char name[128];
-    snprintf(name, sizeof name, "attention %s %s h%d/%dx%d keys=%d T=%d", type_name(type), causal ? "causal" : "full", nh, nkv, hd, n_keys, T);
-    report(tl, name, fmax(rel_err(got, want, no), rel_err(got + no, want + no, no)), 1e-5, "rel");
+    snprintf(name, sizeof name, "attention %s %s h%d/%dx%d keys=%d T=%d float64", type_name(type), causal ? "causal" : "full", nh, nkv, hd, n_keys, T);
+    report(tl, name, fmax(rel_err(got, ref, no), rel_err(got + no, ref + no, no)), 1e-5, "rel");
+    snprintf(name, sizeof name, "attention %s %s h%d/%dx%d keys=%d T=%d CPU", type_name(type), causal ? "causal" : "full", nh, nkv, hd, n_keys, T);
+    double limit = type == T_F16 ? 0x1p-11 : type == T_BF16 ? 0x1p-8 : 1e-5;
+    report(tl, name, fmax(rel_err(got, want, no), rel_err(got + no, want + no, no)), limit, "rel");
+    if (causal && T > 1) {   // row T-1 alone, at its position, must get the bits it got in the batch
+        int *dlast = dev_int(pos + T - 1);
+        size_t row = (size_t)nh * hd;
+        attention_gpu(dq + (T - 1) * 2 * row, dK, dV, type, type, dlast, 1, true, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + row);
+        float *one = (float *)xmalloc(row * 8);
+        host_copy(one, dout, row * 4);
+        host_copy(one + row, dout + row, row * 4);
+        snprintf(name, sizeof name, "attention %s h%d/%dx%d keys=%d T=%d row %d = alone", type_name(type), nh, nkv, hd, n_keys, T, T - 1);
+        report(tl, name, bytes_differ(one, got + (T - 1) * row, row * 4) + bytes_differ(one + row, got + no + (T - 1) * row, row * 4), 0, "bytes");
+        CUDA_CHECK(cudaFree(dlast));
+        free(one);
+    }
     CUDA_CHECK(cudaFree(dq));
     CUDA_CHECK(cudaFree(datt));
     CUDA_CHECK(cudaFree(dK));
     CUDA_CHECK(cudaFree(dV));
     CUDA_CHECK(cudaFree(dout));
-    free(qg), free(k), free(v), free(K), free(V), free(want), free(got), free(sc), free(acc);
+    free(qg), free(k), free(v), free(K), free(V), free(qr), free(want), free(ref), free(got), free(sc), free(acc), free(p);
 }
 
 // Router: logits with exact ties planted (expert e copies e - 1 in some rows), three cases:
@@ -3060,6 +3171,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
             check_attention(&tl, cpu, type, T, 0, true);
             check_attention(&tl, cpu, type, T, 37, true);
             check_attention(&tl, cpu, type, T, 37, false);
+            if (T != 7) check_attention(&tl, cpu, type, T, 3000, true);
         }
     check_route(&tl, cpu, cpu->n_expert, cpu->n_expert_used);
     if (cpu->n_expert != 256) check_route(&tl, cpu, 256, 8);
