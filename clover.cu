@@ -271,15 +271,10 @@ template <typename T> __device__ T block_sum(T v) {
 // ================================================================================================
 // Twin: quantize_q8_0. Per block of 32: d = amax/127 (stored as fp16), q = round(x * 127/amax),
 // nearest with ties to even (__float2int_rn; a NaN gives 0, as (int8_t)lrintf(NaN) on x86).
-// One warp per block (block b of all T rows, nb a row), lane j holding x_j; into the split row layout.
-__global__ void quantize_q8_0_kernel(const float *x, uint8_t *y, int64_t n, size_t y_bytes, int64_t n_blocks) {
-    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP, nb = n / 32;
+// Block bb of a row (xb: its 32 values) by a warp, lane j holding x_j, into the split row layout.
+__device__ void round_block_q8_0(const float *xb, uint8_t *row, int64_t n, int64_t bb) {
     int lane = threadIdx.x % WARP;
-    float v = b < n_blocks ? x[32 * b + lane] : 0;
-    float amax = warp_max(fmaxf(0.0f, fabsf(v)));
-    if (b >= n_blocks) return;
-    uint8_t *row = y + (b / nb) * y_bytes;
-    int64_t bb = b % nb;
+    float v = xb[lane], amax = warp_max(fmaxf(0.0f, fabsf(v)));
     float d = amax / 127, id = amax != 0 ? 127.f / amax : 0;
     if (lane == 0) ((uint16_t *)(row + n))[bb] = fp32_to_fp16(d);
     ((int8_t *)row)[32 * bb + lane] = (int8_t)__float2int_rn(v * id);
@@ -287,15 +282,14 @@ __global__ void quantize_q8_0_kernel(const float *x, uint8_t *y, int64_t n, size
 
 // Twin: quantize_q8_K. Per block of 256 the signed extreme max (the first of equal |x|) maps to -127:
 // iscale = -127/max, q = min(round(iscale x), 127), d = 1/iscale, bsums[g] = sum of q over 16.
-// One warp per block, lane l holding elements 8l..8l+7 (so bsum g is lanes 2g and 2g+1); its 8 q
-// stored as one 8-byte word.
-__global__ void quantize_q8_K_kernel(const float *x, uint8_t *y, int64_t n, size_t y_bytes, int64_t n_blocks) {
-    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP, nb = n / 256;
+// Block bb of a row by a warp, lane l holding elements 8l..8l+7 (so bsum g is lanes 2g and 2g+1);
+// its 8 q stored as one 8-byte word.
+__device__ void round_block_q8_K(const float *xb, uint8_t *row, int64_t n, int64_t bb) {
     int lane = threadIdx.x % WARP;
     float v[8], amax = 0;
     int at = 256;   // index of the extreme; 256: none (all zero or NaN)
     for (int j = 0; j < 8; j++) {
-        v[j] = b < n_blocks ? x[256 * b + 8 * lane + j] : 0;
+        v[j] = xb[8 * lane + j];
         if (fabsf(v[j]) > amax) amax = fabsf(v[j]), at = 8 * lane + j;
     }
     for (int o = 16; o >= 1; o /= 2) {   // the largest |x|, the lower index on ties
@@ -303,12 +297,7 @@ __global__ void quantize_q8_K_kernel(const float *x, uint8_t *y, int64_t n, size
         int at2 = __shfl_xor_sync(0xffffffffu, at, o);
         if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, at = at2;
     }
-    if (b >= n_blocks) return;
-    uint8_t *row = y + (b / nb) * y_bytes;
-    int64_t bb = b % nb;
-    int16_t *bsums = (int16_t *)(row + n) + 16 * bb;
-    float *d = (float *)(row + n + n / 8) + bb;
-    float iscale = amax == 0 ? 0 : -127.f / x[256 * b + at];
+    float iscale = amax == 0 ? 0 : -127.f / xb[at];
     uint64_t q8 = 0;
     int s = 0;
     for (int j = 0; j < 8; j++) {
@@ -319,8 +308,19 @@ __global__ void quantize_q8_K_kernel(const float *x, uint8_t *y, int64_t n, size
     }
     ((uint64_t *)(row + 256 * bb))[lane] = q8;
     s += __shfl_down_sync(0xffffffffu, s, 1);
-    if (lane % 2 == 0) bsums[lane / 2] = (int16_t)s;
-    if (lane == 0) *d = amax == 0 ? 0 : 1 / iscale;
+    if (lane % 2 == 0) ((int16_t *)(row + n))[16 * bb + lane / 2] = (int16_t)s;
+    if (lane == 0) ((float *)(row + n + n / 8))[bb] = amax == 0 ? 0 : 1 / iscale;
+}
+
+// One warp per block (block b of all T rows, nb a row; a warp past the last block leaves whole)
+__global__ void quantize_q8_0_kernel(const float *x, uint8_t *y, int64_t n, size_t y_bytes, int64_t n_blocks) {
+    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP, nb = n / 32;
+    if (b < n_blocks) round_block_q8_0(x + 32 * b, y + (b / nb) * y_bytes, n, b % nb);
+}
+
+__global__ void quantize_q8_K_kernel(const float *x, uint8_t *y, int64_t n, size_t y_bytes, int64_t n_blocks) {
+    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP, nb = n / 256;
+    if (b < n_blocks) round_block_q8_K(x + 256 * b, y + (b / nb) * y_bytes, n, b % nb);
 }
 
 // Twin: quantize_row for F16 and BF16 activations: one element per thread.
@@ -621,21 +621,39 @@ static int lanes_per_row(int lpb, int64_t units) {
     return l;
 }
 
-// One activation row per job: job j multiplies expert ids[j]'s matrix (ids NULL: the matrix) by
-// rounded row x + (j / in_div) * x_bytes into y + j * n_out; ids[j] < 0: zeros. Blocks of BLOCK
-// threads take BLOCK / lpr rows (a warp 32 / lpr), grid row_blocks x jobs in x alone (jobs may
+// Matrices of one type and row length that read one input, in one launch (matmuls_gpu; one matrix
+// for the others): matrix i takes the launch's row blocks first[i] .. first[i+1]-1, its rows go to y[i].
+enum { MAX_MATS = 4 };
+struct MatList { Mat m[MAX_MATS]; float *y[MAX_MATS]; unsigned first[MAX_MATS + 1]; int n; };
+
+// the entry of L that row block b belongs to, and its first block (compile-time indices only: no
+// local-memory copy of the list)
+__device__ void pick(const MatList &L, unsigned b, Mat &m, float *&y, unsigned &b0) {
+    m = L.m[0], y = L.y[0], b0 = 0;
+#pragma unroll
+    for (int k = 1; k < MAX_MATS; k++)
+        if (k < L.n && b >= L.first[k]) m = L.m[k], y = L.y[k], b0 = L.first[k];
+}
+
+// One activation row per job: job j multiplies expert ids[j]'s matrix (ids NULL: the matrices of L)
+// by rounded row x + (j / in_div) * x_bytes into y + j * n_out; ids[j] < 0: zeros. Blocks of BLOCK
+// threads take BLOCK / lpr rows (a warp 32 / lpr), grid L's row blocks x jobs in x alone (jobs may
 // pass 65,535).
-template <typename D>
-__global__ void matvec_kernel(Mat m, const int *ids, const uint8_t *x, size_t x_bytes, int in_div, int lpr, int64_t row_blocks, float *y) {
-    int64_t job = blockIdx.x / row_blocks, o = blockIdx.x % row_blocks * (BLOCK / lpr) + threadIdx.x / lpr;
+template <typename D> __global__ void matvec_kernel(MatList L, const int *ids, const uint8_t *x, size_t x_bytes, int in_div, int lpr) {
+    unsigned blocks = L.first[L.n], b = blockIdx.x % blocks, b0;
+    int64_t job = blockIdx.x / blocks;
+    Mat m;
+    float *y;
+    pick(L, b, m, y, b0);
+    int64_t o = (int64_t)(b - b0) * (BLOCK / lpr) + threadIdx.x / lpr, at = job * m.n_out + o;
     int e = ids ? ids[job] : 0;
-    bool active = o < m.n_out;
+    bool active = o < m.n_out, writer = active && threadIdx.x % lpr == 0;
     if (e < 0) {   // the whole block (one job): no shuffles left behind
-        if (active && threadIdx.x % lpr == 0) y[job * m.n_out + o] = 0;
+        if (writer) y[at] = 0;
         return;
     }
     float v = row_dot<D>(m, e * m.n_out + o, x + job / in_div * x_bytes, lpr, active);
-    if (active && threadIdx.x % lpr == 0) y[job * m.n_out + o] = v;
+    if (writer) y[at] = v;
 }
 
 enum { MAX_ROWS = 16 };   // activation rows of matmul_kernel's tile (a verify or preview batch: all of them)
@@ -643,11 +661,15 @@ enum { MAX_ROWS = 16 };   // activation rows of matmul_kernel's tile (a verify o
 // T activation rows in tiles of MAX_ROWS (grid y): a lane loads and unpacks its part of a unit once
 // and adds it to every row of the tile, its accumulators for the tile's rows in shared memory (its
 // own cells, [warp][row][lane]: no bank conflicts, no barrier); then each row is folded as in row_dot.
-template <typename D> __global__ void matmul_kernel(Mat m, const uint8_t *x, size_t x_bytes, int T, int lpr, float *y) {
+template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x, size_t x_bytes, int T, int lpr) {
     __shared__ float acc[BLOCK / WARP][MAX_ROWS][WARP], accm[BLOCK / WARP][MAX_ROWS][WARP];
+    unsigned b0;
+    Mat m;
+    float *y;
+    pick(L, blockIdx.x, m, y, b0);
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, gl = lane % lpr;
     int slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = (int)(m.n_in / D::UNIT);
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / lpr) + threadIdx.x / lpr;
+    int64_t o = (int64_t)(blockIdx.x - b0) * (BLOCK / lpr) + threadIdx.x / lpr;
     int t0 = blockIdx.y * MAX_ROWS, R = T - t0 < MAX_ROWS ? T - t0 : MAX_ROWS;
     const uint8_t *xt = x + (size_t)t0 * x_bytes;
     bool active = o < m.n_out;
@@ -680,25 +702,37 @@ template <typename F> static void by_type(uint32_t t, const char *what, F f) {
     }
 }
 
-// y[t][o] = W x_t for T activation rows already rounded to W's dot type (quantize_row_gpu): one row
-// (a decode step) by matvec_kernel, more by matmul_kernel; the same bits for a row either way.
-// Twin: matmul with dot_fn(wtype, false).
-static void matmul_gpu(const Mat *w, const void *xq, int T, float *y) {
-    size_t xb = act_bytes(dot_type(w->type), w->n_in);
+// y_i[t][o] = W_i x_t for n <= MAX_MATS matrices of one type and row length and T activation rows already rounded to their dot type
+// (quantize_row_gpu), in one launch: one row (a decode step) by matvec_kernel, more by matmul_kernel;
+// the same bits for a row either way. Twin: matmul with dot_fn(wtype, false), for each W_i.
+static void matmuls_gpu(const Mat *const w[], int n, const void *xq, int T, float *const y[]) {
+    size_t xb = act_bytes(dot_type(w[0]->type), w[0]->n_in);
     const uint8_t *x = (const uint8_t *)xq;
-    by_type(w->type, "matmul_gpu", [&](auto d) {
+    by_type(w[0]->type, "matmul_gpu", [&](auto d) {
         using D = decltype(d);
-        int lpr = lanes_per_row(D::LPB, w->n_in / D::UNIT);
-        unsigned rb = blocks_for(w->n_out, BLOCK / lpr);
+        int lpr = lanes_per_row(D::LPB, w[0]->n_in / D::UNIT);
+        MatList L = {};
+        L.n = n;
+        for (int i = 0; i < n; i++) {
+            if (w[i]->type != w[0]->type || w[i]->n_in != w[0]->n_in) {
+                fprintf(stderr, "clover: error: internal: matmuls_gpu of matrices of different types or widths\n");
+                exit(1);
+            }
+            L.m[i] = *w[i], L.y[i] = y[i];
+            L.first[i + 1] = L.first[i] + blocks_for(w[i]->n_out, BLOCK / lpr);
+        }
         if (T == 1) {
-            cudaLaunchConfig_t c = launch_config(rb, BLOCK);
-            CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, *w, (const int *)nullptr, x, xb, 1, lpr, (int64_t)rb, y));
+            cudaLaunchConfig_t c = launch_config(L.first[n], BLOCK);
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, 1, lpr));
         } else {
-            cudaLaunchConfig_t c = launch_config(dim3(rb, blocks_for(T, MAX_ROWS)), BLOCK);
-            CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, *w, x, xb, T, lpr, y));
+            cudaLaunchConfig_t c = launch_config(dim3(L.first[n], blocks_for(T, MAX_ROWS)), BLOCK);
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, L, x, xb, T, lpr));
         }
     });
 }
+
+// y[t][o] = W x_t for one matrix
+static void matmul_gpu(const Mat *w, const void *xq, int T, float *y) { matmuls_gpu(&w, 1, xq, T, &y); }
 
 // y[p] = W_{ids[p]} xq[p / in_div] for n_pairs pairs (see matvec_kernel); in_div: n_used for gate/up
 // (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n_in] experts.
@@ -708,9 +742,10 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
     by_type(w->type, "matmul_id_gpu", [&](auto d) {
         using D = decltype(d);
         int lpr = lanes_per_row(D::LPB, w->n_in / D::UNIT);
-        unsigned rb = blocks_for(w->n_out, BLOCK / lpr);
-        cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs, BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, *w, ids, x, xb, in_div, lpr, (int64_t)rb, y));
+        MatList L = {};
+        L.n = 1, L.m[0] = *w, L.y[0] = y, L.first[1] = blocks_for(w->n_out, BLOCK / lpr);
+        cudaLaunchConfig_t c = launch_config(L.first[1] * (unsigned)n_pairs, BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, ids, x, xb, in_div, lpr));
     });
 }
 
@@ -727,14 +762,39 @@ __device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n,
     for (int i = threadIdx.x; i < n; i += BLOCK) yr[i] = xr[i] * scale * w[i];
 }
 
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
-    rmsnorm_block(y + (int64_t)blockIdx.x * n, x + (int64_t)blockIdx.x * n, w, n, eps);
+// Twins: rmsnorm, then quantize_row of its output to dot type dt (F32: no rounding), one row by the
+// block: the row's norm (rmsnorm_block), a barrier, then its rounding, a warp a block of 32 or 256
+// (round_block_q8_0 / _q8_K, the quantize kernels' own), or a thread a value (F16, BF16).
+__device__ void norm_round_block(float *xn, const float *x, const float *w, int n, float eps, uint32_t dt, uint8_t *xq) {
+    rmsnorm_block(xn, x, w, n, eps);
+    if (dt == T_F32) return;
+    __syncthreads();   // every thread's values of xn written
+    int warp = threadIdx.x / WARP;
+    if (dt == T_Q8_0)
+        for (int b = warp; b < n / 32; b += BLOCK / WARP) round_block_q8_0(xn + 32 * b, xq, n, b);
+    else if (dt == T_Q8_K)
+        for (int b = warp; b < n / 256; b += BLOCK / WARP) round_block_q8_K(xn + 256 * b, xq, n, b);
+    else
+        for (int i = threadIdx.x; i < n; i += BLOCK) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
 }
 
-// T rows of n; y may be x
-static void rmsnorm_gpu(float *y, const float *x, const float *w, int n, float eps, int T) {
+// The residual add, the next norm and its rounding in one pass over each row (block per row t):
+//   x_t += mix_t (mix NULL: nothing added; the CPU's loop x[i] += mix[i]);  xn_t = rmsnorm(x_t) w;  xq_t = xn_t rounded to dt
+// Each thread adds the values rmsnorm_block then reads (the same stride): no barrier before the norm.
+__global__ void add_norm_kernel(float *x, const float *mix, const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
+    int64_t t = blockIdx.x;
+    float *xr = x + t * n;
+    if (mix)
+        for (int i = threadIdx.x; i < n; i += BLOCK) xr[i] += mix[t * n + i];
+    norm_round_block(xn + t * n, xr, w, n, eps, dt, xq + t * xq_bytes);
+}
+
+// x += mix (mix may be NULL), xn = rmsnorm(x) w, and xq = xn rounded for weights of type wtype, T rows
+// of n (xq rows act_bytes(dot_type(wtype), n) apart); for F32 dot types xq is not written.
+static void add_norm_gpu(float *x, const float *mix, const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T) {
     cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, rmsnorm_kernel, y, x, w, n, eps));
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, add_norm_kernel, x, mix, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
 }
 
 // Twin: l2norm. x = x / max(||x||, eps), the squares summed in double as in rmsnorm_kernel.
@@ -1458,36 +1518,37 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
     });
 }
 
-// Twin: moe_sum. Thread per (t, i): out[t][i] = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each
-// term rounded to float before it is added; rank sel[t][r] < 0 adds nothing. The CPU's order exactly.
-__global__ void moe_sum_kernel(const int *sel, const float *w, const float *ye, int T, int K, int E, float *out) {
-    int64_t at = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (at >= (int64_t)T * E) return;
-    int64_t t = at / E, i = at % E;
-    float o = 0;
-    for (int r = 0; r < K; r++) {
-        if (sel[t * K + r] < 0) continue;
-        float term = ye[(t * K + r) * E + i] * w[t * K + r];
-        o += term;
+// The MoE output, the residual add and the next norm in one pass over each row (block per row t):
+//   moe_i = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each term rounded to float before it is
+//           added, ranks with sel[t][r] < 0 adding nothing (twin moe_sum: the CPU's order exactly);
+//   ffn_i = moe_i + sh_i * sigmoid(sh_logit_t) (twin moe_shared_gate);  x_i += ffn_i;
+// then xn = rmsnorm(x) w and its rounding to dt (norm_round_block: the next layer's attn_norm, or the
+// output norm after the last layer). moe and ffn stay in mix and sh (the dumps ffn_moe_out, ffn_out).
+__global__ void moe_out_kernel(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
+                               const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
+    int64_t t = blockIdx.x;
+    float gate = sigmoid(sh_logit[t]);
+    for (int i = threadIdx.x; i < n; i += BLOCK) {
+        float o = 0;
+        for (int r = 0; r < K; r++) {
+            if (sel[t * K + r] < 0) continue;
+            float term = ye[(t * K + r) * n + i] * wr[t * K + r];
+            o += term;
+        }
+        mix[t * n + i] = o;
+        o += sh[t * n + i] * gate;
+        sh[t * n + i] = o;
+        x[t * n + i] += o;
     }
-    out[at] = o;
+    norm_round_block(xn + t * n, x + t * n, w, n, eps, dt, xq + t * xq_bytes);
 }
 
-static void moe_sum_gpu(const int *sel, const float *w, const float *ye, int T, int K, int E, float *out) {
-    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * E, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_sum_kernel, sel, w, ye, T, K, E, out));
-}
-
-// Twin: moe_shared_gate. Thread per (t, i): mix[t][i] += sh[t][i] * sigmoid(sh_logit[t])
-__global__ void moe_shared_gate_kernel(float *mix, const float *sh, const float *sh_logit, int T, int E) {
-    int64_t at = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (at >= (int64_t)T * E) return;
-    mix[at] += sh[at] * sigmoid(sh_logit[at / E]);
-}
-
-static void moe_shared_gate_gpu(float *mix, const float *sh, const float *sh_logit, int T, int E) {
-    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * E, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_shared_gate_kernel, mix, sh, sh_logit, T, E));
+// T rows of n: moe_out_kernel; xq rows act_bytes(dot_type(wtype), n) apart
+static void moe_out_gpu(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
+                        const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_out_kernel, x, sel, wr, ye, K, mix, sh, sh_logit, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
 }
 
 // ================================================================================================
@@ -1560,8 +1621,9 @@ struct State {
     float **log_u, **log_g, **log_beta;
 };
 
-// Scratch for one batch of up to cap rows: clover.c's Scratch, plus the rounded inputs of the expert
-// gate (xq2: its dot type may not be up's) and the logits of the batch's rows.
+// Scratch for one batch of up to cap rows: clover.c's Scratch, plus two buffers of rounded inputs
+// (xq: a norm's rounding of xn, read by the matrices after it; xq2: every other rounding) and the
+// logits of the batch's rows.
 struct Scratch {
     int cap;
     float *x, *xn, *qkv, *z, *o, *o_normed, *beta_logit, *alpha, *beta, *g, *conv;
@@ -1799,7 +1861,7 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     s->router_logits = dev_floats(T * c->n_expert), s->probs = dev_floats(T * c->n_expert);
     s->w = dev_floats(T * K), s->sel = (int *)dev_alloc(T * K * sizeof(int));
     s->ge = dev_floats(T * K * ff), s->ue = dev_floats(T * K * ff), s->he = dev_floats(T * K * ff), s->ye = dev_floats(T * K * E);
-    s->xq = (uint8_t *)dev_alloc(T * K * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * maxin * 4);
+    s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
     s->S = dev_floats(S), s->S_rev = dev_floats(S);
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
     s->logits = dev_floats(T * c->n_vocab);
@@ -1881,37 +1943,32 @@ static void dump_slice(Gpu *gpu, const char *name, int il, const float *x, size_
     dump_nd(gpu, name, il, x, stride, T, 1, n1, n0);
 }
 
-// The T rows of n activations x as a matmul with weights of type wtype reads them: rounded to its
-// dot type into xq, or x itself where that is F32 (nothing to round).
-static const void *rounded(uint32_t wtype, const float *x, int64_t n, int T, uint8_t *xq) {
-    if (dot_type(wtype) == T_F32) return x;
-    quantize_row_gpu(wtype, x, xq, n, T);
-    return xq;
+// A matmul input: T rows of floats x and, where xq is not NULL, the same rows rounded to dot type dt
+// there: what a norm leaves (add_norm_gpu, moe_out_gpu write xn and its rounding into sc.xq, and only
+// they write sc.xq), so the first matrices after it read the rounding it made.
+struct Input { const float *x; const void *xq; uint32_t dt; };
+
+// in as a matmul with weights of type wtype reads it: x itself for F32, the input's rounding where it
+// has this dot type, else rounded now into sc.xq2 (which no Input holds)
+static const void *rounded(Gpu *gpu, Input in, uint32_t wtype, int64_t n, int T) {
+    uint32_t dt = dot_type(wtype);
+    if (dt == T_F32) return in.x;
+    if (in.xq && in.dt == dt) return in.xq;
+    quantize_row_gpu(wtype, in.x, gpu->sc.xq2, n, T);
+    return gpu->sc.xq2;
 }
 
-// y_i = W_i x[t] for the n matrices that read one input x (T rows), in order: x rounded once for
-// each run of matrices of one dot type (a GDN layer's four projections, attention's q, k and v),
-// not once each. clover.c's matmul, for each of them.
-static void matmuls(Gpu *gpu, const float *x, int T, int n, const Mat *const w[], float *const y[]) {
-    const void *xq = nullptr;
-    for (int i = 0; i < n; i++) {
-        if (i == 0 || dot_type(w[i]->type) != dot_type(w[i - 1]->type)) xq = rounded(w[i]->type, x, w[i]->n_in, T, gpu->sc.xq);
-        matmul_gpu(w[i], xq, T, y[i]);
+// y_i = W_i x[t] for the n matrices that read one input (T rows), in order: one launch for each run of
+// matrices of one type (a GDN layer's projections, attention's q, k and v, the router and the shared
+// expert's gate), the input rounded once a run at most. clover.c's matmul, for each of them.
+static void matmuls(Gpu *gpu, Input in, int T, int n, const Mat *const w[], float *const y[]) {
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && w[j]->type == w[i]->type; j++) {}
+        matmuls_gpu(w + i, j - i, rounded(gpu, in, w[i]->type, w[i]->n_in, T), T, y + i);
     }
 }
 
-static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) { matmuls(gpu, x, T, 1, &w, &y); }
-
-// x += y over n floats (the residual adds)
-__global__ void add_kernel(float *x, const float *y, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (i < n) x[i] += y[i];
-}
-
-static void add_gpu(float *x, const float *y, int64_t n) {
-    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, add_kernel, x, y, n));
-}
+static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) { matmuls(gpu, {x, nullptr, 0}, T, 1, &w, &y); }
 
 static void copy_floats(float *dst, const float *src, size_t n) {
     dev_to_dev(dst, src, n * sizeof(float));
@@ -1934,7 +1991,7 @@ static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g,
 // The preview mixer (clover.md 3.2), never writing the committed state: the causal conv plus the
 // right taps, a forward scan from a copy of S, and, where the layer has it, a reverse scan from zero
 // state mixed in per value head: o_t = o_fwd_t + gamma_h o_rev_t.
-static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
+static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int H = c->n_v_heads, d = c->d_state;
@@ -1946,15 +2003,16 @@ static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
     if (!L->a_rev) return;
     const Mat *w[] = {&L->beta_rev, &L->alpha_rev};
     float *y[] = {s->beta_rev_logit, s->alpha_rev};
-    matmuls(gpu, s->xn, T, 2, w, y);   // W_beta_rev a, W_alpha_rev a
+    matmuls(gpu, in, T, 2, w, y);   // W_beta_rev a, W_alpha_rev a
     gdn_gates_gpu(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, H, s->g_rev, s->beta_rev);
     CUDA_CHECK(cudaMemsetAsync(s->S_rev, 0, S_floats(c) * sizeof(float), stream));
     delta_rule_gpu(s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     gdn_rev_mix_gpu(s->o, s->o_rev, L->rev_mix, T, H, d);
 }
 
-// A Gated DeltaNet layer, the mixer output in s->mix; log: record the recurrence's inputs (rollback).
-static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
+// A Gated DeltaNet layer on the normed input in, the mixer output in s->mix; log: record the
+// recurrence's inputs (rollback).
+static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
@@ -1962,7 +2020,7 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
     int C = c->conv_dim, d = c->d_state;
     const Mat *w[] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
     float *y[] = {s->qkv, s->z, s->beta_logit, s->alpha};
-    matmuls(gpu, s->xn, T, 4, w, y);   // u = W_qkv a, z = W_gate a, W_beta a, W_alpha a
+    matmuls(gpu, in, T, 4, w, y);   // u = W_qkv a, z = W_gate a, W_beta a, W_alpha a
     dump3(gpu, "beta", il, s->beta_logit, T, H, 1);
     dump(gpu, "alpha", il, s->alpha, T, H);
     gdn_gates_gpu(L->a, L->dt, s->alpha, s->beta_logit, T, H, s->g, s->beta);
@@ -1976,7 +2034,7 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
         copy_floats(gpu->st.log_beta[il], s->beta, (size_t)T * H);
     }
     if (pass == CAUSAL) gdn_advance(gpu, il, T, s->qkv, s->g, s->beta);
-    else gdn_preview(gpu, L, il, T);
+    else gdn_preview(gpu, L, il, T, in);
     dump_slice(gpu, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
     dump_slice(gpu, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
     dump_slice(gpu, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
@@ -1991,7 +2049,7 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
 // --- gated attention -----------------------------------------------------------------------------
 // Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
 // committed prefix (nothing there is committed) and every row sees the prefix and the whole block.
-static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
+static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
@@ -1999,7 +2057,7 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
     int hd = c->head_dim, kvd = c->n_head_kv * hd;
     const Mat *w[] = {&L->wq, &L->wk, &L->wv};
     float *y[] = {s->qg, s->kr, s->vr};
-    matmuls(gpu, s->xn, T, 3, w, y);   // [q_h | gate_h] = W_q a, k = W_k a, v = W_v a
+    matmuls(gpu, in, T, 3, w, y);   // [q_h | gate_h] = W_q a, k = W_k a, v = W_v a
     dump(gpu, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
     dump(gpu, "Vcur", il, s->vr, T, kvd);
     attn_qk_norm_gpu(s->qg, s->kr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps);
@@ -2018,48 +2076,52 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
 
 // --- MoE -----------------------------------------------------------------------------------------
 // Expert FFNs for T rows routed in s->sel / s->w: pair p = t*K + r runs expert sel[p] on row t,
-//   moe[t] = sum_r w_r down_e(silu(gate_e m) * up_e m), summed in rank order r = 0, 1, ...
-// The expert ids stay on the device: each expert matmul reads them (matmul_id_gpu).
-static void moe_experts(Gpu *gpu, const Layer *L, int T) {
+//   ye_p = down_e(silu(gate_e m) * up_e m)
+// (summed in rank order by moe_out_gpu). The expert ids stay on the device: each expert matmul reads
+// them (matmul_id_gpu, swiglu_id_gpu).
+static void moe_experts(Gpu *gpu, const Layer *L, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
-    const void *xu = rounded(L->up_exps.type, s->xn, E, T, s->xq);   // (gate's the same where the dot types agree)
-    const void *xg = dot_type(L->gate_exps.type) == dot_type(L->up_exps.type) ? xu : rounded(L->gate_exps.type, s->xn, E, T, s->xq2);
-    if (L->gate_exps.type == L->up_exps.type)   // h = silu(gate_e m) * up_e m in one launch
-        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, xg, xu, s->he);
-    else {
-        matmul_id_gpu(&L->up_exps, s->sel, T * K, K, xu, s->ue);
-        matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, xg, s->ge);
+    if (L->gate_exps.type == L->up_exps.type) {   // h = silu(gate_e m) * up_e m in one launch
+        const void *x = rounded(gpu, in, L->up_exps.type, E, T);
+        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, x, x, s->he);
+    } else {   // (gate's rounding, if in xq2, is read before the next rounding there)
+        matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, rounded(gpu, in, L->gate_exps.type, E, T), s->ge);
+        matmul_id_gpu(&L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T), s->ue);
         swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
     }
-    const void *xh = rounded(L->down_exps.type, s->he, F, T * K, s->xq);
-    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, xh, s->ye);
-    moe_sum_gpu(s->sel, s->w, s->ye, T, K, E, s->mix);
+    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, rounded(gpu, {s->he, nullptr, 0}, L->down_exps.type, F, T * K), s->ye);
 }
 
-// Shared expert, gated by a sigmoid scalar: mix += sigmoid(g_sh . m) down_sh(silu(gate_sh m) * up_sh m).
-static void moe_shared(Gpu *gpu, const Layer *L, int T) {
+// Shared expert: sh = down_sh(silu(gate_sh m) * up_sh m) (its gate sigmoid(g_sh . m) is applied by
+// moe_out_gpu, g_sh . m computed with the router)
+static void moe_shared(Gpu *gpu, const Layer *L, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
-    int E = c->n_embd;
-    const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
-    float *y[] = {s->ue, s->ge};
-    matmuls(gpu, s->xn, T, 2, w, y);
-    swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * c->n_ff_shexp);
+    int E = c->n_embd, F = c->n_ff_shexp;
+    if (L->gate_shexp.type == L->up_shexp.type) {   // one launch (swiglu_id with one matrix)
+        const void *x = rounded(gpu, in, L->up_shexp.type, E, T);
+        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, x, x, s->he);
+    } else {
+        const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
+        float *y[] = {s->ue, s->ge};
+        matmuls(gpu, in, T, 2, w, y);
+        swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * F);
+    }
     matmul(gpu, &L->down_shexp, s->he, T, s->sh);
-    matmul(gpu, &L->shexp_gate, s->xn, T, s->sh_logit);
-    moe_shared_gate_gpu(s->mix, s->sh, s->sh_logit, T, E);
 }
 
-// The MoE FFN, its output in s->mix: route each row to its experts (in the preview, within the
-// block's coreset), the experts, the shared expert.
-static void moe_layer(Gpu *gpu, Pass pass, int il, int T) {
+// The MoE FFN on the normed input in: route each row to its experts (in the preview, within the
+// block's coreset), the experts, the shared expert; their sum (moe_out_gpu) follows.
+static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used;
-    matmul(gpu, &L->router, s->xn, T, s->router_logits);   // W_router m
+    const Mat *w[] = {&L->router, &L->shexp_gate};
+    float *y[] = {s->router_logits, s->sh_logit};
+    matmuls(gpu, in, T, 2, w, y);   // W_router m, g_sh . m (one launch where both are F32)
     dump(gpu, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
     bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
     route_gpu(s->router_logits, s->probs, nullptr, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, true, !use_coreset);
@@ -2069,42 +2131,60 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T) {
     }
     dump(gpu, "ffn_moe_probs", il, s->probs, T, c->n_expert);
     dump(gpu, "ffn_moe_weights_norm", il, s->w, T, K);
-    moe_experts(gpu, L, T);
-    dump(gpu, "ffn_moe_out", il, s->mix, T, c->n_embd);
-    moe_shared(gpu, L, T);
-    dump(gpu, "ffn_out", il, s->mix, T, c->n_embd);
+    moe_experts(gpu, L, T, in);
+    moe_shared(gpu, L, T, in);
 }
 
 // --- the whole pass ------------------------------------------------------------------------------
-// Every layer over the T <= cap rows of embeddings in s->x, at positions *s->pos..; the residual
-// stream ends in s->x.
-static void forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
-    const GpuConfig *c = &gpu->c;
-    Scratch *s = &gpu->sc;
-    int E = c->n_embd;
-    for (int il = 0; il < c->n_layer; il++) {
-        const Layer *L = &gpu->layers[il];
-        rmsnorm_gpu(s->xn, s->x, L->attn_norm, E, c->eps, T);
-        dump(gpu, "attn_norm", il, s->xn, T, E);
-        if (L->recurrent) gdn_layer(gpu, pass, il, T, log);
-        else attn_layer(gpu, pass, il, T);
-        add_gpu(s->x, s->mix, (int64_t)T * E);
-        dump(gpu, "attn_residual", il, s->x, T, E);
-        rmsnorm_gpu(s->xn, s->x, L->post_norm, E, c->eps, T);
-        dump(gpu, "attn_post_norm", il, s->xn, T, E);
-        moe_layer(gpu, pass, il, T);
-        add_gpu(s->x, s->mix, (int64_t)T * E);
-        dump(gpu, "l_out", il, s->x, T, E);
-    }
+// the type of the first matrix that reads layer il's normed input (the output head after the last):
+// the norm before it rounds for that type
+static uint32_t first_reader(const Gpu *gpu, int il) {
+    if (il == gpu->c.n_layer) return gpu->output.type;
+    const Layer *L = &gpu->layers[il];
+    return L->recurrent ? L->qkv.type : L->wq.type;
 }
 
-// Final norm and LM head for rows first..first+n-1: logits in s->logits ([n][n_vocab]).
-static void lm_head(Gpu *gpu, int first, int n) {
+// Every layer over the T <= cap rows of embeddings in s->x, at positions *s->pos..; the residual
+// stream ends in s->x, and its output norm (rounded for the head) in s->xn, s->xq. Each norm is one
+// kernel with the residual add before it (add_norm_gpu, moe_out_gpu) and the rounding for the
+// matrices after it.
+static Input forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
-    rmsnorm_gpu(s->xn, s->x + (size_t)first * c->n_embd, gpu->output_norm, c->n_embd, c->eps, n);
-    dump(gpu, "result_norm", -1, s->xn, n, c->n_embd);
-    matmul(gpu, &gpu->output, s->xn, n, s->logits);
+    int E = c->n_embd, K = c->n_expert_used;
+    uint32_t t0 = first_reader(gpu, 0);
+    add_norm_gpu(s->x, nullptr, gpu->layers[0].attn_norm, E, c->eps, t0, s->xn, s->xq, T);
+    Input in = {s->xn, s->xq, dot_type(t0)};
+    for (int il = 0; il < c->n_layer; il++) {
+        const Layer *L = &gpu->layers[il];
+        dump(gpu, "attn_norm", il, s->xn, T, E);
+        if (L->recurrent) gdn_layer(gpu, pass, il, T, log, in);
+        else attn_layer(gpu, pass, il, T, in);
+        add_norm_gpu(s->x, s->mix, L->post_norm, E, c->eps, L->up_exps.type, s->xn, s->xq, T);   // x += mix; m = RMSNorm(x)
+        in = {s->xn, s->xq, dot_type(L->up_exps.type)};
+        dump(gpu, "attn_residual", il, s->x, T, E);
+        dump(gpu, "attn_post_norm", il, s->xn, T, E);
+        moe_layer(gpu, pass, il, T, in);
+        uint32_t next = first_reader(gpu, il + 1);
+        const float *norm = il + 1 < c->n_layer ? gpu->layers[il + 1].attn_norm : gpu->output_norm;
+        moe_out_gpu(s->x, s->sel, s->w, s->ye, K, s->mix, s->sh, s->sh_logit, norm, E, c->eps, next, s->xn, s->xq, T);
+        in = {s->xn, s->xq, dot_type(next)};
+        dump(gpu, "ffn_moe_out", il, s->mix, T, E);
+        dump(gpu, "ffn_out", il, s->sh, T, E);
+        dump(gpu, "l_out", il, s->x, T, E);
+    }
+    return in;
+}
+
+// The LM head for rows first..first+n-1 of the output norm in (forward_layers'): logits in s->logits ([n][n_vocab]).
+static void lm_head(Gpu *gpu, Input in, int first, int n) {
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    const float *xn = in.x + (size_t)first * c->n_embd;
+    dump(gpu, "result_norm", -1, xn, n, c->n_embd);
+    Input rows = {xn, in.xq ? (const uint8_t *)in.xq + first * act_bytes(in.dt, c->n_embd) : nullptr, in.dt};
+    const Mat *w = &gpu->output;
+    matmuls(gpu, rows, n, 1, &w, &s->logits);
     dump(gpu, "result_output", -1, s->logits, n, c->n_vocab);
 }
 
@@ -2116,8 +2196,7 @@ static void decode_step(Gpu *gpu) {
     if (!gpu->captured) {
         cudaGraph_t g;
         CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        forward_layers(gpu, CAUSAL, 1, false);
-        lm_head(gpu, 0, 1);
+        lm_head(gpu, forward_layers(gpu, CAUSAL, 1, false), 0, 1);
         argmax_gpu(gpu->sc.logits, gpu->c.n_vocab, 1, gpu->sc.token);
         CUDA_CHECK(cudaStreamEndCapture(stream, &g));
         size_t nodes = 0;
@@ -2145,8 +2224,8 @@ extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n
     CUDA_CHECK(cudaMemcpyAsync(s->pos, s->pos_host, sizeof(int), cudaMemcpyHostToDevice, stream));
     if (T == 1 && !preview && !log && n_logits <= 1 && !gpu->dump) decode_step(gpu);   // (dumps copy at each point: no graph)
     else {
-        forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
-        if (n_logits > 0) lm_head(gpu, first, n_logits);
+        Input out = forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
+        if (n_logits > 0) lm_head(gpu, out, first, n_logits);
         if (token) argmax_gpu(s->logits, (int)V, 1, s->token);
     }
     if (token) CUDA_CHECK(cudaMemcpyAsync(s->token_host, s->token, sizeof(int), cudaMemcpyDeviceToHost, stream));
@@ -2451,7 +2530,7 @@ static void check_row_op(Tally *tl, const GpuCheck *cpu, RowOp op, int n) {
         }
         float *dx = (float *)dev_copy(x, bytes), *dw = (float *)dev_copy(w, (size_t)n * 4);
         switch (op) {
-        case OP_RMSNORM: rmsnorm_gpu(dx, dx, dw, n, cpu->eps, T); break;
+        case OP_RMSNORM: add_norm_gpu(dx, nullptr, dw, n, cpu->eps, T_F32, dx, nullptr, T); break;
         case OP_L2NORM: l2norm_gpu(dx, n, cpu->eps, T); break;
         case OP_SOFTMAX: softmax_gpu(dx, n, T); break;
         case OP_SILU: silu_row_gpu(dx, dx, (int64_t)n * T); break;
@@ -2517,6 +2596,8 @@ static void check_argmax(Tally *tl, const GpuCheck *cpu, int n) {
     }
 }
 
+static float *dev_copy_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
+
 // n random normal floats times scale
 static float *random_floats(int64_t n, float scale) {
     float *x = (float *)xmalloc((size_t)n * 4);
@@ -2524,24 +2605,52 @@ static float *random_floats(int64_t n, float scale) {
     return x;
 }
 
-// add (the residual adds; clover.c's loop x[i] += mix[i] in forward_layers): exact
-static void check_add(Tally *tl, int n) {
+// bytes in which a norm kernel's rounding xq (T rows of n, device) differs from quantize_row_gpu of
+// its own xn (itself checked against the CPU's quantize_row)
+static double rounding_differs(uint32_t wtype, const float *dxn, const void *dxq, int64_t n, int T) {
+    uint32_t dt = dot_type(wtype);
+    if (dt == T_F32) return 0;
+    size_t ab = act_bytes(dt, n), content = act_content(dt, n);
+    void *dwant = dev_alloc(ab * T);
+    quantize_row_gpu(wtype, dxn, dwant, n, T);
+    uint8_t *got = (uint8_t *)xmalloc(ab * T), *want = (uint8_t *)xmalloc(ab * T);
+    host_copy(got, dxq, ab * T);
+    host_copy(want, dwant, ab * T);
+    double d = 0;
+    for (int t = 0; t < T; t++) d += bytes_differ(got + t * ab, want + t * ab, content);
+    CUDA_CHECK(cudaFree(dwant));
+    free(got), free(want);
+    return d;
+}
+
+// add_norm (the residual add, the next rmsnorm and its rounding for weights of type wtype): x against
+// clover.c's loop x[i] += mix[i] (exact), xn against rmsnorm (1e-6: its double sums' order), xq
+// against quantize_row_gpu of that xn (bytes)
+static void check_add_norm(Tally *tl, const GpuCheck *cpu, int n, uint32_t wtype) {
     for (int T : BATCHES) {
         int64_t all = (int64_t)T * n;
-        float *x = random_floats(all, 3), *y = random_floats(all, 3), *got = (float *)xmalloc((size_t)all * 4);
-        float *dx = (float *)dev_copy(x, (size_t)all * 4), *dy = (float *)dev_copy(y, (size_t)all * 4);
-        add_gpu(dx, dy, all);
-        host_copy(got, dx, (size_t)all * 4);
-        for (int64_t i = 0; i < all; i++) x[i] += y[i];
+        float *x = random_floats(all, 3), *mix = random_floats(all, 3), *w = random_floats(n, 0.2f), *xn = (float *)xmalloc((size_t)all * 4);
+        float *gx = (float *)xmalloc((size_t)all * 4), *gxn = (float *)xmalloc((size_t)all * 4);
+        for (int i = 0; i < n; i++) w[i] += 1;
+        float *dx = dev_copy_floats(x, all), *dmix = dev_copy_floats(mix, all), *dw = dev_copy_floats(w, n), *dxn = (float *)dev_alloc((size_t)all * 4);
+        void *dxq = dev_alloc(act_bytes(dot_type(wtype), n) * T);
+        add_norm_gpu(dx, dmix, dw, n, cpu->eps, wtype, dxn, dxq, T);
+        host_copy(gx, dx, (size_t)all * 4);
+        host_copy(gxn, dxn, (size_t)all * 4);
+        for (int64_t i = 0; i < all; i++) x[i] += mix[i];
+        for (int t = 0; t < T; t++) cpu->rmsnorm(xn + (size_t)t * n, x + (size_t)t * n, w, n, cpu->eps);
         char name[96];
-        snprintf(name, sizeof name, "add n=%d T=%d", n, T);
-        report(tl, name, bytes_differ(got, x, (size_t)all * 4), 0, "bytes");
-        CUDA_CHECK(cudaFree(dx));
-        CUDA_CHECK(cudaFree(dy));
-        free(x), free(y), free(got);
+        snprintf(name, sizeof name, "add_norm %s n=%d T=%d x", type_name(dot_type(wtype)), n, T);
+        report(tl, name, bytes_differ(gx, x, (size_t)all * 4), 0, "bytes");
+        snprintf(name, sizeof name, "add_norm %s n=%d T=%d xn", type_name(dot_type(wtype)), n, T);
+        report(tl, name, rel_err(gxn, xn, all), 1e-6, "rel");
+        snprintf(name, sizeof name, "add_norm %s n=%d T=%d xq = quantize_row(xn)", type_name(dot_type(wtype)), n, T);
+        report(tl, name, rounding_differs(wtype, dxn, dxq, n, T), 0, "bytes");
+        for (void *d : {(void *)dx, (void *)dmix, (void *)dw, (void *)dxn, dxq}) CUDA_CHECK(cudaFree(d));
+        free(x), free(mix), free(w), free(xn), free(gx), free(gxn);
     }
 }
-static float *dev_copy_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
+
 
 // gdn_gates: beta and g (with alpha + dt past 20 now and then, softplus's other branch); device
 // expf / logf against libm's: 1e-6 relative
@@ -3059,52 +3168,53 @@ static void check_swiglu(Tally *tl, const GpuCheck *cpu) {
     }
 }
 
-// moe_sum of T rows of K ranks from their pairs (every seventh rank -1): the CPU's order, the same bits.
-// Two terms add alike in either order, so the order is seen only from K = 3: run with K = 8 too.
-static void check_moe_sum(Tally *tl, const GpuCheck *cpu, int K) {
+// moe_out of T rows of K ranks from their pairs (every seventh rank -1), with the shared expert and the
+// next norm for weights of type wtype, against the CPU's moe_sum (mix: the same bits), moe_shared_gate
+// (ffn, in sh: the device's expf in the sigmoid, 1e-6), the residual add (x: 1e-6, from ffn) and
+// rmsnorm (xn: 1e-6), and xq against quantize_row_gpu of xn (bytes). Two terms add alike in either
+// order, so the rank order is seen only from K = 3: run with K = 8 too.
+static void check_moe_out(Tally *tl, const GpuCheck *cpu, int K, uint32_t wtype) {
     int E = cpu->n_embd;
     for (int T : BATCHES) {
         int n_pairs = T * K;
+        int64_t all = (int64_t)T * E;
         int *sel = (int *)xmalloc((size_t)n_pairs * sizeof(int)), *slot = (int *)xmalloc((size_t)n_pairs * sizeof(int));
         for (int p = 0; p < n_pairs; p++) {
             sel[p] = p % 7 == 3 ? -1 : (int)(rng_next() % cpu->n_expert);
             slot[p] = sel[p] < 0 ? -1 : p;
         }
-        float *w = random_floats(n_pairs, 0.3f), *ye = random_floats((int64_t)n_pairs * E, 1);
-        float *want = (float *)xmalloc((size_t)T * E * 4), *got = (float *)xmalloc((size_t)T * E * 4);
-        for (int t = 0; t < T; t++) cpu->moe_sum(slot + t * K, w + t * K, ye, K, E, want + (size_t)t * E);
+        float *w = random_floats(n_pairs, 0.3f), *ye = random_floats((int64_t)n_pairs * E, 1), *sh = random_floats(all, 1), *logit = random_floats(T, 3);
+        float *x = random_floats(all, 3), *nw = random_floats(E, 0.2f);
+        for (int i = 0; i < E; i++) nw[i] += 1;
+        float *moe = (float *)xmalloc((size_t)all * 4), *ffn = (float *)xmalloc((size_t)all * 4), *xn = (float *)xmalloc((size_t)all * 4);
+        float *g[4];
+        for (float *&p : g) p = (float *)xmalloc((size_t)all * 4);
         int *dsel = (int *)dev_copy(sel, (size_t)n_pairs * sizeof(int));
-        float *dw = (float *)dev_copy(w, (size_t)n_pairs * 4), *dye = (float *)dev_copy(ye, (size_t)n_pairs * E * 4), *dout = (float *)dev_alloc((size_t)T * E * 4);
-        moe_sum_gpu(dsel, dw, dye, T, K, E, dout);
-        host_copy(got, dout, (size_t)T * E * 4);
+        float *dw = dev_copy_floats(w, n_pairs), *dye = dev_copy_floats(ye, (int64_t)n_pairs * E), *dsh = dev_copy_floats(sh, all), *dl = dev_copy_floats(logit, T);
+        float *dx = dev_copy_floats(x, all), *dnw = dev_copy_floats(nw, E), *dmix = (float *)dev_alloc((size_t)all * 4), *dxn = (float *)dev_alloc((size_t)all * 4);
+        void *dxq = dev_alloc(act_bytes(dot_type(wtype), E) * T);
+        moe_out_gpu(dx, dsel, dw, dye, K, dmix, dsh, dl, dnw, E, cpu->eps, wtype, dxn, dxq, T);
+        float *dev[4] = {dmix, dsh, dx, dxn};
+        for (int i = 0; i < 4; i++) host_copy(g[i], dev[i], (size_t)all * 4);
+        for (int t = 0; t < T; t++) {
+            float *m = moe + (size_t)t * E, *f = ffn + (size_t)t * E, *xr = x + (size_t)t * E;
+            cpu->moe_sum(slot + t * K, w + t * K, ye, K, E, m);
+            memcpy(f, m, (size_t)E * 4);
+            cpu->moe_shared_gate(f, sh + (size_t)t * E, logit[t], E);
+            for (int i = 0; i < E; i++) xr[i] += f[i];
+            cpu->rmsnorm(xn + (size_t)t * E, xr, nw, E, cpu->eps);
+        }
         char name[96];
-        snprintf(name, sizeof name, "moe_sum K=%d n=%d T=%d", K, E, T);
-        report(tl, name, bytes_differ(got, want, (size_t)T * E * 4), 0, "bytes");
-        CUDA_CHECK(cudaFree(dsel));
-        CUDA_CHECK(cudaFree(dw));
-        CUDA_CHECK(cudaFree(dye));
-        CUDA_CHECK(cudaFree(dout));
-        free(sel), free(slot), free(w), free(ye), free(want), free(got);
-    }
-}
-
-// moe_shared_gate on T rows: within the device expf's last bit in the sigmoid
-static void check_moe_shared_gate(Tally *tl, const GpuCheck *cpu) {
-    int E = cpu->n_embd;
-    for (int T : BATCHES) {
-        int64_t n = (int64_t)T * E;
-        float *mix = random_floats(n, 1), *sh = random_floats(n, 1), *logit = random_floats(T, 3), *got = (float *)xmalloc((size_t)n * 4);
-        float *dmix = (float *)dev_copy(mix, (size_t)n * 4), *dsh = (float *)dev_copy(sh, (size_t)n * 4), *dl = (float *)dev_copy(logit, (size_t)T * 4);
-        for (int t = 0; t < T; t++) cpu->moe_shared_gate(mix + (size_t)t * E, sh + (size_t)t * E, logit[t], E);
-        moe_shared_gate_gpu(dmix, dsh, dl, T, E);
-        host_copy(got, dmix, (size_t)n * 4);
-        char name[96];
-        snprintf(name, sizeof name, "moe_shared_gate n=%d T=%d", E, T);
-        report(tl, name, rel_err(got, mix, n), 1e-6, "rel");
-        CUDA_CHECK(cudaFree(dmix));
-        CUDA_CHECK(cudaFree(dsh));
-        CUDA_CHECK(cudaFree(dl));
-        free(mix), free(sh), free(logit), free(got);
+        snprintf(name, sizeof name, "moe_out K=%d n=%d T=%d moe (moe_sum)", K, E, T);
+        report(tl, name, bytes_differ(g[0], moe, (size_t)all * 4), 0, "bytes");
+        snprintf(name, sizeof name, "moe_out K=%d n=%d T=%d ffn, x, xn", K, E, T);
+        report(tl, name, fmax(fmax(rel_err(g[1], ffn, all), rel_err(g[2], x, all)), rel_err(g[3], xn, all)), 1e-6, "rel");
+        snprintf(name, sizeof name, "moe_out %s K=%d n=%d T=%d xq = quantize_row(xn)", type_name(dot_type(wtype)), K, E, T);
+        report(tl, name, rounding_differs(wtype, dxn, dxq, E, T), 0, "bytes");
+        for (void *d : {(void *)dsel, (void *)dw, (void *)dye, (void *)dsh, (void *)dl, (void *)dx, (void *)dnw, (void *)dmix, (void *)dxn, dxq})
+            CUDA_CHECK(cudaFree(d));
+        free(sel), free(slot), free(w), free(ye), free(sh), free(logit), free(x), free(nw), free(moe), free(ffn), free(xn);
+        for (float *p : g) free(p);
     }
 }
 
@@ -3148,7 +3258,12 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_row_op(&tl, cpu, OP_SOFTMAX, 1000);
     check_row_op(&tl, cpu, OP_SILU, cpu->n_ff);
     check_argmax(&tl, cpu, cpu->n_vocab);
-    check_add(&tl, cpu->n_embd);
+    for (int i = 0; i < cpu->n_mats; i++) {   // the norms' roundings: every dot type of an n_embd-wide matrix, once
+        const GpuMat *m = &cpu->mats[i];
+        bool seen = m->n_in != cpu->n_embd;
+        for (int j = 0; j < i && !seen; j++) seen = cpu->mats[j].n_in == cpu->n_embd && dot_type(cpu->mats[j].type) == dot_type(m->type);
+        if (!seen) check_add_norm(&tl, cpu, cpu->n_embd, m->type);
+    }
     // GDN checks (section 8)
     if (cpu->n_v_heads > 0) {
         check_gdn_gates(&tl, cpu);
@@ -3180,9 +3295,8 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_matmul_id(&tl, cpu, &cpu->down_exps, 1);
     check_swiglu(&tl, cpu);
     check_swiglu_id(&tl, cpu);
-    check_moe_sum(&tl, cpu, cpu->n_expert_used);
-    if (cpu->n_expert_used != 8) check_moe_sum(&tl, cpu, 8);
-    check_moe_shared_gate(&tl, cpu);
+    check_moe_out(&tl, cpu, cpu->n_expert_used, cpu->mats[0].type);
+    if (cpu->n_expert_used != 8) check_moe_out(&tl, cpu, 8, cpu->up_exps.type);
     printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);
     return tl.failed;
 }
