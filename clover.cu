@@ -762,11 +762,9 @@ __device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n,
     for (int i = threadIdx.x; i < n; i += BLOCK) yr[i] = xr[i] * scale * w[i];
 }
 
-// Twins: rmsnorm, then quantize_row of its output to dot type dt (F32: no rounding), one row by the
-// block: the row's norm (rmsnorm_block), a barrier, then its rounding, a warp a block of 32 or 256
-// (round_block_q8_0 / _q8_K, the quantize kernels' own), or a thread a value (F16, BF16).
-__device__ void norm_round_block(float *xn, const float *x, const float *w, int n, float eps, uint32_t dt, uint8_t *xq) {
-    rmsnorm_block(xn, x, w, n, eps);
+// A row of n values xn (this block's, as the threads wrote it: a barrier first) rounded to dot type dt
+// (F32: nothing), a warp a block of 32 or 256 (round_block_q8_0 / _q8_K), or a thread a value
+__device__ void round_row_block(const float *xn, int n, uint32_t dt, uint8_t *xq) {
     if (dt == T_F32) return;
     __syncthreads();   // every thread's values of xn written
     int warp = threadIdx.x / WARP;
@@ -776,6 +774,13 @@ __device__ void norm_round_block(float *xn, const float *x, const float *w, int 
         for (int b = warp; b < n / 256; b += BLOCK / WARP) round_block_q8_K(xn + 256 * b, xq, n, b);
     else
         for (int i = threadIdx.x; i < n; i += BLOCK) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
+}
+
+// Twins: rmsnorm, then quantize_row of its output to dot type dt (F32: no rounding), one row by the
+// block: the row's norm (rmsnorm_block), then its rounding (round_row_block).
+__device__ void norm_round_block(float *xn, const float *x, const float *w, int n, float eps, uint32_t dt, uint8_t *xq) {
+    rmsnorm_block(xn, x, w, n, eps);
+    round_row_block(xn, n, dt, xq);
 }
 
 // The residual add, the next norm and its rounding in one pass over each row (block per row t):
@@ -1099,25 +1104,34 @@ static void gdn_rev_mix_gpu(float *o, const float *o_rev, const float *gamma, in
     CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_rev_mix_kernel, o, o_rev, gamma, n, H, d));
 }
 
-// Twin: gdn_gated_norm. Per (row t, value head h): y_h = rmsnorm(o_h) * w * silu(z_h), w shared by
-// all heads: rmsnorm_kernel's steps (the squares summed in double, in another order than the CPU's),
-// then the product with silu (expf_ggml). One block of BLOCK threads per (t, h).
-__global__ void gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int d, float eps, float *y) {
-    int64_t at = (int64_t)blockIdx.x * d;   // head h of row t: rows of H*d are H heads of d
-    const float *oh = o + at, *zh = z + at;
-    double ss = 0;
-    for (int i = threadIdx.x; i < d; i += BLOCK) ss += (double)(oh[i] * oh[i]);
-    ss = block_sum(ss);
-    float scale = 1.0f / sqrtf((float)(ss / d) + eps);
-    for (int i = threadIdx.x; i < d; i += BLOCK) {
-        float v = oh[i] * scale * w[i];
-        y[at + i] = v * silu(zh[i]);
+// Twin: gdn_gated_norm, then quantize_row of its output for ssm_out. Per (row t, value head h):
+// y_h = rmsnorm(o_h) * w * silu(z_h), w shared by all heads: rmsnorm's steps (the squares summed in
+// double by the warp, in another order than the CPU's), then the product with silu (expf_ggml). A
+// block per row t, warp w taking heads w, w + 8, ...; then the row's y rounded to dot type dt
+// (round_row_block; F32: none) into xq.
+__global__ void gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int H, int d, float eps, float *y, uint32_t dt, uint8_t *xq,
+                                      size_t xq_bytes) {
+    int64_t t = blockIdx.x, row = t * H * d;
+    int lane = threadIdx.x % WARP;
+    for (int h = threadIdx.x / WARP; h < H; h += BLOCK / WARP) {
+        const float *oh = o + row + (int64_t)h * d, *zh = z + row + (int64_t)h * d;
+        double ss = 0;
+        for (int i = lane; i < d; i += WARP) ss += (double)(oh[i] * oh[i]);
+        ss = warp_sum(ss);
+        float scale = 1.0f / sqrtf((float)(ss / d) + eps);
+        for (int i = lane; i < d; i += WARP) {
+            float v = oh[i] * scale * w[i];
+            y[row + (int64_t)h * d + i] = v * silu(zh[i]);
+        }
     }
+    round_row_block(y + row, H * d, dt, xq + t * xq_bytes);
 }
 
-static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, int T, int H, int d, float eps, float *y) {
-    cudaLaunchConfig_t c = launch_config((unsigned)(T * H), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gated_norm_kernel, o, z, w, d, eps, y));
+// T rows of H heads of d; xq: y rounded for weights of type wtype (rows act_bytes apart)
+static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, int T, int H, int d, float eps, float *y, uint32_t wtype, void *xq) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gated_norm_kernel, o, z, w, H, d, eps, y, dt, (uint8_t *)xq, act_bytes(dt, (int64_t)H * d)));
 }
 
 // ================================================================================================
@@ -1279,43 +1293,57 @@ __global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_
     for (int i = 0; i < MAX_HEAD_DIM / WARP && lane + WARP * i < hd; i++) out[2 + lane + WARP * i] = o[i];
 }
 
-// the splits of row t, head h folded in order (block (t, h), a thread per dim), then the gate
+enum { MAX_HEADS = 64 };   // query heads a row (attention_combine_kernel's per-head folds in shared memory)
+
+// The splits of each head of row t folded in order, the gate, then ao_gated's row rounded to dot type
+// dt (for W_o; F32: none). Block per row: thread h folds head h's (m, l), then a thread per (head, dim).
 __global__ void attention_combine_kernel(const float *qg, const float *part, const int *pos, int T, bool causal, int n_head, int hd,
-                                         float *ao, float *ao_gated) {
-    int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
-    int n = causal ? *pos + t + 1 : *pos + T, chunk = split_keys(n), splits = (n + chunk - 1) / chunk;
-    const float *pt = part + ((int64_t)t * n_head + h) * MAX_SPLITS * (hd + 2), *gate = qg + ((int64_t)t * n_head + h) * 2 * hd + hd;
-    float M = -INFINITY, L = 0;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, pt[s * (hd + 2)]);
-    for (int s = 0; s < splits; s++) L += expf_ggml(pt[s * (hd + 2)] - M) * pt[s * (hd + 2) + 1];
-    for (int i = threadIdx.x; i < hd; i += BLOCK) {
-        float a = 0;
-        for (int s = 0; s < splits; s++) a += expf_ggml(pt[s * (hd + 2)] - M) * pt[s * (hd + 2) + 2 + i];
-        float v = a / L;
-        int64_t at = ((int64_t)t * n_head + h) * hd + i;
-        ao[at] = v;
-        ao_gated[at] = v * sigmoid(gate[i]);
+                                         float *ao, float *ao_gated, uint32_t dt, uint8_t *xq, size_t xq_bytes) {
+    __shared__ float M[MAX_HEADS], L[MAX_HEADS];
+    int64_t t = blockIdx.x;
+    int n = causal ? *pos + (int)t + 1 : *pos + T, chunk = split_keys(n), splits = (n + chunk - 1) / chunk;
+    const float *pt = part + t * n_head * MAX_SPLITS * (hd + 2);
+    for (int h = threadIdx.x; h < n_head; h += BLOCK) {
+        const float *ph = pt + (int64_t)h * MAX_SPLITS * (hd + 2);
+        float m = -INFINITY, l = 0;
+        for (int s = 0; s < splits; s++) m = fmaxf(m, ph[s * (hd + 2)]);
+        for (int s = 0; s < splits; s++) l += expf_ggml(ph[s * (hd + 2)] - m) * ph[s * (hd + 2) + 1];
+        M[h] = m, L[h] = l;
     }
+    __syncthreads();
+    for (int k = threadIdx.x; k < n_head * hd; k += BLOCK) {
+        int h = k / hd, i = k % hd;
+        const float *ph = pt + (int64_t)h * MAX_SPLITS * (hd + 2), *gate = qg + (t * n_head + h) * 2 * hd + hd;
+        float a = 0;
+        for (int s = 0; s < splits; s++) a += expf_ggml(ph[s * (hd + 2)] - M[h]) * ph[s * (hd + 2) + 2 + i];
+        float v = a / L[h];
+        ao[t * n_head * hd + k] = v;
+        ao_gated[t * n_head * hd + k] = v * sigmoid(gate[i]);
+    }
+    round_row_block(ao_gated + t * n_head * hd, n_head * hd, dt, xq + t * xq_bytes);
 }
 
 // floats of attention's partial results for T rows
 static size_t attention_part_floats(int T, int n_head, int hd) { return (size_t)T * n_head * MAX_SPLITS * (hd + 2); }
 
 // T rows at positions *pos.. (device memory, as for rope): causal, row t sees keys 0..*pos+t; else
-// every row sees keys 0..*pos+T-1 (the preview's block). part: attention_part_floats(T, ...) floats.
+// every row sees keys 0..*pos+T-1 (the preview's block). part: attention_part_floats(T, ...) floats;
+// xq: ao_gated rounded for weights of type wtype (W_o), rows act_bytes apart.
 static void attention_gpu(const float *qg, const void *K, const void *V, uint32_t k_type, uint32_t v_type, const int *pos, int T, bool causal,
-                          int n_head, int n_head_kv, int hd, float kq_scale, float *part, float *ao, float *ao_gated) {
+                          int n_head, int n_head_kv, int hd, float kq_scale, float *part, float *ao, float *ao_gated, uint32_t wtype, void *xq) {
     int G = n_head / n_head_kv;
-    if (hd > MAX_HEAD_DIM || hd % 8 || G > MAX_GROUP) {
-        fprintf(stderr, "clover: error: attention_gpu: head dim %d (at most %d, a multiple of 8) or %d query heads a kv head (at most %d)\n",
-                hd, MAX_HEAD_DIM, G, MAX_GROUP);
+    if (hd > MAX_HEAD_DIM || hd % 8 || G > MAX_GROUP || n_head > MAX_HEADS) {
+        fprintf(stderr, "clover: error: attention_gpu: head dim %d (at most %d, a multiple of 8), %d query heads a kv head (at most %d) "
+                "or %d heads (at most %d)\n", hd, MAX_HEAD_DIM, G, MAX_GROUP, n_head, MAX_HEADS);
         exit(1);
     }
     cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head_kv * MAX_SPLITS), (unsigned)(G * WARP));
     CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, pos, T, causal, n_head,
                                   n_head_kv, hd, kq_scale, part));
-    c = launch_config((unsigned)(T * n_head), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_combine_kernel, qg, (const float *)part, pos, T, causal, n_head, hd, ao, ao_gated));
+    c = launch_config((unsigned)T, BLOCK);
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_combine_kernel, qg, (const float *)part, pos, T, causal, n_head, hd, ao, ao_gated, dt, (uint8_t *)xq,
+                                  act_bytes(dt, (int64_t)n_head * hd)));
 }
 
 // ================================================================================================
@@ -2022,9 +2050,10 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     dump_slice(gpu, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
     if (pass == CAUSAL) dump_nd(gpu, "new_state", il, gpu->st.S[il], 0, 1, H, d, d);
     dump3(gpu, "attn_output", il, s->o, T, H, d);
-    gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, d, c->eps, s->o_normed);   // RMSNorm(o_h) * SiLU(z_h)
+    gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, d, c->eps, s->o_normed, L->ssm_out.type, s->xq2);   // RMSNorm(o_h) * SiLU(z_h)
     dump(gpu, "final_output", il, s->o_normed, T, c->value_dim);
-    matmul(gpu, &L->ssm_out, s->o_normed, T, s->mix);                            // out = W_out [...]_h
+    const Mat *out = &L->ssm_out;
+    matmuls(gpu, {s->o_normed, s->xq2, dot_type(out->type)}, T, 1, &out, &s->mix);   // out = W_out [...]_h
     dump(gpu, "linear_attn_out", il, s->mix, T, c->n_embd);
 }
 
@@ -2048,10 +2077,11 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     dump3(gpu, "Kcur_normed", il, s->ao, T, c->n_head_kv, hd);
     dump3(gpu, "Kcur", il, s->kr, T, c->n_head_kv, hd);
     attention_gpu(s->qg, st->k[il], st->v[il], st->k_type, st->v_type, s->pos, T, pass == CAUSAL, c->n_head, c->n_head_kv, hd,
-                  c->kq_scale, s->att, s->ao, s->ao_gated);
+                  c->kq_scale, s->att, s->ao, s->ao_gated, L->wo.type, s->xq2);
     dump(gpu, "attn_pregate", il, s->ao, T, c->n_head * hd);
     dump(gpu, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
-    matmul(gpu, &L->wo, s->ao_gated, T, s->mix);   // out = W_o o
+    const Mat *wo = &L->wo;
+    matmuls(gpu, {s->ao_gated, s->xq2, dot_type(wo->type)}, T, 1, &wo, &s->mix);   // out = W_o o
     dump(gpu, "attn_output", il, s->mix, T, c->n_embd);
 }
 
@@ -2723,7 +2753,15 @@ static void check_gdn_rev_mix(Tally *tl, const GpuCheck *cpu) {
     }
 }
 
-// gdn_gated_norm: rmsnorm's double sums in another order, silu exact: 1e-6 relative
+// the type of the model's first matrix with rows of n values (the reader of a kernel's rounding), F32 if none
+static uint32_t type_reading(const GpuCheck *cpu, int64_t n) {
+    for (int i = 0; i < cpu->n_mats; i++)
+        if (cpu->mats[i].n_in == n) return cpu->mats[i].type;
+    return T_F32;
+}
+
+// gdn_gated_norm: rmsnorm's double sums in another order, silu exact: 1e-6 relative; its rounding for
+// ssm_out against quantize_row_gpu of its output (bytes)
 static void check_gdn_gated_norm(Tally *tl, const GpuCheck *cpu) {
     int H = cpu->n_v_heads, d = cpu->d_state, vd = cpu->value_dim;
     for (int T : BATCHES) {
@@ -2733,12 +2771,17 @@ static void check_gdn_gated_norm(Tally *tl, const GpuCheck *cpu) {
         float *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
         for (int t = 0; t < T; t++) cpu->gdn_gated_norm(o + (int64_t)t * vd, z + (int64_t)t * vd, w, H, d, cpu->eps, want + (int64_t)t * vd);
         float *dout = dev_copy_floats(o, n), *dz = dev_copy_floats(z, n), *dw = dev_copy_floats(w, d), *dy = (float *)dev_alloc((size_t)n * 4);
-        gdn_gated_norm_gpu(dout, dz, dw, T, H, d, cpu->eps, dy);
+        uint32_t wt = type_reading(cpu, vd);
+        void *dxq = dev_alloc(act_bytes(dot_type(wt), vd) * T);
+        gdn_gated_norm_gpu(dout, dz, dw, T, H, d, cpu->eps, dy, wt, dxq);
         host_copy(got, dy, (size_t)n * 4);
         char name[96];
         snprintf(name, sizeof name, "gdn_gated_norm H=%d d=%d T=%d", H, d, T);
         report(tl, name, rel_err(got, want, n), 1e-6, "rel");
+        snprintf(name, sizeof name, "gdn_gated_norm %s H=%d d=%d T=%d xq = quantize_row(y)", type_name(dot_type(wt)), H, d, T);
+        report(tl, name, rounding_differs(wt, dy, dxq, vd, T), 0, "bytes");
         for (float *p : {dout, dz, dw, dy}) CUDA_CHECK(cudaFree(p));
+        CUDA_CHECK(cudaFree(dxq));
         free(o), free(z), free(w), free(want), free(got);
     }
 }
@@ -2849,7 +2892,9 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
     void *dK = dev_copy(K, (size_t)nkv_all * cb), *dV = dev_copy(V, (size_t)nkv_all * cb);
     float *dout = (float *)dev_alloc((size_t)no * 8);
     int *dpos = dev_int(pos);
-    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + no);
+    uint32_t wt = type_reading(cpu, (int64_t)nh * hd);
+    void *dxq = dev_alloc(act_bytes(dot_type(wt), (int64_t)nh * hd) * T);
+    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + no, wt, dxq);
     host_copy(got, dout, (size_t)no * 8);
     CUDA_CHECK(cudaFree(dpos));
     char name[128];
@@ -2864,10 +2909,13 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
         for (int64_t i = 0; i < nkv_all; i++) vmax = fmax(vmax, fabs(cache_value(type, V, (size_t)i)));
         report(tl, name, e / vmax, type == T_F16 ? 0x1p-11 : 0x1p-8, "of |V|");
     }
+    snprintf(name, sizeof name, "attention %s h%d/%dx%d keys=%d T=%d%s xq = quantize_row(ao_gated)", type_name(dot_type(wt)), nh, nkv, hd, n_keys, T,
+             any_q ? " any q" : "");
+    report(tl, name, rounding_differs(wt, dout + no, dxq, (int64_t)nh * hd, T), 0, "bytes");
     if (causal && T > 1 && !any_q) {   // row T-1 alone, at its position, must get the bits it got in the batch
         int *dlast = dev_int(pos + T - 1);
         size_t row = (size_t)nh * hd;
-        attention_gpu(dq + (T - 1) * 2 * row, dK, dV, type, type, dlast, 1, true, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + row);
+        attention_gpu(dq + (T - 1) * 2 * row, dK, dV, type, type, dlast, 1, true, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + row, wt, dxq);
         float *one = (float *)xmalloc(row * 8);
         host_copy(one, dout, row * 4);
         host_copy(one + row, dout + row, row * 4);
@@ -2877,6 +2925,7 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
         free(one);
     }
     CUDA_CHECK(cudaFree(dq));
+    CUDA_CHECK(cudaFree(dxq));
     CUDA_CHECK(cudaFree(datt));
     CUDA_CHECK(cudaFree(dK));
     CUDA_CHECK(cudaFree(dV));
