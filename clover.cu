@@ -3105,6 +3105,16 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         char name[128];
         snprintf(name, sizeof name, "swiglu_id %s %lldx%lld x%d pairs=%d T=%d = matmul_id x2 + swiglu", type_name(wt), (long long)F, (long long)n, E, n_pairs, T);
         report(tl, name, bytes_differ(got, want, (size_t)(F * n_pairs) * 4), 0, "bytes");
+        // one matrix (the shared expert's form: ids NULL, row t of h from row t of x) against matmul x2 + swiglu
+        Mat g0 = expert(&dg, 1 % E), u0 = expert(&du, 1 % E);
+        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, dxq, dxq, dh);
+        host_copy(got, dh, (size_t)(F * T) * 4);
+        matmul_gpu(&g0, dxq, T, dgo);
+        matmul_gpu(&u0, dxq, T, duo);
+        swiglu_gpu(dgo, duo, dh, F * T);
+        host_copy(want, dh, (size_t)(F * T) * 4);
+        snprintf(name, sizeof name, "swiglu_id %s %lldx%lld one matrix T=%d = matmul x2 + swiglu", type_name(wt), (long long)F, (long long)n, T);
+        report(tl, name, bytes_differ(got, want, (size_t)(F * T) * 4), 0, "bytes");
         for (void *p : {(void *)dx, (void *)dh, (void *)dgo, (void *)duo, (void *)dids, dxq}) CUDA_CHECK(cudaFree(p));
         free(ids), free(x), free(got), free(want);
     }
