@@ -15,7 +15,7 @@ trap 'rm -rf "$TMP"' EXIT
 # name | sed script: each plants one bug
 MUTANTS='missing-syncthreads|/pi\[threadIdx.x \/ WARP\] = at;/{n;/__syncthreads();/d}
 divergent-syncthreads|/part\[threadIdx.x \/ WARP\] = m;/{n;s/__syncthreads();/if (threadIdx.x < BLOCK \/ 2) __syncthreads();/}
-off-by-one-index|s/for (int64_t u = lane; u < n \/ Unit::size;/for (int64_t u = lane; u <= n \/ Unit::size;/
+fold-off-by-one|s/for (int o = lpr \/ 2; o >= D::LPB; o \/= 2) {/for (int o = lpr \/ 2; o > D::LPB; o \/= 2) {/
 wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/
 delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/'
 
