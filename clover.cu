@@ -817,17 +817,36 @@ static void l2norm_gpu(float *x, int n, float eps, int T) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, l2norm_kernel, x, n, eps));
 }
 
+// cos and sin of a float angle (|th| < 2^30), each rounded once from a double good to ~1e-16: th
+// reduced by the nearest multiple k of pi/2 in two fused steps (pi/2 as a double plus its remainder),
+// then the Taylor series to degree 16 on |r| <= pi/4 and the quadrant k mod 4. (The device's cosf and
+// sinf keep a local-memory table for large angles, positions past 105,615: this has no stack frame.)
+__device__ void cos_sin(float th, float *cs, float *sn) {
+    double k = rint((double)th * 0x1.45f306dc9c883p-1), r = fma(-k, 0x1.921fb54442d18p0, (double)th);   // 2/pi; pi/2
+    r = fma(-k, 0x1.1a62633145c07p-54, r);                                                                // pi/2 - its double
+    double r2 = r * r, sr = 0, cr = 0;
+    for (int j = 8; j >= 1; j--) {   // sin r = r sum_j (-r^2)^j / (2j+1)!,  cos r = sum_j (-r^2)^j / (2j)!
+        sr = (sr + 1) * (-r2 / ((2 * j) * (2 * j + 1)));
+        cr = (cr + 1) * (-r2 / ((2 * j - 1) * (2 * j)));
+    }
+    double sv = r * (sr + 1), cv = cr + 1;
+    int q = (int)((int64_t)k & 3);
+    *sn = (float)(q == 0 ? sv : q == 1 ? cv : q == 2 ? -sv : -cv);
+    *cs = (float)(q == 0 ? cv : q == 1 ? -sv : q == 2 ? -cv : sv);
+}
+
 // Twin: rope. NEOX rotation of the first n_rot dims of head xh at position p: pair (i, i + n_rot/2)
 // turns by theta_i = p * s^i, s = base^(-2/n_rot) computed on the host with the CPU's powf, and
 // theta_i by i repeated float multiplications as on the CPU (so the angles are the same bits); then
-// x_i' = fma(x_i, cos, -(x_j sin)), x_j' = fma(x_i, sin, x_j cos). Only cosf/sinf differ (device libm).
-// By the block, thread i < n_rot/2 turning pair i.
+// x_i' = fma(x_i, cos, -(x_j sin)), x_j' = fma(x_i, sin, x_j cos). Only cos and sin differ from the
+// CPU's libm (cos_sin: rounded once from double). By the block, thread i < n_rot/2 turning pair i.
 __device__ void rope_block(float *xh, int n_rot, int p, float theta_scale) {
     int i = threadIdx.x, half = n_rot / 2;
     if (i >= half) return;
-    float th = (float)p;
+    float th = (float)p, cs, sn;
     for (int k = 0; k < i; k++) th *= theta_scale;
-    float cs = cosf(th), sn = sinf(th), x0 = xh[i], x1 = xh[i + half];
+    cos_sin(th, &cs, &sn);
+    float x0 = xh[i], x1 = xh[i + half];
     xh[i] = fmaf(x0, cs, -(x1 * sn));
     xh[i + half] = fmaf(x0, sn, x1 * cs);
 }
