@@ -2523,6 +2523,24 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
         char op[128];
         snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
         report(tl, op, rel_err(got, want, n_out * T), exact ? 0 : 1e-5, exact ? "abs" : "rel");
+        {   // in one launch with a second matrix (its first n_out - 5 rows: another block count), as matmuls runs a
+            // GDN layer's projections: both as alone
+            Mat part = dm;
+            part.n_out = n_out > 5 ? n_out - 5 : n_out;
+            const Mat *both[] = {&part, &dm};
+            float *d2 = (float *)dev_alloc((size_t)(n_out * T) * 4), *dy2 = (float *)dev_alloc((size_t)(n_out * T) * 4), *ys[] = {d2, dy2};
+            float *g2 = (float *)xmalloc((size_t)(n_out * T) * 4), *g1 = (float *)xmalloc((size_t)(part.n_out * T) * 4);
+            matmuls_gpu(both, 2, dxq, T, ys);
+            host_copy(g2, dy2, (size_t)(n_out * T) * 4);
+            host_copy(g1, d2, (size_t)(part.n_out * T) * 4);
+            double differ = bytes_differ(g2, got, (size_t)(n_out * T) * 4);
+            for (int t = 0; t < T; t++) differ += bytes_differ(g1 + t * part.n_out, got + t * n_out, (size_t)part.n_out * 4);
+            snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d two in one launch = alone", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
+            report(tl, op, differ, 0, "bytes");
+            CUDA_CHECK(cudaFree(d2));
+            CUDA_CHECK(cudaFree(dy2));
+            free(g2), free(g1);
+        }
         if (T > 1) {   // row T-1 alone (matvec_kernel) must give the bits it got in the batch (matmul_kernel)
             matmul_gpu(&dm, (uint8_t *)dxq + (T - 1) * xb, 1, dy);
             host_copy(one, dy, (size_t)n_out * 4);
