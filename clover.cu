@@ -817,17 +817,36 @@ static void l2norm_gpu(float *x, int n, float eps, int T) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, l2norm_kernel, x, n, eps));
 }
 
+// cos and sin of a float angle (|th| < 2^30), each rounded once from a double good to ~1e-16: th
+// reduced by the nearest multiple k of pi/2 in two fused steps (pi/2 as a double plus its remainder),
+// then the Taylor series to degree 16 on |r| <= pi/4 and the quadrant k mod 4. (The device's cosf and
+// sinf keep a local-memory table for large angles, positions past 105,615: this has no stack frame.)
+__device__ void cos_sin(float th, float *cs, float *sn) {
+    double k = rint((double)th * 0x1.45f306dc9c883p-1), r = fma(-k, 0x1.921fb54442d18p0, (double)th);   // 2/pi; pi/2
+    r = fma(-k, 0x1.1a62633145c07p-54, r);                                                                // pi/2 - its double
+    double r2 = r * r, sr = 0, cr = 0;
+    for (int j = 8; j >= 1; j--) {   // sin r = r sum_j (-r^2)^j / (2j+1)!,  cos r = sum_j (-r^2)^j / (2j)!
+        sr = (sr + 1) * (-r2 / ((2 * j) * (2 * j + 1)));
+        cr = (cr + 1) * (-r2 / ((2 * j - 1) * (2 * j)));
+    }
+    double sv = r * (sr + 1), cv = cr + 1;
+    int q = (int)((int64_t)k & 3);
+    *sn = (float)(q == 0 ? sv : q == 1 ? cv : q == 2 ? -sv : -cv);
+    *cs = (float)(q == 0 ? cv : q == 1 ? -sv : q == 2 ? -cv : sv);
+}
+
 // Twin: rope. NEOX rotation of the first n_rot dims of head xh at position p: pair (i, i + n_rot/2)
 // turns by theta_i = p * s^i, s = base^(-2/n_rot) computed on the host with the CPU's powf, and
 // theta_i by i repeated float multiplications as on the CPU (so the angles are the same bits); then
-// x_i' = fma(x_i, cos, -(x_j sin)), x_j' = fma(x_i, sin, x_j cos). Only cosf/sinf differ (device libm).
-// By the block, thread i < n_rot/2 turning pair i.
+// x_i' = fma(x_i, cos, -(x_j sin)), x_j' = fma(x_i, sin, x_j cos). Only cos and sin differ from the
+// CPU's libm (cos_sin: rounded once from double). By the block, thread i < n_rot/2 turning pair i.
 __device__ void rope_block(float *xh, int n_rot, int p, float theta_scale) {
     int i = threadIdx.x, half = n_rot / 2;
     if (i >= half) return;
-    float th = (float)p;
+    float th = (float)p, cs, sn;
     for (int k = 0; k < i; k++) th *= theta_scale;
-    float cs = cosf(th), sn = sinf(th), x0 = xh[i], x1 = xh[i + half];
+    cos_sin(th, &cs, &sn);
+    float x0 = xh[i], x1 = xh[i + half];
     xh[i] = fmaf(x0, cs, -(x1 * sn));
     xh[i + half] = fmaf(x0, sn, x1 * cs);
 }
@@ -2656,6 +2675,24 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
         char op[128];
         snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
         report(tl, op, rel_err(got, want, n_out * T), exact ? 0 : 1e-5, exact ? "abs" : "rel");
+        {   // in one launch with a second matrix (its first n_out - 5 rows: another block count), as matmuls runs a
+            // GDN layer's projections: both as alone
+            Mat part = dm;
+            part.n_out = n_out > 5 ? n_out - 5 : n_out;
+            const Mat *both[] = {&part, &dm};
+            float *d2 = (float *)dev_alloc((size_t)(n_out * T) * 4), *dy2 = (float *)dev_alloc((size_t)(n_out * T) * 4), *ys[] = {d2, dy2};
+            float *g2 = (float *)xmalloc((size_t)(n_out * T) * 4), *g1 = (float *)xmalloc((size_t)(part.n_out * T) * 4);
+            matmuls_gpu(both, 2, dxq, T, ys);
+            host_copy(g2, dy2, (size_t)(n_out * T) * 4);
+            host_copy(g1, d2, (size_t)(part.n_out * T) * 4);
+            double differ = bytes_differ(g2, got, (size_t)(n_out * T) * 4);
+            for (int t = 0; t < T; t++) differ += bytes_differ(g1 + t * part.n_out, got + t * n_out, (size_t)part.n_out * 4);
+            snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d two in one launch = alone", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
+            report(tl, op, differ, 0, "bytes");
+            CUDA_CHECK(cudaFree(d2));
+            CUDA_CHECK(cudaFree(dy2));
+            free(g2), free(g1);
+        }
         if (T > 1) {   // row T-1 alone (matvec_kernel) must give the bits it got in the batch (matmul_kernel)
             matmul_gpu(&dm, (uint8_t *)dxq + (T - 1) * xb, 1, dy);
             host_copy(one, dy, (size_t)n_out * 4);
