@@ -115,17 +115,15 @@ extern "C" bool gpu_init(char *info, size_t n) {
 // ================================================================================================
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_Q8_K = 15, T_BF16 = 30 };
 
+// Exact for every input, without branches: the 15 bits below the sign shifted into a float's exponent
+// and mantissa give 2^-112 times the half's value (a half subnormal becomes a float subnormal with the
+// same digits), and one multiplication by 2^112 rescales it exactly; inf and NaN (exponent 31) keep
+// their payload in the top mantissa bits, as clover.c's fp16_to_fp32 does. Checked against the CPU
+// for all 65536 halves (--check-ops "fp16_to_fp32").
 __device__ float fp16_to_fp32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) bits = sign | 0x7f800000 | (man << 13);           // inf, nan
-    else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13); // normal: rebias 15 -> 127
-    else if (man == 0) bits = sign;                                     // zero
-    else {                                                              // subnormal: normalise
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    return __uint_as_float(bits);
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, rest = (uint32_t)(h & 0x7fff) << 13;
+    float mag = (h & 0x7c00) == 0x7c00 ? __uint_as_float(0x7f800000 | rest) : __uint_as_float(rest) * 0x1p112f;
+    return __uint_as_float(sign | __float_as_uint(mag));
 }
 
 // round to nearest even; NaN stays a quiet NaN with its sign (clover.c's fp32_to_fp16)
@@ -206,6 +204,38 @@ static size_t row_bytes(uint32_t t, int64_t n) {
     return 0;
 }
 
+// The device layouts. A 16-byte load needs a 16-byte aligned address: Q4_K (144 B) and Q5_K (176 B)
+// blocks keep rows aligned, Q8_0 (34 B), Q4_0 (18 B) and Q6_K (210 B) do not. So at upload
+// (upload_weights) a matrix of those types is split, the same bytes moved: row r keeps its quants in
+// block order (Q8_0: the 32 qs of each block; Q4_0: the 16 qs bytes of each block; Q6_K: all its
+// blocks' ql, then all their qh, then all their scales), and the fp16 scales d of every block of every
+// row follow all the rows, block b of row r at scales[r * blocks + b]. A row of quants is then n,
+// n/2 or 13n/16 bytes, a multiple of 16.
+static bool split_scales(uint32_t t) { return t == T_Q8_0 || t == T_Q4_0 || t == T_Q6_K; }
+
+// bytes of a row of n values of type t on the device (without the split-off scales)
+static size_t quant_row_bytes(uint32_t t, int64_t n) {
+    switch (t) {
+    case T_Q8_0: return (size_t)n;
+    case T_Q4_0: return (size_t)n / 2;
+    case T_Q6_K: return (size_t)n / 16 * 13;
+    default: return row_bytes(t, n);
+    }
+}
+
+// Rounded activations (quantize_row_gpu) are split the same way, a row at a time, so that a lane
+// reads its 16 or 32 quants with one or two 16-byte loads: [n int8 q | Q8_0: n/32 fp16 d; Q8_K: n/16
+// int16 bsums, then n/256 float d], each row padded to a multiple of 16 bytes. F16 and BF16 rows are
+// n values, F32 rows the activations themselves. act_bytes: the bytes between two rows.
+static size_t act_content(uint32_t dt, int64_t n) {
+    switch (dt) {
+    case T_Q8_0: return (size_t)n + (size_t)n / 16;
+    case T_Q8_K: return (size_t)n + (size_t)n / 8 + (size_t)n / 64;
+    default: return row_bytes(dt, n);
+    }
+}
+static size_t act_bytes(uint32_t dt, int64_t n) { return (act_content(dt, n) + 15) & ~(size_t)15; }
+
 // ================================================================================================
 // 4. Reductions: a warp's 32 values folded by xor butterfly (offsets 16, 8, 4, 2, 1), so every lane
 //    ends with the same bits, in an order fixed by the lane numbers alone. A block of 32*W threads
@@ -241,28 +271,25 @@ template <typename T> __device__ T block_sum(T v) {
 // ================================================================================================
 // Twin: quantize_q8_0. Per block of 32: d = amax/127 (stored as fp16), q = round(x * 127/amax),
 // nearest with ties to even (__float2int_rn; a NaN gives 0, as (int8_t)lrintf(NaN) on x86).
-// One warp per block, lane j holding x_j.
-__global__ void quantize_q8_0_kernel(const float *x, BlockQ8_0 *y, int64_t n_blocks) {
-    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+// Block bb of a row (xb: its 32 values) by a warp, lane j holding x_j, into the split row layout.
+__device__ void round_block_q8_0(const float *xb, uint8_t *row, int64_t n, int64_t bb) {
     int lane = threadIdx.x % WARP;
-    float v = b < n_blocks ? x[32 * b + lane] : 0;
-    float amax = warp_max(fmaxf(0.0f, fabsf(v)));
-    if (b >= n_blocks) return;
+    float v = xb[lane], amax = warp_max(fmaxf(0.0f, fabsf(v)));
     float d = amax / 127, id = amax != 0 ? 127.f / amax : 0;
-    if (lane == 0) y[b].d = fp32_to_fp16(d);
-    y[b].qs[lane] = (int8_t)__float2int_rn(v * id);
+    if (lane == 0) ((uint16_t *)(row + n))[bb] = fp32_to_fp16(d);
+    ((int8_t *)row)[32 * bb + lane] = (int8_t)__float2int_rn(v * id);
 }
 
 // Twin: quantize_q8_K. Per block of 256 the signed extreme max (the first of equal |x|) maps to -127:
 // iscale = -127/max, q = min(round(iscale x), 127), d = 1/iscale, bsums[g] = sum of q over 16.
-// One warp per block, lane l holding elements 8l..8l+7 (so bsum g is lanes 2g and 2g+1).
-__global__ void quantize_q8_K_kernel(const float *x, BlockQ8_K *y, int64_t n_blocks) {
-    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+// Block bb of a row by a warp, lane l holding elements 8l..8l+7 (so bsum g is lanes 2g and 2g+1);
+// its 8 q stored as one 8-byte word.
+__device__ void round_block_q8_K(const float *xb, uint8_t *row, int64_t n, int64_t bb) {
     int lane = threadIdx.x % WARP;
     float v[8], amax = 0;
     int at = 256;   // index of the extreme; 256: none (all zero or NaN)
     for (int j = 0; j < 8; j++) {
-        v[j] = b < n_blocks ? x[256 * b + 8 * lane + j] : 0;
+        v[j] = xb[8 * lane + j];
         if (fabsf(v[j]) > amax) amax = fabsf(v[j]), at = 8 * lane + j;
     }
     for (int o = 16; o >= 1; o /= 2) {   // the largest |x|, the lower index on ties
@@ -270,25 +297,30 @@ __global__ void quantize_q8_K_kernel(const float *x, BlockQ8_K *y, int64_t n_blo
         int at2 = __shfl_xor_sync(0xffffffffu, at, o);
         if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, at = at2;
     }
-    if (b >= n_blocks) return;
-    BlockQ8_K *yb = &y[b];
-    if (amax == 0) {
-        for (int j = 0; j < 8; j++) yb->qs[8 * lane + j] = 0;
-        if (lane < 16) yb->bsums[lane] = 0;
-        if (lane == 0) yb->d = 0;
-        return;
-    }
-    float iscale = -127.f / x[256 * b + at];
+    float iscale = amax == 0 ? 0 : -127.f / xb[at];
+    uint64_t q8 = 0;
     int s = 0;
     for (int j = 0; j < 8; j++) {
         int q = __float2int_rn(iscale * v[j]);
         q = q < 127 ? q : 127;
-        yb->qs[8 * lane + j] = (int8_t)q;
+        q8 |= (uint64_t)(uint8_t)q << (8 * j);
         s += q;
     }
+    ((uint64_t *)(row + 256 * bb))[lane] = q8;
     s += __shfl_down_sync(0xffffffffu, s, 1);
-    if (lane % 2 == 0) yb->bsums[lane / 2] = (int16_t)s;
-    if (lane == 0) yb->d = 1 / iscale;
+    if (lane % 2 == 0) ((int16_t *)(row + n))[16 * bb + lane / 2] = (int16_t)s;
+    if (lane == 0) ((float *)(row + n + n / 8))[bb] = amax == 0 ? 0 : 1 / iscale;
+}
+
+// One warp per block (block b of all T rows, nb a row; a warp past the last block leaves whole)
+__global__ void quantize_q8_0_kernel(const float *x, uint8_t *y, int64_t n, size_t y_bytes, int64_t n_blocks) {
+    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP, nb = n / 32;
+    if (b < n_blocks) round_block_q8_0(x + 32 * b, y + (b / nb) * y_bytes, n, b % nb);
+}
+
+__global__ void quantize_q8_K_kernel(const float *x, uint8_t *y, int64_t n, size_t y_bytes, int64_t n_blocks) {
+    int64_t b = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP, nb = n / 256;
+    if (b < n_blocks) round_block_q8_K(x + 256 * b, y + (b / nb) * y_bytes, n, b % nb);
 }
 
 // Twin: quantize_row for F16 and BF16 activations: one element per thread.
@@ -302,11 +334,13 @@ __global__ void quantize_bf16_kernel(const float *x, uint16_t *y, int64_t n) {
     if (i < n) y[i] = fp32_to_bf16(x[i]);
 }
 
-// Round T rows of n activations (x, device) to the dot type of weights of type wtype (y, device;
-// rows of row_bytes(dot_type(wtype), n)). Twin: quantize_row, row by row.
+// Round T rows of n activations (x, device) to the dot type of weights of type wtype (y, device; rows
+// act_bytes(dot_type(wtype), n) apart, in the split layout of section 3). Twin: quantize_row, row by row.
 static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n, int T) {
     int64_t all = n * T;
-    switch (dot_type(wtype)) {
+    uint32_t dt = dot_type(wtype);
+    size_t yb = act_bytes(dt, n);
+    switch (dt) {
     case T_F32: dev_to_dev(y, x, (size_t)all * 4); break;
     case T_F16: {
         cudaLaunchConfig_t c = launch_config(blocks_for(all, BLOCK), BLOCK);
@@ -320,12 +354,12 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
     }
     case T_Q8_0: {
         cudaLaunchConfig_t c = launch_config(blocks_for(all / 32, BLOCK / WARP), BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_0_kernel, x, (BlockQ8_0 *)y, all / 32));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_0_kernel, x, (uint8_t *)y, n, yb, all / 32));
         break;
     }
     case T_Q8_K: {
         cudaLaunchConfig_t c = launch_config(blocks_for(all / 256, BLOCK / WARP), BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_K_kernel, x, (BlockQ8_K *)y, all / 256));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, quantize_q8_K_kernel, x, (uint8_t *)y, n, yb, all / 256));
         break;
     }
     }
@@ -334,222 +368,385 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
 // ================================================================================================
 // 6. Matmul: y[t][o] = sum_i W[o][i] x[t][i] (clover.c's matmul in row order, dot_fn(wtype, false))
 // ================================================================================================
-// Each weight type has a unit function that adds unit u of a row (one element for float weights,
-// one block for quantized ones) to two float accumulators: acc += (d_w d_a) * (integer block sum),
-// accm += (dmin_w d_a) * (integer sum of the mins). The integer sums are the CPU's exactly; only
-// the float order differs: lane l of a warp takes units l, l+32, l+64, ... in order (fmaf into its
-// accumulators), then the lanes are folded by xor butterfly and the result is acc - accm.
+// A row's dot is a sum over its units: a block (32 or 256 weights) or 16 bytes of F32/F16/BF16.
+// A quantized unit adds (d_w d_a) * (its integer block sum), and for Q4_K/Q5_K also the mins' term
+// (dmin_w d_a) * (the integer sum of its mins): those integers are the CPU's exactly, whichever lanes
+// add them. The float order of a row depends on its weight type and length alone (not on T, the
+// kernel, the expert or the thread order; it is not the CPU's SIMD order, and stays within llama.cpp's
+// spread of CPU variants, README "GPU"):
+//   lpr = lanes_per_row(LPB, units) lanes take the row, LPB lanes a unit, so slots = lpr / LPB;
+//   slot s takes units s, s + slots, s + 2 slots, ... in turn, acc = fmaf(d_w d_a, sum, acc) from +0
+//   (float units: acc = fmaf(w_i, x_i, acc) over the unit's values in order);
+//   the slots are folded by halving (slot i += slot i + slots/2, then + slots/4, ..., + 1: the xor
+//   butterfly of their lanes), the mins' slots alike, and the row's dot is acc - accm.
+// The LPB lanes of a unit read a part of its bytes each; their integer sums are added by xor shuffles
+// (exact), so that each of them holds the unit's sums and does the same fmaf. Short rows (expert down
+// projections: 512 values, two K blocks) get fewer lanes, and a warp takes 32 / lpr rows at once.
+// matvec_kernel (one activation row: a decode step, the experts), matmul_kernel (tiles of rows: verify,
+// preview, prefill) and swiglu_id_kernel run these same steps, so a row's bits do not depend on which
+// of them computed it or on the batch around it.
 
-// F32 / F16 / BF16 weights against activations rounded to the same type: acc = fma(w_i, x_i, acc)
-// (fp16 and bf16 products are exact in fp32; twins dot_f32_row, dot_f16_row, dot_bf16_row).
-struct UnitF32 {
-    static constexpr int size = 1;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
-        acc = fmaf(((const float *)w)[i], ((const float *)a)[i], acc);
-    }
-};
-struct UnitF16 {
-    static constexpr int size = 1;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
-        acc = fmaf(fp16_to_fp32(((const uint16_t *)w)[i]), fp16_to_fp32(((const uint16_t *)a)[i]), acc);
-    }
-};
-struct UnitBF16 {
-    static constexpr int size = 1;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t i, float &acc, float &) {
-        acc = fmaf(bf16_to_fp32(((const uint16_t *)w)[i]), bf16_to_fp32(((const uint16_t *)a)[i]), acc);
-    }
-};
+// 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts of section 3), and 8
+struct alignas(16) Vec16 { uint32_t w[4]; };
+struct alignas(8) Vec8 { uint32_t w[2]; };
+__device__ Vec16 load16(const uint8_t *p) { return *(const Vec16 *)p; }
+__device__ Vec8 load8(const uint8_t *p) { return *(const Vec8 *)p; }
 
-// Q8_0 . Q8_0: d_w d_a sum_j q_j a_j over 32 (twin dot_q8_0)
-struct UnitQ8_0 {
-    static constexpr int size = 32;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
-        const BlockQ8_0 *x = (const BlockQ8_0 *)w + b, *y = (const BlockQ8_0 *)a + b;
-        int32_t s = 0;
-        for (int j = 0; j < 32; j++) s += x->qs[j] * y->qs[j];
-        acc = fmaf(fp16_to_fp32(x->d) * fp16_to_fp32(y->d), (float)s, acc);
-    }
-};
-
-// Q4_0 . Q8_0: d_w d_a sum_j (q_j - 8) a_j; byte j holds q_j (low nibble) and q_j+16 (twin dot_q4_0)
-struct UnitQ4_0 {
-    static constexpr int size = 32;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
-        const BlockQ4_0 *x = (const BlockQ4_0 *)w + b;
-        const BlockQ8_0 *y = (const BlockQ8_0 *)a + b;
-        int32_t s = 0;
-        for (int j = 0; j < 16; j++) s += ((x->qs[j] & 15) - 8) * y->qs[j] + ((x->qs[j] >> 4) - 8) * y->qs[j + 16];
-        acc = fmaf(fp16_to_fp32(x->d) * fp16_to_fp32(y->d), (float)s, acc);
-    }
-};
-
-// the eight 6-bit scales and mins of Q4_K/Q5_K (clover.c's unpack_scales_k4)
-__device__ void unpack_scales_k4(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
-        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-    }
+// c + the four products of a's and b's signed bytes: the device's dp4a instruction; written out where
+// this file is not compiled for a device (the emulation)
+__device__ int dp4a(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, (int)b, c);
+#else
+    for (int k = 0; k < 4; k++) c += (int8_t)(a >> (8 * k)) * (int8_t)(b >> (8 * k));
+    return c;
+#endif
 }
 
-// Q4_K/Q5_K . Q8_K: d_w d_a sum_j sc_j (q_j . a_j) - dmin_w d_a sum_j m_j (bsum_2j + bsum_2j+1), sub-block
-// j = 2p + h of 32 weights: nibble h of bytes qs[32p..32p+31] (Q5_K: plus bit 2p+h of qh as bit 4).
-// Twins dot_q4_K / dot_q4_K_8x8 and dot_q5_K (the same integers, other float orders).
-template <bool Q5> struct UnitK4 {
-    static constexpr int size = 256;
-    static constexpr bool mins = true;   // accm: the mins' term
-    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &accm) {
-        const uint8_t *qs, *qh = nullptr, *scales;
-        uint16_t d16, dmin16;
-        if (Q5) {
-            const BlockQ5_K *x = (const BlockQ5_K *)w + b;
-            qs = x->qs, qh = x->qh, scales = x->scales, d16 = x->d, dmin16 = x->dmin;
-        } else {
-            const BlockQ4_K *x = (const BlockQ4_K *)w + b;
-            qs = x->qs, scales = x->scales, d16 = x->d, dmin16 = x->dmin;
-        }
-        const BlockQ8_K *y = (const BlockQ8_K *)a + b;
-        uint8_t sc[8], mn[8];
-        unpack_scales_k4(scales, sc, mn);
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            int p = j / 2, h = j % 2, s = 0;
-            for (int l = 0; l < 32; l++) {
-                int q = (qs[32 * p + l] >> (4 * h)) & 15;
-                if (Q5) q |= ((qh[l] >> j) & 1) << 4;
-                s += q * y->qs[32 * j + l];
-            }
-            sumi += sc[j] * s;
-            summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
-        }
-        acc = fmaf(fp16_to_fp32(d16) * y->d, (float)sumi, acc);
-        accm = fmaf(fp16_to_fp32(dmin16) * y->d, (float)summ, accm);
+// A matrix on the device (clover.c's Mat): n_out rows of n_in values of `type` (n_stack matrices of
+// them for the stacked experts, expert e's row o being row e * n_out + o) in the layouts of section 3:
+// row r's quants at data + r * row_bytes, and for Q8_0, Q4_0 and Q6_K its blocks' fp16 scales d at
+// scales + r * blocks.
+struct Mat { uint32_t type; int64_t n_in, n_out; const uint8_t *data; size_t row_bytes; const uint16_t *scales; };
+
+// One type per weight type: UNIT values a unit, LPB lanes a unit, MINS (the Q4_K/Q5_K mins' term).
+// load: this lane's part of unit u of row r (nu units a row) into registers, unpacked, once for all
+// the activation rows it meets; add: that part against rounded activation row x (n values): the
+// unit's sums, added across its LPB lanes, then its fmaf into acc (and accm). on false: the lane only
+// takes part in the shuffles (its piece is not read).
+
+// F32 weights . F32 activations: 4 values a lane, one 16-byte load of each
+struct DotF32 {
+    static constexpr int UNIT = 4, LPB = 1;
+    static constexpr bool MINS = false;
+    struct Piece { float w[4]; };
+    __device__ static void load(const Mat &m, int64_t r, int, int u, int, Piece &p) {
+        Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
+        for (int i = 0; i < 4; i++) p.w[i] = __uint_as_float(v.w[i]);
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t, int u, int, bool on, float &acc, float &) {
+        if (!on) return;
+        Vec16 a = load16(x + 16 * (size_t)u);
+        for (int i = 0; i < 4; i++) acc = fmaf(p.w[i], __uint_as_float(a.w[i]), acc);
     }
 };
 
-// Q6_K . Q8_K: d_w d_a sum_g sc_g sum_l (q - 32) a over 16 weights per g; q = 4 bits of ql and 2 of
-// qh, in two halves of 128 (clover.c's unpack_q6_K). Twin dot_q6_K.
-struct UnitQ6_K {
-    static constexpr int size = 256;
-    static constexpr bool mins = false;
-    __device__ static void add(const void *w, const void *a, int64_t b, float &acc, float &) {
-        const BlockQ6_K *x = (const BlockQ6_K *)w + b;
-        const BlockQ8_K *y = (const BlockQ8_K *)a + b;
-        int32_t sumi = 0;
-        for (int g = 0; g < 16; g++) {
-            int s = 0;
-            for (int l = 0; l < 16; l++) {
-                int i = 16 * g + l, n = i / 128, r = i % 128, k = r / 32, m = r % 32;   // y[l + 32k] of half n
-                const uint8_t *ql = x->ql + 64 * n, *qh = x->qh + 32 * n;
-                int lo = k % 2 ? ql[m + 32] : ql[m];
-                lo = k < 2 ? lo & 15 : lo >> 4;
-                int q = (lo | (((qh[m] >> (2 * k)) & 3) << 4)) - 32;
-                s += q * y->qs[i];
-            }
-            sumi += x->scales[g] * s;
-        }
-        acc = fmaf(fp16_to_fp32(x->d) * y->d, (float)sumi, acc);
+// F16 / BF16 weights . activations rounded to the same type (the products are exact in fp32; twins
+// dot_f16_row, dot_bf16_row): 8 values a lane, one 16-byte load of each
+template <bool BF> struct DotHalf {
+    static constexpr int UNIT = 8, LPB = 1;
+    static constexpr bool MINS = false;
+    struct Piece { float w[8]; };
+    __device__ static float value(const Vec16 &v, int i) {
+        uint16_t h = (uint16_t)(v.w[i / 2] >> (16 * (i % 2)));
+        return BF ? bf16_to_fp32(h) : fp16_to_fp32(h);
+    }
+    __device__ static void load(const Mat &m, int64_t r, int, int u, int, Piece &p) {
+        Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
+        for (int i = 0; i < 8; i++) p.w[i] = value(v, i);
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t, int u, int, bool on, float &acc, float &) {
+        if (!on) return;
+        Vec16 a = load16(x + 16 * (size_t)u);
+        for (int i = 0; i < 8; i++) acc = fmaf(p.w[i], value(a, i), acc);
     }
 };
 
-enum { MAX_ROWS = 16 };   // activation rows a warp takes at once (a verify or preview batch: all of them)
-
-// The dots of one weight row w with R <= MAX_ROWS rounded activation rows a (a_bytes apart) by a
-// warp (every lane gets them): lane l adds units l, l+32, ... of each row, so a weight unit is read
-// from memory once for the R rows; then each row's lanes are folded. Row r's sum is the same chain
-// whatever R is: its bits are those of the row alone. active false: the warp folds zeros (it must
-// still reach the shuffles).
-template <typename Unit> __device__ void rows_dot(const uint8_t *w, const uint8_t *a, size_t a_bytes, int R, int64_t n, bool active, float *out) {
-    int lane = threadIdx.x % WARP;
-    float acc[MAX_ROWS], accm[MAX_ROWS];
-#pragma unroll
-    for (int r = 0; r < MAX_ROWS; r++) acc[r] = accm[r] = 0;
-    if (active)
-        for (int64_t u = lane; u < n / Unit::size; u += WARP)
-#pragma unroll
-            for (int r = 0; r < MAX_ROWS; r++)
-                if (r < R) Unit::add(w, a + r * a_bytes, u, acc[r], accm[r]);
-#pragma unroll
-    for (int r = 0; r < MAX_ROWS; r++) {
-        if (r >= R) break;   // R is the same in every lane: the shuffles stay convergent
-        float s = warp_sum(acc[r]), m = Unit::mins ? warp_sum(accm[r]) : 0;   // (no mins: nothing to fold)
-        out[r] = s - m;
+// Q8_0 . Q8_0: d_w d_a sum_j q_j a_j over 32 (twin dot_q8_0); a lane a block, two 16-byte loads of
+// each, 8 dp4a
+struct DotQ8_0 {
+    static constexpr int UNIT = 32, LPB = 1;
+    static constexpr bool MINS = false;
+    struct Piece { Vec16 q[2]; float d; };
+    __device__ static void load(const Mat &m, int64_t r, int nu, int u, int, Piece &p) {
+        const uint8_t *b = m.data + r * m.row_bytes + 32 * (size_t)u;
+        p.q[0] = load16(b), p.q[1] = load16(b + 16);
+        p.d = fp16_to_fp32(m.scales[r * nu + u]);
     }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int, bool on, float &acc, float &) {
+        if (!on) return;
+        Vec16 a[2] = {load16(x + 32 * (size_t)u), load16(x + 32 * (size_t)u + 16)};
+        int s = 0;
+        for (int i = 0; i < 8; i++) s = dp4a(p.q[i / 4].w[i % 4], a[i / 4].w[i % 4], s);
+        acc = fmaf(p.d * fp16_to_fp32(((const uint16_t *)(x + n))[u]), (float)s, acc);
+    }
+};
+
+// Q4_0 . Q8_0: d_w d_a sum_j (q_j - 8) a_j; byte j holds q_j (low nibble) and q_j+16 (twin dot_q4_0).
+// A lane a block: its 16 bytes in one load, split into nibbles at load; sum (q - 8) a = sum q a -
+// 8 sum a, the activations' sum by dp4a with ones.
+struct DotQ4_0 {
+    static constexpr int UNIT = 32, LPB = 1;
+    static constexpr bool MINS = false;
+    struct Piece { uint32_t lo[4], hi[4]; float d; };
+    __device__ static void load(const Mat &m, int64_t r, int nu, int u, int, Piece &p) {
+        Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
+        for (int i = 0; i < 4; i++) p.lo[i] = v.w[i] & 0x0f0f0f0f, p.hi[i] = (v.w[i] >> 4) & 0x0f0f0f0f;
+        p.d = fp16_to_fp32(m.scales[r * nu + u]);
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int, bool on, float &acc, float &) {
+        if (!on) return;
+        Vec16 a0 = load16(x + 32 * (size_t)u), a1 = load16(x + 32 * (size_t)u + 16);
+        int s = 0, sa = 0;
+        for (int i = 0; i < 4; i++) {
+            s = dp4a(p.hi[i], a1.w[i], dp4a(p.lo[i], a0.w[i], s));
+            sa = dp4a(0x01010101u, a1.w[i], dp4a(0x01010101u, a0.w[i], sa));
+        }
+        acc = fmaf(p.d * fp16_to_fp32(((const uint16_t *)(x + n))[u]), (float)(s - 8 * sa), acc);
+    }
+};
+
+// scale and min j (0..7) of a Q4_K/Q5_K block from its 12 scale bytes as three words s0, s1, s2
+// (clover.c's unpack_scales_k4, for one j)
+__device__ void scale_min_k4(uint32_t s0, uint32_t s1, uint32_t s2, int j, int &sc, int &mn) {
+    int k = 8 * (j % 4);
+    uint32_t a = (s0 >> k) & 255, b = (s1 >> k) & 255, c = (s2 >> k) & 255;   // bytes j%4, j%4 + 4, j%4 + 8
+    if (j < 4) sc = (int)(a & 63), mn = (int)(b & 63);
+    else sc = (int)((c & 15) | ((a >> 6) << 4)), mn = (int)((c >> 4) | ((b >> 6) << 4));
 }
 
-// One warp per (output row o, group of MAX_ROWS activation rows): grid (n_out / 8 warps per block,
-// T / MAX_ROWS). W's rows are row_bytes apart; xq holds T rounded rows, xq_bytes apart.
-template <typename Unit>
-__global__ void matmul_kernel(const uint8_t *W, size_t w_bytes, const uint8_t *xq, size_t xq_bytes, int64_t n, int64_t n_out, int T, float *y) {
-    int64_t o = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+// Q4_K/Q5_K . Q8_K: d_w d_a sum_j sc_j (q_j . a_j) - dmin_w d_a sum_j m_j (bsum_2j + bsum_2j+1) over
+// the sub-blocks j = 2p + h of 32 weights, nibble h of bytes qs[32p..32p+31] (Q5_K: plus bit j of
+// qh[l] as bit 4). Twins dot_q4_K / dot_q4_K_8x8 and dot_q5_K. Lane p of a block's 4 takes j = 2p
+// and 2p + 1: the block's 16-byte header (d, dmin, scales), its 32 qs bytes (and Q5_K's 32 qh), 64
+// activations (four 16-byte loads), 16 dp4a.
+template <bool Q5> struct DotK4 {
+    static constexpr int UNIT = 256, LPB = 4;
+    static constexpr bool MINS = true;
+    struct Piece { uint32_t lo[8], hi[8]; int sc[2], mn[2]; float d, dmin; };
+    __device__ static void load(const Mat &m, int64_t r, int, int u, int part, Piece &p) {
+        const uint8_t *b = m.data + r * m.row_bytes + (size_t)u * (Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+        Vec16 h = load16(b), q[2] = {load16(b + (Q5 ? 48 : 16) + 32 * part), load16(b + (Q5 ? 48 : 16) + 32 * part + 16)};
+        p.d = fp16_to_fp32((uint16_t)h.w[0]), p.dmin = fp16_to_fp32((uint16_t)(h.w[0] >> 16));
+        for (int k = 0; k < 2; k++) scale_min_k4(h.w[1], h.w[2], h.w[3], 2 * part + k, p.sc[k], p.mn[k]);
+        Vec16 qh[2] = {};
+        if (Q5) qh[0] = load16(b + 16), qh[1] = load16(b + 32);
+        for (int i = 0; i < 8; i++) {
+            uint32_t w = q[i / 4].w[i % 4], hb = qh[i / 4].w[i % 4];
+            p.lo[i] = (w & 0x0f0f0f0f) | (Q5 ? ((hb >> (2 * part)) & 0x01010101) << 4 : 0);
+            p.hi[i] = ((w >> 4) & 0x0f0f0f0f) | (Q5 ? ((hb >> (2 * part + 1)) & 0x01010101) << 4 : 0);
+        }
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &accm) {
+        int si = 0, sm = 0;
+        if (on) {
+            const uint8_t *a = x + 256 * (size_t)u + 64 * part;
+            Vec16 av[4] = {load16(a), load16(a + 16), load16(a + 32), load16(a + 48)};
+            Vec8 bs = load8(x + n + 2 * (16 * (size_t)u + 4 * part));   // bsums 4p .. 4p+3
+            int s0 = 0, s1 = 0;
+            for (int i = 0; i < 8; i++) {
+                s0 = dp4a(p.lo[i], av[i / 4].w[i % 4], s0);
+                s1 = dp4a(p.hi[i], av[2 + i / 4].w[i % 4], s1);
+            }
+            si = p.sc[0] * s0 + p.sc[1] * s1;
+            sm = p.mn[0] * ((int16_t)bs.w[0] + (int16_t)(bs.w[0] >> 16)) + p.mn[1] * ((int16_t)bs.w[1] + (int16_t)(bs.w[1] >> 16));
+        }
+        for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o), sm += __shfl_xor_sync(0xffffffffu, sm, o);
+        if (!on) return;
+        float da = ((const float *)(x + n + n / 8))[u];
+        acc = fmaf(p.d * da, (float)si, acc);
+        accm = fmaf(p.dmin * da, (float)sm, accm);
+    }
+};
+
+// Q6_K . Q8_K: d_w d_a sum_g sc_g sum_l (q - 32) a over 16 weights per g (twin dot_q6_K); weight
+// 128h + 32k + l (half h, l < 32) is q = (ql[64h + l + 32(k%2)] nibble k/2) | (bits 2k of qh[32h + l]) << 4.
+// Lane p of a block's 4 takes half h = p/2 and l in [16(p%2), +16): three 16-byte loads of ql, qh and
+// the block's 16 scales, four of activations, 16 dp4a; sum (q - 32) a = sum q a - 32 bsum_g.
+struct DotQ6_K {
+    static constexpr int UNIT = 256, LPB = 4;
+    static constexpr bool MINS = false;
+    struct Piece { uint32_t q[4][4]; int sc[4]; float d; };
+    __device__ static void load(const Mat &m, int64_t r, int nu, int u, int part, Piece &p) {
+        const uint8_t *row = m.data + r * m.row_bytes;   // [ql: 128 a block][qh: 64][scales: 16]
+        int h = part / 2, l0 = 16 * (part % 2);
+        Vec16 qa = load16(row + 128 * (size_t)u + 64 * h + l0), qb = load16(row + 128 * (size_t)u + 64 * h + 32 + l0);
+        Vec16 qh = load16(row + 128 * (size_t)nu + 64 * (size_t)u + 32 * h + l0), sc = load16(row + 192 * (size_t)nu + 16 * (size_t)u);
+        for (int k = 0; k < 4; k++) {
+            for (int i = 0; i < 4; i++) {
+                uint32_t lo = k % 2 ? qb.w[i] : qa.w[i];
+                lo = k < 2 ? lo & 0x0f0f0f0f : (lo >> 4) & 0x0f0f0f0f;
+                p.q[k][i] = lo | ((qh.w[i] >> (2 * k)) & 0x03030303) << 4;
+            }
+            uint32_t w = h ? sc.w[2 + k / 2] : sc.w[k / 2];   // scale g = 8h + 2k + p%2
+            p.sc[k] = (int8_t)(w >> (8 * (2 * (k % 2) + part % 2)));
+        }
+        p.d = fp16_to_fp32(m.scales[r * nu + u]);
+    }
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &) {
+        int si = 0, h = part / 2, l0 = 16 * (part % 2);
+        if (on) {
+            Vec16 bs = load16(x + n + 2 * (16 * (size_t)u + 8 * h));   // bsums 8h .. 8h+7
+            for (int k = 0; k < 4; k++) {
+                Vec16 a = load16(x + 256 * (size_t)u + 128 * h + 32 * k + l0);
+                int s = 0;
+                for (int i = 0; i < 4; i++) s = dp4a(p.q[k][i], a.w[i], s);
+                si += p.sc[k] * (s - 32 * (int16_t)(bs.w[k] >> (16 * (part % 2))));
+            }
+        }
+        for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o);
+        if (on) acc = fmaf(p.d * ((const float *)(x + n + n / 8))[u], (float)si, acc);
+    }
+};
+
+// The slots of this lane's row folded (the halving fold above); every lane of the row gets the dot.
+template <typename D> __device__ float fold_row(float acc, float accm, int lpr) {
+    for (int o = lpr / 2; o >= D::LPB; o /= 2) {
+        acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (D::MINS) accm += __shfl_xor_sync(0xffffffffu, accm, o);
+    }
+    return D::MINS ? acc - accm : acc;
+}
+
+// Row r of m . rounded activation row x by the lpr lanes of this lane's row (lanes lpr-aligned in the
+// warp). active false: the lanes take part in the shuffles and add nothing.
+template <typename D> __device__ float row_dot(const Mat &m, int64_t r, const uint8_t *x, int lpr, bool active) {
+    int gl = threadIdx.x % lpr, slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = (int)(m.n_in / D::UNIT);
+    float acc = 0, accm = 0;
+#pragma unroll 2
+    for (int u0 = 0; u0 < nu; u0 += slots) {   // the same trip count in every lane: the shuffles stay convergent
+        int u = u0 + slot;
+        bool on = active && u < nu;
+        typename D::Piece p;
+        if (on) D::load(m, r, nu, u, part, p);
+        D::add(p, x, m.n_in, u, part, on, acc, accm);
+    }
+    return fold_row<D>(acc, accm, lpr);
+}
+
+// lanes of a row of `units` units: the smallest power of two that gives each unit its LPB lanes, at most a warp
+static int lanes_per_row(int lpb, int64_t units) {
+    int l = lpb;
+    while (l < WARP && l < units * lpb) l *= 2;
+    return l;
+}
+
+// Matrices of one type and row length that read one input, in one launch (matmuls_gpu; one matrix
+// for the others): matrix i takes the launch's row blocks first[i] .. first[i+1]-1, its rows go to y[i].
+enum { MAX_MATS = 4 };
+struct MatList { Mat m[MAX_MATS]; float *y[MAX_MATS]; unsigned first[MAX_MATS + 1]; int n; };
+
+// the entry of L that row block b belongs to, and its first block (compile-time indices only: no
+// local-memory copy of the list)
+__device__ void pick(const MatList &L, unsigned b, Mat &m, float *&y, unsigned &b0) {
+    m = L.m[0], y = L.y[0], b0 = 0;
+#pragma unroll
+    for (int k = 1; k < MAX_MATS; k++)
+        if (k < L.n && b >= L.first[k]) m = L.m[k], y = L.y[k], b0 = L.first[k];
+}
+
+// One activation row per job: job j multiplies expert ids[j]'s matrix (ids NULL: the matrices of L)
+// by rounded row x + (j / in_div) * x_bytes into y + j * n_out; ids[j] < 0: zeros. Blocks of BLOCK
+// threads take BLOCK / lpr rows (a warp 32 / lpr), grid L's row blocks x jobs in x alone (jobs may
+// pass 65,535).
+template <typename D> __global__ void matvec_kernel(MatList L, const int *ids, const uint8_t *x, size_t x_bytes, int in_div, int lpr) {
+    unsigned blocks = L.first[L.n], b = blockIdx.x % blocks, b0;
+    int64_t job = blockIdx.x / blocks;
+    Mat m;
+    float *y;
+    pick(L, b, m, y, b0);
+    int64_t o = (int64_t)(b - b0) * (BLOCK / lpr) + threadIdx.x / lpr, at = job * m.n_out + o;
+    int e = ids ? ids[job] : 0;
+    bool active = o < m.n_out, writer = active && threadIdx.x % lpr == 0;
+    if (e < 0) {   // the whole block (one job): no shuffles left behind
+        if (writer) y[at] = 0;
+        return;
+    }
+    float v = row_dot<D>(m, e * m.n_out + o, x + job / in_div * x_bytes, lpr, active);
+    if (writer) y[at] = v;
+}
+
+enum { MAX_ROWS = 16 };   // activation rows of matmul_kernel's tile (a verify or preview batch: all of them)
+
+// T activation rows in tiles of MAX_ROWS (grid y): a lane loads and unpacks its part of a unit once
+// and adds it to every row of the tile, its accumulators for the tile's rows in shared memory (its
+// own cells, [warp][row][lane]: no bank conflicts, no barrier); then each row is folded as in row_dot.
+template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x, size_t x_bytes, int T, int lpr) {
+    __shared__ float acc[BLOCK / WARP][MAX_ROWS][WARP], accm[BLOCK / WARP][MAX_ROWS][WARP];
+    unsigned b0;
+    Mat m;
+    float *y;
+    pick(L, blockIdx.x, m, y, b0);
+    int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, gl = lane % lpr;
+    int slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = (int)(m.n_in / D::UNIT);
+    int64_t o = (int64_t)(blockIdx.x - b0) * (BLOCK / lpr) + threadIdx.x / lpr;
     int t0 = blockIdx.y * MAX_ROWS, R = T - t0 < MAX_ROWS ? T - t0 : MAX_ROWS;
-    bool active = o < n_out;
-    float out[MAX_ROWS];
-    rows_dot<Unit>(W + (active ? o : 0) * w_bytes, xq + t0 * xq_bytes, xq_bytes, R, n, active, out);
-    if (active && threadIdx.x % WARP == 0)
-        for (int r = 0; r < R; r++) y[(int64_t)(t0 + r) * n_out + o] = out[r];
-}
-
-// y[t][o] = W x_t for T activation rows already rounded to W's dot type (quantize_row_gpu).
-// W: device copy of n_out rows of n values of type wtype. Twin: matmul with dot_fn(wtype, false).
-static void matmul_gpu(uint32_t wtype, const void *W, const void *xq, int64_t n, int64_t n_out, int T, float *y) {
-    cudaLaunchConfig_t c = launch_config(dim3(blocks_for(n_out, BLOCK / WARP), blocks_for(T, MAX_ROWS)), BLOCK);
-    const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
-    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n);
-    switch (wtype) {
-    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF32>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitF16>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitBF16>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ8_0>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ4_0>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<false>>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitK4<true>>, w, wb, a, ab, n, n_out, T, y)); break;
-    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<UnitQ6_K>, w, wb, a, ab, n, n_out, T, y)); break;
-    default: fprintf(stderr, "clover: error: matmul_gpu: no kernel for weight type %u\n", wtype); exit(1);
+    const uint8_t *xt = x + (size_t)t0 * x_bytes;
+    bool active = o < m.n_out;
+    for (int r = 0; r < R; r++) acc[w][r][lane] = accm[w][r][lane] = 0;
+    for (int u0 = 0; u0 < nu; u0 += slots) {
+        int u = u0 + slot;
+        bool on = active && u < nu;
+        typename D::Piece p;
+        if (on) D::load(m, o, nu, u, part, p);
+        for (int r = 0; r < R; r++) D::add(p, xt + r * x_bytes, m.n_in, u, part, on, acc[w][r][lane], accm[w][r][lane]);
+    }
+    for (int r = 0; r < R; r++) {
+        float v = fold_row<D>(acc[w][r][lane], accm[w][r][lane], lpr);
+        if (active && gl == 0) y[(int64_t)(t0 + r) * m.n_out + o] = v;
     }
 }
 
-// The expert matmul (clover.c's FFN over experts, by pair rather than grouped): one warp per (output
-// row o, pair p), grid (n_pairs, n_out / 8): the pairs on x, whose limit is 2^31 - 1 blocks (T x
-// n_used is 65,536 at -ub 8192 with 8 experts used, past y's 65,535). Pair p runs row o of expert ids[p] (W + e * expert_bytes)
-// on activation row p / in_div, through rows_dot as matmul_kernel does, so its bits are that row's of
-// the dense matmul of W_e. ids[p] < 0: row p is zeros.
-template <typename Unit>
-__global__ void matmul_id_kernel(const uint8_t *W, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div, const uint8_t *xq,
-                                 size_t xq_bytes, int64_t n, int64_t n_out, float *y) {
-    int64_t o = (int64_t)blockIdx.y * (BLOCK / WARP) + threadIdx.x / WARP;
-    int p = blockIdx.x, e = ids[p];
-    bool active = o < n_out;
-    float r = 0;
-    if (e >= 0) rows_dot<Unit>(W + e * expert_bytes + (active ? o : 0) * w_bytes, xq + (size_t)(p / in_div) * xq_bytes, xq_bytes, 1, n, active, &r);
-    if (active && threadIdx.x % WARP == 0) y[(int64_t)p * n_out + o] = r;
+// f(D()) for weight type t's dot type D (section 6's types)
+template <typename F> static void by_type(uint32_t t, const char *what, F f) {
+    switch (t) {
+    case T_F32: f(DotF32()); break;
+    case T_F16: f(DotHalf<false>()); break;
+    case T_BF16: f(DotHalf<true>()); break;
+    case T_Q8_0: f(DotQ8_0()); break;
+    case T_Q4_0: f(DotQ4_0()); break;
+    case T_Q4_K: f(DotK4<false>()); break;
+    case T_Q5_K: f(DotK4<true>()); break;
+    case T_Q6_K: f(DotQ6_K()); break;
+    default: fprintf(stderr, "clover: error: %s: no kernel for weight type %u\n", what, t); exit(1);
+    }
 }
 
-// y[p] = W_{ids[p]} xq[p / in_div] for n_pairs pairs (see matmul_id_kernel); in_div: n_used for
-// gate/up (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n] tensor.
-static void matmul_id_gpu(uint32_t wtype, const void *W, size_t expert_bytes, const int *ids, int n_pairs, int in_div, const void *xq, int64_t n,
-                          int64_t n_out, float *y) {
-    cudaLaunchConfig_t c = launch_config(dim3((unsigned)n_pairs, blocks_for(n_out, BLOCK / WARP)), BLOCK);
-    const uint8_t *w = (const uint8_t *)W, *a = (const uint8_t *)xq;
-    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
-    switch (wtype) {
-    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitF32>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitF16>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitBF16>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ8_0>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ4_0>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitK4<false>>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitK4<true>>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_id_kernel<UnitQ6_K>, w, eb, wb, ids, in_div, a, ab, n, n_out, y)); break;
-    default: fprintf(stderr, "clover: error: matmul_id_gpu: no kernel for weight type %u\n", wtype); exit(1);
-    }
+// y_i[t][o] = W_i x_t for n <= MAX_MATS matrices of one type and row length and T activation rows already rounded to their dot type
+// (quantize_row_gpu), in one launch: one row (a decode step) by matvec_kernel, more by matmul_kernel;
+// the same bits for a row either way. Twin: matmul with dot_fn(wtype, false), for each W_i.
+static void matmuls_gpu(const Mat *const w[], int n, const void *xq, int T, float *const y[]) {
+    size_t xb = act_bytes(dot_type(w[0]->type), w[0]->n_in);
+    const uint8_t *x = (const uint8_t *)xq;
+    by_type(w[0]->type, "matmul_gpu", [&](auto d) {
+        using D = decltype(d);
+        int lpr = lanes_per_row(D::LPB, w[0]->n_in / D::UNIT);
+        MatList L = {};
+        L.n = n;
+        for (int i = 0; i < n; i++) {
+            if (w[i]->type != w[0]->type || w[i]->n_in != w[0]->n_in) {
+                fprintf(stderr, "clover: error: internal: matmuls_gpu of matrices of different types or widths\n");
+                exit(1);
+            }
+            L.m[i] = *w[i], L.y[i] = y[i];
+            L.first[i + 1] = L.first[i] + blocks_for(w[i]->n_out, BLOCK / lpr);
+        }
+        if (T == 1) {
+            cudaLaunchConfig_t c = launch_config(L.first[n], BLOCK);
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, 1, lpr));
+        } else {
+            cudaLaunchConfig_t c = launch_config(dim3(L.first[n], blocks_for(T, MAX_ROWS)), BLOCK);
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, L, x, xb, T, lpr));
+        }
+    });
+}
+
+// y[t][o] = W x_t for one matrix
+static void matmul_gpu(const Mat *w, const void *xq, int T, float *y) { matmuls_gpu(&w, 1, xq, T, &y); }
+
+// y[p] = W_{ids[p]} xq[p / in_div] for n_pairs pairs (see matvec_kernel); in_div: n_used for gate/up
+// (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n_in] experts.
+static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div, const void *xq, float *y) {
+    size_t xb = act_bytes(dot_type(w->type), w->n_in);
+    const uint8_t *x = (const uint8_t *)xq;
+    by_type(w->type, "matmul_id_gpu", [&](auto d) {
+        using D = decltype(d);
+        int lpr = lanes_per_row(D::LPB, w->n_in / D::UNIT);
+        MatList L = {};
+        L.n = 1, L.m[0] = *w, L.y[0] = y, L.first[1] = blocks_for(w->n_out, BLOCK / lpr);
+        cudaLaunchConfig_t c = launch_config(L.first[1] * (unsigned)n_pairs, BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, ids, x, xb, in_div, lpr));
+    });
 }
 
 // ================================================================================================
@@ -565,14 +762,44 @@ __device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n,
     for (int i = threadIdx.x; i < n; i += BLOCK) yr[i] = xr[i] * scale * w[i];
 }
 
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
-    rmsnorm_block(y + (int64_t)blockIdx.x * n, x + (int64_t)blockIdx.x * n, w, n, eps);
+// A row of n values xn (this block's, as the threads wrote it: a barrier first) rounded to dot type dt
+// (F32: nothing), a warp a block of 32 or 256 (round_block_q8_0 / _q8_K), or a thread a value
+__device__ void round_row_block(const float *xn, int n, uint32_t dt, uint8_t *xq) {
+    if (dt == T_F32) return;
+    __syncthreads();   // every thread's values of xn written
+    int warp = threadIdx.x / WARP;
+    if (dt == T_Q8_0)
+        for (int b = warp; b < n / 32; b += BLOCK / WARP) round_block_q8_0(xn + 32 * b, xq, n, b);
+    else if (dt == T_Q8_K)
+        for (int b = warp; b < n / 256; b += BLOCK / WARP) round_block_q8_K(xn + 256 * b, xq, n, b);
+    else
+        for (int i = threadIdx.x; i < n; i += BLOCK) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
 }
 
-// T rows of n; y may be x
-static void rmsnorm_gpu(float *y, const float *x, const float *w, int n, float eps, int T) {
+// Twins: rmsnorm, then quantize_row of its output to dot type dt (F32: no rounding), one row by the
+// block: the row's norm (rmsnorm_block), then its rounding (round_row_block).
+__device__ void norm_round_block(float *xn, const float *x, const float *w, int n, float eps, uint32_t dt, uint8_t *xq) {
+    rmsnorm_block(xn, x, w, n, eps);
+    round_row_block(xn, n, dt, xq);
+}
+
+// The residual add, the next norm and its rounding in one pass over each row (block per row t):
+//   x_t += mix_t (mix NULL: nothing added; the CPU's loop x[i] += mix[i]);  xn_t = rmsnorm(x_t) w;  xq_t = xn_t rounded to dt
+// Each thread adds the values rmsnorm_block then reads (the same stride): no barrier before the norm.
+__global__ void add_norm_kernel(float *x, const float *mix, const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
+    int64_t t = blockIdx.x;
+    float *xr = x + t * n;
+    if (mix)
+        for (int i = threadIdx.x; i < n; i += BLOCK) xr[i] += mix[t * n + i];
+    norm_round_block(xn + t * n, xr, w, n, eps, dt, xq + t * xq_bytes);
+}
+
+// x += mix (mix may be NULL), xn = rmsnorm(x) w, and xq = xn rounded for weights of type wtype, T rows
+// of n (xq rows act_bytes(dot_type(wtype), n) apart); for F32 dot types xq is not written.
+static void add_norm_gpu(float *x, const float *mix, const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T) {
     cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, rmsnorm_kernel, y, x, w, n, eps));
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, add_norm_kernel, x, mix, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
 }
 
 // Twin: l2norm. x = x / max(||x||, eps), the squares summed in double as in rmsnorm_kernel.
@@ -590,27 +817,38 @@ static void l2norm_gpu(float *x, int n, float eps, int T) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, l2norm_kernel, x, n, eps));
 }
 
-// Twin: rope. NEOX rotation of the first n_rot dims of each head: pair (i, i + n_rot/2) turns by
-// theta_i = pos * s^i, s = base^(-2/n_rot) computed on the host with the CPU's powf, and theta_i by i
-// repeated float multiplications as on the CPU (so the angles are the same bits); then
-// x_i' = fma(x_i, cos, -(x_j sin)), x_j' = fma(x_i, sin, x_j cos). Only cosf/sinf differ (device libm).
-// Block (row t, head h), thread i < n_rot/2.
-__global__ void rope_kernel(float *x, int n_rot, const int *pos, float theta_scale, int n_head, int head_stride) {
-    int t = blockIdx.x / n_head, h = blockIdx.x % n_head, i = threadIdx.x, half = n_rot / 2;
-    if (i >= half) return;
-    float th = (float)(*pos + t);
-    for (int k = 0; k < i; k++) th *= theta_scale;
-    float *xh = x + ((int64_t)t * n_head + h) * head_stride;
-    float cs = cosf(th), sn = sinf(th), x0 = xh[i], x1 = xh[i + half];
-    xh[i] = fmaf(x0, cs, -(x1 * sn));
-    xh[i + half] = fmaf(x0, sn, x1 * cs);
+// cos and sin of a float angle (|th| < 2^30), each rounded once from a double good to ~1e-16: th
+// reduced by the nearest multiple k of pi/2 in two fused steps (pi/2 as a double plus its remainder),
+// then the Taylor series to degree 16 on |r| <= pi/4 and the quadrant k mod 4. (The device's cosf and
+// sinf keep a local-memory table for large angles, positions past 105,615: this has no stack frame.)
+__device__ void cos_sin(float th, float *cs, float *sn) {
+    double k = rint((double)th * 0x1.45f306dc9c883p-1), r = fma(-k, 0x1.921fb54442d18p0, (double)th);   // 2/pi; pi/2
+    r = fma(-k, 0x1.1a62633145c07p-54, r);                                                                // pi/2 - its double
+    double r2 = r * r, sr = 0, cr = 0;
+    for (int j = 8; j >= 1; j--) {   // sin r = r sum_j (-r^2)^j / (2j+1)!,  cos r = sum_j (-r^2)^j / (2j)!
+        sr = (sr + 1) * (-r2 / ((2 * j) * (2 * j + 1)));
+        cr = (cr + 1) * (-r2 / ((2 * j - 1) * (2 * j)));
+    }
+    double sv = r * (sr + 1), cv = cr + 1;
+    int q = (int)((int64_t)k & 3);
+    *sn = (float)(q == 0 ? sv : q == 1 ? cv : q == 2 ? -sv : -cv);
+    *cs = (float)(q == 0 ? cv : q == 1 ? -sv : q == 2 ? -cv : sv);
 }
 
-// T rows of n_head heads, head_stride floats apart; row t at position *pos + t (pos: device memory,
-// so that a captured graph replays at the position of the step)
-static void rope_gpu(float *x, int n_rot, const int *pos, float base, int n_head, int head_stride, int T) {
-    cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head), (unsigned)((n_rot / 2 + WARP - 1) / WARP * WARP));
-    CUDA_CHECK(cudaLaunchKernelEx(&c, rope_kernel, x, n_rot, pos, powf(base, -2.0f / n_rot), n_head, head_stride));
+// Twin: rope. NEOX rotation of the first n_rot dims of head xh at position p: pair (i, i + n_rot/2)
+// turns by theta_i = p * s^i, s = base^(-2/n_rot) computed on the host with the CPU's powf, and
+// theta_i by i repeated float multiplications as on the CPU (so the angles are the same bits); then
+// x_i' = fma(x_i, cos, -(x_j sin)), x_j' = fma(x_i, sin, x_j cos). Only cos and sin differ from the
+// CPU's libm (cos_sin: rounded once from double). By the block, thread i < n_rot/2 turning pair i.
+__device__ void rope_block(float *xh, int n_rot, int p, float theta_scale) {
+    int i = threadIdx.x, half = n_rot / 2;
+    if (i >= half) return;
+    float th = (float)p, cs, sn;
+    for (int k = 0; k < i; k++) th *= theta_scale;
+    cos_sin(th, &cs, &sn);
+    float x0 = xh[i], x1 = xh[i + half];
+    xh[i] = fmaf(x0, cs, -(x1 * sn));
+    xh[i + half] = fmaf(x0, sn, x1 * cs);
 }
 
 // clover.c's expf_ggml (ggml_v_expf): 2^n p(b), n = round(x / ln 2), b = x - n ln 2 in two fused
@@ -744,65 +982,44 @@ static void gdn_gates_gpu(const float *a, const float *dt, const float *alpha, c
     CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gates_kernel, a, dt, alpha, beta_logit, n, H, g, beta));
 }
 
-// Twin: gdn_conv (and gdn_conv_avx2, the same bits) over all C channels. Over X = [ring | u], the
-// ring's K-1 rows (oldest first) then the T rows u: y_t[c] = sum_j wc[c][j] X[t+j][c], fmaf in j
-// order from 0, as the CPU. One thread per (t, c).
-__global__ void gdn_conv_kernel(const float *wc, int K, int C, const float *ring, const float *u, int T, float *y) {
-    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (i >= (int64_t)T * C) return;
-    int t = (int)(i / C), c = (int)(i % C);
-    float s = 0;
-    for (int j = 0; j < K; j++) {
-        int r = t + j;   // row of X
-        float x = r < K - 1 ? ring[(int64_t)r * C + c] : u[(int64_t)(r - (K - 1)) * C + c];
-        s = fmaf(x, wc[(int64_t)c * K + j], s);
-    }
-    y[i] = s;
-}
-
-static void gdn_conv_gpu(const float *wc, int K, int C, const float *ring, const float *u, int T, float *y) {
-    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * C, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_conv_kernel, wc, K, C, ring, u, T, y));
-}
-
-// Twin: gdn_conv_right (the preview's right taps). y_t[c] += sum_{d=1..K-1, t+d<T} wr[c][d-1] u_{t+d}[c],
-// d in order, a product then a sum each (no fma), as the CPU. One thread per (t, c).
-__global__ void gdn_conv_right_kernel(const float *wr, int K, int C, const float *u, int T, float *y) {
-    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (i >= (int64_t)T * C) return;
-    int t = (int)(i / C), c = (int)(i % C), R = K - 1;
-    float s = y[i];
-    for (int d = 1; d <= R && t + d < T; d++) s += wr[(int64_t)c * R + d - 1] * u[(int64_t)(t + d) * C + c];
-    y[i] = s;
-}
-
-static void gdn_conv_right_gpu(const float *wr, int K, int C, const float *u, int T, float *y) {
-    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * C, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_conv_right_kernel, wr, K, C, u, T, y));
-}
-
-// Twin: gdn_qk_norm (gdn_qk_norm_head per block). Block b of d channels of row t: y <- silu(y), then,
-// for the q and k heads (b < n_qk), y <- y / max(||y||, eps) with the squares summed in double as in
-// l2norm_kernel (only that sum's order differs from the CPU's). One block of BLOCK threads per
-// (t, b); thread i takes channels i, i+BLOCK, ... and rereads only what it wrote.
-__global__ void gdn_qk_norm_kernel(float *y, int C, int d, int n_qk, float eps) {
-    int nb = C / d, t = blockIdx.x / nb, b = blockIdx.x % nb;
+// Twins: gdn_conv (gdn_conv_avx2: the same bits), gdn_conv_right (the preview's right taps, where wr
+// is not NULL) and gdn_qk_norm, in one launch. Block (row t, head block b of d channels), thread per
+// channel c (c, c+BLOCK, ...): over X = [ring | u], the ring's K-1 rows (oldest first) then the T rows u,
+//   y_t[c] = sum_j wc[c][j] X[t+j][c]                     fmaf in j order from 0, as the CPU
+//   y_t[c] += sum_{e=1..K-1, t+e<T} wr[c][e-1] u_{t+e}[c]  e in order, a product then a sum each
+//   y_t[c] = silu(y_t[c]);  for the q and k heads (b < n_qk): y <- y / max(||y||, eps)
+// the squares summed in double by block_sum (only that order differs from the CPU's). raw
+// (--dump-tensors' conv_output_raw): y_t[c] the sums alone, before the SiLU and the norms.
+__global__ void gdn_conv_kernel(const float *wc, const float *wr, int K, int C, const float *ring, const float *u, int T, int d, int n_qk,
+                                float eps, bool raw, float *y) {
+    int nb = C / d, t = blockIdx.x / nb, b = blockIdx.x % nb, R = K - 1;
     float *yh = y + (int64_t)t * C + (int64_t)b * d;
     double ss = 0;
     for (int i = threadIdx.x; i < d; i += BLOCK) {
-        float v = silu(yh[i]);
+        int c = b * d + i;
+        float s = 0;
+        for (int j = 0; j < K; j++) {
+            int r = t + j;   // row of X
+            float x = r < R ? ring[(int64_t)r * C + c] : u[(int64_t)(r - R) * C + c];
+            s = fmaf(x, wc[(int64_t)c * K + j], s);
+        }
+        if (wr)
+            for (int e = 1; e <= R && t + e < T; e++) s += wr[(int64_t)c * R + e - 1] * u[(int64_t)(t + e) * C + c];
+        float v = raw ? s : silu(s);
         yh[i] = v;
         ss += (double)(v * v);
     }
-    if (b >= n_qk) return;   // a v head: the whole block leaves
+    if (raw || b >= n_qk) return;   // a v head (or raw): the whole block leaves
     ss = block_sum(ss);
     float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
     for (int i = threadIdx.x; i < d; i += BLOCK) yh[i] *= scale;
 }
 
-static void gdn_qk_norm_gpu(float *y, int T, int C, int d, int n_qk, float eps) {
+// T rows of C = n heads of d channels, the first n_qk heads q and k; wr NULL: no right taps
+static void gdn_conv_gpu(const float *wc, const float *wr, int K, int C, const float *ring, const float *u, int T, int d, int n_qk, float eps,
+                         bool raw, float *y) {
     cudaLaunchConfig_t c = launch_config((unsigned)(T * (C / d)), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_qk_norm_kernel, y, C, d, n_qk, eps));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_conv_kernel, wc, wr, K, C, ring, u, T, d, n_qk, eps, raw, y));
 }
 
 // Twin: gdn_ring_push. The ring (R = K-1 rows of C) becomes rows T..T+R-1 of X = [ring | u]. One
@@ -822,49 +1039,75 @@ static void gdn_ring_push_gpu(float *ring, const float *u, int T, int K, int C) 
     CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_ring_push_kernel, ring, u, T, K, C));
 }
 
-// Twin: dot_f32 (clover.c's dot_f32_row; dot_f32_avx2 gives the same bits): 64 accumulators, lane l
-// taking elements l, l+64, ... by fmaf, folded by halving, then the tail past the last multiple of
-// 64 added in order (product, then sum).
-__device__ float dot_f32(const float *x, const float *y, int n) {
-    float acc[64];
-    for (int l = 0; l < 64; l++) acc[l] = 0;
-    int np = n & ~63;
-    for (int i = 0; i < np; i += 64)
-        for (int l = 0; l < 64; l++) acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
-    for (int w = 32; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    float sum = acc[0];
-    for (int i = np; i < n; i++) sum += x[i] * y[i];
-    return sum;
+enum { MAX_DSTATE = 256, SPL = MAX_DSTATE / WARP };   // the delta rule: state values a lane holds
+
+// Twin: dot_f32 (clover.c's dot_f32_row; dot_f32_avx2 gives the same bits) of a column held by a warp,
+// x[l + 32m] = xs[m] in lane l (and y alike): 64 accumulators, slot s taking elements s, s+64, ... by
+// fmaf (slot l + 32 (m % 2) is lane l's), folded by halving (the first step in the lane, then the
+// xor butterfly 16 .. 1), then the tail past the last multiple of 64 added in order (product, then
+// sum; gathered lane by lane). Every lane gets the sum.
+__device__ float dot_f32_warp(const float xs[SPL], const float ys[SPL], int d) {
+    int lane = threadIdx.x % WARP, np = d & ~63;
+    float lo = 0, hi = 0;
+    for (int m = 0; m < SPL; m++)
+        if (WARP * m < np) {
+            if (m % 2 == 0) lo = fmaf(xs[m], ys[m], lo);
+            else hi = fmaf(xs[m], ys[m], hi);
+        }
+    float s = lo + hi;
+    for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    for (int m = 0; m < SPL; m++) {
+        if (WARP * m < np || WARP * m >= d) continue;
+        float p = lane + WARP * m < d ? xs[m] * ys[m] : 0;
+        int len = d - WARP * m < WARP ? d - WARP * m : WARP;
+        for (int l = 0; l < len; l++) s += __shfl_sync(0xffffffffu, p, l);
+    }
+    return s;
 }
 
 // Twin: gdn_scan_head + delta_rule (delta_rule_avx2: the same bits). For value head h (q/k head
 // kh = h % n_k_heads) and each row t in order (reverse: T-1 .. 0), on column j of S_h:
 //   S_j <- exp(g) S_j;  delta_j = beta (v_j - S_j . k);  S_j <- S_j + k delta_j;  o_j = (S_j . q) / sqrt(d)
-// Columns are independent, so a block per value head and a thread per column j (j, j+blockDim, ...
-// when d exceeds the block), all of its rows in turn: no barriers. The operations and dot orders
-// are the CPU's; only expf(g) is the device's (it may differ from libm's in the last bits).
+// Columns are independent: a warp per column j (BLOCK / WARP columns a block, grid heads x column
+// blocks), its column in registers for all T rows (lane l holds S_j[l + 32m]: the column's d floats
+// are contiguous, S + h*d*d + j*d, so each load and store of the warp is 128 consecutive bytes), k and
+// q read the same way (one 128-byte line a warp per 32 values, shared by the block's warps in L1). The
+// operations and dot orders are the CPU's; only expf(g) is the device's (it may differ from libm's in
+// the last bits). No barriers.
 __global__ void delta_rule_kernel(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
                                   int H, int n_k_heads, int d, int C, int key_dim, int value_dim) {
-    int h = blockIdx.x, kh = h % n_k_heads;
-    float scale = 1.0f / sqrtf((float)d);
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float *Sj = S + ((int64_t)h * d + j) * d;
-        for (int n = 0; n < T; n++) {
-            int t = reverse ? T - 1 - n : n;
-            const float *yt = y + (int64_t)t * C, *q = yt + kh * d, *k = yt + key_dim + kh * d, *v = yt + 2 * key_dim + h * d;
-            float decay = expf(g[(int64_t)t * H + h]);
-            for (int i = 0; i < d; i++) Sj[i] *= decay;
-            float delta = (v[j] - dot_f32(Sj, k, d)) * beta[(int64_t)t * H + h];
-            for (int i = 0; i < d; i++) Sj[i] = fmaf(k[i], delta, Sj[i]);
-            o[(int64_t)t * value_dim + h * d + j] = dot_f32(Sj, q, d) * scale;
+    int cb = (d + BLOCK / WARP - 1) / (BLOCK / WARP), h = blockIdx.x / cb, j = blockIdx.x % cb * (BLOCK / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP, kh = h % n_k_heads;
+    if (j >= d) return;   // the whole warp
+    float scale = 1.0f / sqrtf((float)d), st[SPL];
+    float *Sj = S + ((int64_t)h * d + j) * d;
+    for (int m = 0; m < SPL; m++) st[m] = lane + WARP * m < d ? Sj[lane + WARP * m] : 0;
+    for (int n = 0; n < T; n++) {
+        int t = reverse ? T - 1 - n : n;
+        const float *yt = y + (int64_t)t * C, *q = yt + kh * d, *k = yt + key_dim + kh * d, *v = yt + 2 * key_dim + h * d;
+        float kk[SPL], qq[SPL];
+        for (int m = 0; m < SPL; m++) {
+            bool in = lane + WARP * m < d;
+            kk[m] = in ? k[lane + WARP * m] : 0, qq[m] = in ? q[lane + WARP * m] : 0;
         }
+        float decay = expf(g[(int64_t)t * H + h]);
+        for (int m = 0; m < SPL; m++) st[m] *= decay;
+        float delta = (v[j] - dot_f32_warp(st, kk, d)) * beta[(int64_t)t * H + h];
+        for (int m = 0; m < SPL; m++) st[m] = fmaf(kk[m], delta, st[m]);
+        float out = dot_f32_warp(st, qq, d) * scale;
+        if (lane == 0) o[(int64_t)t * value_dim + h * d + j] = out;
     }
+    for (int m = 0; m < SPL; m++)
+        if (lane + WARP * m < d) Sj[lane + WARP * m] = st[m];
 }
 
 static void delta_rule_gpu(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse, int H,
                            int n_k_heads, int d, int C, int key_dim, int value_dim) {
-    cudaLaunchConfig_t c = launch_config((unsigned)H, (unsigned)(d < BLOCK ? d : BLOCK));
+    if (d > MAX_DSTATE) {
+        fprintf(stderr, "clover: error: delta_rule_gpu: state size %d is over %d\n", d, MAX_DSTATE);
+        exit(1);
+    }
+    cudaLaunchConfig_t c = launch_config((unsigned)(H * ((d + BLOCK / WARP - 1) / (BLOCK / WARP))), BLOCK);
     CUDA_CHECK(cudaLaunchKernelEx(&c, delta_rule_kernel, S, y, g, beta, o, T, reverse, H, n_k_heads, d, C, key_dim, value_dim));
 }
 
@@ -881,31 +1124,39 @@ static void gdn_rev_mix_gpu(float *o, const float *o_rev, const float *gamma, in
     CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_rev_mix_kernel, o, o_rev, gamma, n, H, d));
 }
 
-// Twin: gdn_gated_norm. Per (row t, value head h): y_h = rmsnorm(o_h) * w * silu(z_h), w shared by
-// all heads: rmsnorm_kernel's steps (the squares summed in double, in another order than the CPU's),
-// then the product with silu (expf_ggml). One block of BLOCK threads per (t, h).
-__global__ void gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int d, float eps, float *y) {
-    int64_t at = (int64_t)blockIdx.x * d;   // head h of row t: rows of H*d are H heads of d
-    const float *oh = o + at, *zh = z + at;
-    double ss = 0;
-    for (int i = threadIdx.x; i < d; i += BLOCK) ss += (double)(oh[i] * oh[i]);
-    ss = block_sum(ss);
-    float scale = 1.0f / sqrtf((float)(ss / d) + eps);
-    for (int i = threadIdx.x; i < d; i += BLOCK) {
-        float v = oh[i] * scale * w[i];
-        y[at + i] = v * silu(zh[i]);
+// Twin: gdn_gated_norm, then quantize_row of its output for ssm_out. Per (row t, value head h):
+// y_h = rmsnorm(o_h) * w * silu(z_h), w shared by all heads: rmsnorm's steps (the squares summed in
+// double by the warp, in another order than the CPU's), then the product with silu (expf_ggml). A
+// block per row t, warp w taking heads w, w + 8, ...; then the row's y rounded to dot type dt
+// (round_row_block; F32: none) into xq.
+__global__ void gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int H, int d, float eps, float *y, uint32_t dt, uint8_t *xq,
+                                      size_t xq_bytes) {
+    int64_t t = blockIdx.x, row = t * H * d;
+    int lane = threadIdx.x % WARP;
+    for (int h = threadIdx.x / WARP; h < H; h += BLOCK / WARP) {
+        const float *oh = o + row + (int64_t)h * d, *zh = z + row + (int64_t)h * d;
+        double ss = 0;
+        for (int i = lane; i < d; i += WARP) ss += (double)(oh[i] * oh[i]);
+        ss = warp_sum(ss);
+        float scale = 1.0f / sqrtf((float)(ss / d) + eps);
+        for (int i = lane; i < d; i += WARP) {
+            float v = oh[i] * scale * w[i];
+            y[row + (int64_t)h * d + i] = v * silu(zh[i]);
+        }
     }
+    round_row_block(y + row, H * d, dt, xq + t * xq_bytes);
 }
 
-static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, int T, int H, int d, float eps, float *y) {
-    cudaLaunchConfig_t c = launch_config((unsigned)(T * H), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gated_norm_kernel, o, z, w, d, eps, y));
+// T rows of H heads of d; xq: y rounded for weights of type wtype (rows act_bytes apart)
+static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, int T, int H, int d, float eps, float *y, uint32_t wtype, void *xq) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gated_norm_kernel, o, z, w, H, d, eps, y, dt, (uint8_t *)xq, act_bytes(dt, (int64_t)H * d)));
 }
 
 // ================================================================================================
 // 9. Gated attention (clover.c section 9, "gated attention")
 // ================================================================================================
-enum { MAX_HEAD_DIM = 512 };   // the attention kernel keeps a rounded q head in shared memory
 
 // Twins: load_as, round_as. Element i of a cache row of type T_F32, T_F16 or T_BF16 as fp32 (exact),
 // and x after a round trip through that type (store_as then load_as).
@@ -922,139 +1173,297 @@ __device__ float round_as(uint32_t type, float x) {
 
 __host__ __device__ size_t cache_bytes(uint32_t type) { return type == T_F32 ? 4 : 2; }   // bytes of a cache value
 
-// Twin: attn_qk_norm. Block b of T * (n_head + n_head_kv): row t = b / (n_head + n_head_kv), then q
-// head i (i < n_head: y = RMSNorm(q_i) * q_norm, in qg at stride 2*hd) or k head i - n_head (in kr).
-__global__ void attn_qk_norm_kernel(float *qg, float *kr, const float *q_norm, const float *k_norm, int n_head, int n_head_kv, int hd, float eps) {
-    int heads = n_head + n_head_kv, t = blockIdx.x / heads, i = blockIdx.x % heads;
-    float *x = i < n_head ? qg + ((int64_t)t * n_head + i) * 2 * hd : kr + ((int64_t)t * n_head_kv + i - n_head) * hd;
-    rmsnorm_block(x, x, i < n_head ? q_norm : k_norm, hd, eps);
+// Twin: store_as, one value: copied for T_F32, rounded as quantize_row rounds for T_F16 / T_BF16
+// (nearest even, quiet NaN kept)
+__device__ void store_as(uint32_t type, uint8_t *dst, int64_t at, float x) {
+    if (type == T_F32) ((float *)dst)[at] = x;
+    else if (type == T_F16) ((uint16_t *)dst)[at] = fp32_to_fp16(x);
+    else ((uint16_t *)dst)[at] = fp32_to_bf16(x);
 }
 
-static void attn_qk_norm_gpu(float *qg, float *kr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv, int hd, float eps) {
-    cudaLaunchConfig_t c = launch_config((unsigned)(T * (n_head + n_head_kv)), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, attn_qk_norm_kernel, qg, kr, q_norm, k_norm, n_head, n_head_kv, hd, eps));
-}
-
-// Twin: attn_rope. rope_kernel on the q heads (2*hd apart: q_h then gate_h) and on the k heads.
-static void attn_rope_gpu(float *qg, float *kr, int T, const int *pos, int n_head, int n_head_kv, int hd, int n_rot, float base) {
-    rope_gpu(qg, n_rot, pos, base, n_head, 2 * hd, T);
-    rope_gpu(kr, n_rot, pos, base, n_head_kv, hd, T);
-}
-
-// Twin: store_as. n floats into the cache from row *pos on (rows of `row` values; pos in device
-// memory, as for rope): copied for T_F32, rounded as quantize_row rounds for T_F16 / T_BF16
-// (nearest even, quiet NaN kept).
-__global__ void store_as_kernel(uint32_t type, uint8_t *dst, const int *pos, int64_t row, const float *x, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x, at = *pos * row + i;
-    if (i >= n) return;
-    if (type == T_F32) ((float *)dst)[at] = x[i];
-    else if (type == T_F16) ((uint16_t *)dst)[at] = fp32_to_fp16(x[i]);
-    else ((uint16_t *)dst)[at] = fp32_to_bf16(x[i]);
-}
-
-static void store_as_gpu(uint32_t type, void *dst, const int *pos, int64_t row, const float *x, int64_t n) {
-    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, store_as_kernel, type, (uint8_t *)dst, pos, row, x, n));
-}
-
-// Twin: attend (attn_task's body for one row t and head h). Block (t, h):
-//   qr = round_as(k_type, q_h)                                      thread per dim
-//   s_j = (sum_i K_j[i] qr[i]) * kq_scale for j < n, -inf to np    thread per key, fmaf in order i = 0..hd-1
-//   p = softmax(s) over np = n rounded up to 16 (softmax_block: attn_softmax's padding, so every group of
-//       16 goes through expf_ggml), then p_j = round_as(v_type, p_j)
-//   o[i] = sum_{j<n} p_j V_j[i]                                     thread per dim, fmaf in order j = 0..n-1
-//   ao_gated = o * sigmoid(gate_h)
-// The CPU folds its dot and V sum in SIMD lanes (attn_v_sum: keys in 64 or 16 lanes); here each is one
-// chain, the same for every row whatever T is. Head h reads kv head h / (n_head / n_head_kv).
-__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, const int *pos,
-                                 int T, bool causal, int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride,
-                                 float *ao, float *ao_gated) {
-    __shared__ float qr[MAX_HEAD_DIM];
-    int t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv);
-    int n = causal ? *pos + t + 1 : *pos + T, np = (n + 15) & ~15;
-    const float *q = qg + ((int64_t)t * n_head + h) * 2 * hd, *gate = q + hd;
-    size_t kstride = (size_t)n_head_kv * hd * cache_bytes(k_type), vstride = (size_t)n_head_kv * hd * cache_bytes(v_type);
-    const uint8_t *Kh = K + (size_t)kvh * hd * cache_bytes(k_type), *Vh = V + (size_t)kvh * hd * cache_bytes(v_type);
-    float *sc = att + ((int64_t)t * n_head + h) * att_stride;
-    for (int i = threadIdx.x; i < hd; i += BLOCK) qr[i] = round_as(k_type, q[i]);
-    __syncthreads();
-    for (int j = threadIdx.x; j < np; j += BLOCK) {
-        float s = -INFINITY;
-        if (j < n) {
-            float d = 0;
-            for (int i = 0; i < hd; i++) d = fmaf(load_as(k_type, Kh + j * kstride, i), qr[i], d);
-            s = d * kq_scale;
-        }
-        sc[j] = s;
+// Twins: attn_qk_norm, attn_rope, store_as of the K and V rows, in one launch: block b of
+// T * (n_head + 2 n_head_kv) takes row t = b / heads and one head of it:
+//   q head i < n_head (in qg at stride 2*hd): q = rope(RMSNorm(q) * q_norm)
+//   k head i - n_head (in kr):                k = rope(RMSNorm(k) * k_norm), then into the K cache row *pos + t
+//   v head i - n_head - n_head_kv (in vr):    into the V cache row *pos + t
+// (rmsnorm_block, rope_block, store_as; a barrier between steps that read other threads' values).
+// q_normed, k_normed not NULL (--dump-tensors): the q and k heads before rope there too, as
+// [T][n_head][hd] and [T][n_head_kv][hd].
+__global__ void attn_prep_kernel(float *qg, float *kr, const float *vr, const float *q_norm, const float *k_norm, int n_head, int n_head_kv,
+                                 int hd, float eps, int n_rot, const int *pos, float theta_scale, uint32_t k_type, uint8_t *K, uint32_t v_type,
+                                 uint8_t *V, float *q_normed, float *k_normed) {
+    int heads = n_head + 2 * n_head_kv, i = blockIdx.x % heads, kvd = n_head_kv * hd;
+    int64_t t = blockIdx.x / heads, row = (int64_t)(*pos + t) * kvd;
+    if (i >= n_head + n_head_kv) {
+        int64_t at = (int64_t)(i - n_head - n_head_kv) * hd;
+        for (int j = threadIdx.x; j < hd; j += BLOCK) store_as(v_type, V, row + at + j, vr[t * kvd + at + j]);
+        return;
     }
+    bool q = i < n_head;
+    float *x = q ? qg + (t * n_head + i) * 2 * hd : kr + t * kvd + (int64_t)(i - n_head) * hd;
+    rmsnorm_block(x, x, q ? q_norm : k_norm, hd, eps);
+    float *normed = q ? q_normed : k_normed;
+    if (normed)   // row t, head i (of q) or i - n_head (of k)
+        for (int j = threadIdx.x; j < hd; j += BLOCK) normed[(q ? (t * n_head + i) * hd : t * kvd + (int64_t)(i - n_head) * hd) + j] = x[j];
     __syncthreads();
-    softmax_block(sc, np);
-    for (int j = threadIdx.x; j < n; j += BLOCK) sc[j] = round_as(v_type, sc[j]);
+    rope_block(x, n_rot, *pos + (int)t, theta_scale);
+    if (q) return;
     __syncthreads();
-    for (int i = threadIdx.x; i < hd; i += BLOCK) {
-        float o = 0;
-        for (int j = 0; j < n; j++) o = fmaf(sc[j], load_as(v_type, Vh + j * vstride, i), o);
-        int64_t at = ((int64_t)t * n_head + h) * hd + i;
-        ao[at] = o;
-        ao_gated[at] = o * sigmoid(gate[i]);
-    }
+    for (int j = threadIdx.x; j < hd; j += BLOCK) store_as(k_type, K, row + (int64_t)(i - n_head) * hd + j, x[j]);
 }
 
-// T rows at positions *pos.. (device memory, as for rope): causal, row t sees keys 0..*pos+t; else
-// every row sees keys 0..*pos+T-1 (the preview's block).
-static void attention_gpu(const float *qg, const void *K, const void *V, uint32_t k_type, uint32_t v_type, const int *pos, int T, bool causal,
-                          int n_head, int n_head_kv, int hd, float kq_scale, float *att, size_t att_stride, float *ao, float *ao_gated) {
-    if (hd > MAX_HEAD_DIM) {
-        fprintf(stderr, "clover: error: attention_gpu: head dim %d is over %d\n", hd, MAX_HEAD_DIM);
+// T rows at positions *pos.. (device memory, so that a captured graph replays at the step's position)
+static void attn_prep_gpu(float *qg, float *kr, const float *vr, const float *q_norm, const float *k_norm, int T, int n_head, int n_head_kv,
+                          int hd, float eps, int n_rot, float base, const int *pos, uint32_t k_type, void *K, uint32_t v_type, void *V,
+                          float *q_normed, float *k_normed) {
+    if (n_rot / 2 > BLOCK) {
+        fprintf(stderr, "clover: error: attn_prep_gpu: %d rotated dims, over %d\n", n_rot, 2 * BLOCK);
         exit(1);
     }
-    cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, (const float *)qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, pos, T,
-                                  causal, n_head, n_head_kv, hd, kq_scale, att, att_stride, ao, ao_gated));
+    cudaLaunchConfig_t c = launch_config((unsigned)(T * (n_head + 2 * n_head_kv)), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attn_prep_kernel, qg, kr, vr, q_norm, k_norm, n_head, n_head_kv, hd, eps, n_rot, pos, powf(base, -2.0f / n_rot),
+                                  k_type, (uint8_t *)K, v_type, (uint8_t *)V, q_normed, k_normed));
+}
+
+// Twin: attend (attn_task's body for one row t and head h), as flash-decoding: for each query head h
+// of kv head g = h / G (G = n_head / n_head_kv), over the n keys row t sees,
+//   o = sum_j softmax_j(s) V_j,  s_j = (K_j . round_as(k_type, q_h)) * kq_scale,  ao_gated = o * sigmoid(gate_h)
+// attention_kernel: a block per (row t, kv head g, split), a warp per query head of the group, so the
+// G heads share each K and V row read. The n keys are split into chunks whose length depends on n
+// alone (never on the batch: a verify row gets the bits its decode step gets); a split walks its
+// chunk in tiles of KV_TILE keys: the block loads a tile of K rows into shared memory as floats
+// (16-byte loads, rows padded by one float: lane j reads row j without bank conflicts), lane j of
+// each warp computes score j (fmaf over the head's dims in order), then the online softmax:
+//   m' = max(m, max_j s_j), c = exp(m - m'), l = c l + sum_j exp(s_j - m'), o = c o + sum_j p_j V_j
+// (expf_ggml, the CPU softmax's exp; the sum of p by xor butterfly; the V sum over the tile's keys in
+// order, lane l holding dims l, l+32, ... of o, the tile's V rows loaded as the K rows were). Each split
+// writes (m, l, o) to part; attention_combine_kernel folds the splits in order and divides:
+//   M = max_s m_s, o = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s.
+// No n_ctx-long score buffer: part holds T x n_head x MAX_SPLITS x (hd + 2) floats. The CPU rounds p
+// to the cache type before the V sum (llama.cpp's non-flash matmul); this form keeps p in float, as
+// llama.cpp's flash attention does, so with f16/bf16 caches the two differ by up to half an ulp of
+// that type per p (check_attention's limits).
+enum { MAX_HEAD_DIM = 256, MAX_GROUP = 8, KV_TILE = 32, MAX_SPLITS = 16, SPLIT_KEYS = 128 };
+
+// keys a split of a row that sees n keys takes: n over at most MAX_SPLITS splits of at least
+// SPLIT_KEYS, rounded up to whole tiles
+__device__ int split_keys(int n) {
+    int splits = (n + SPLIT_KEYS - 1) / SPLIT_KEYS;
+    splits = splits < MAX_SPLITS ? splits : MAX_SPLITS;
+    int keys = (n + splits - 1) / splits;
+    return (keys + KV_TILE - 1) / KV_TILE * KV_TILE;
+}
+
+// rows 0..nk-1 of a kv head's cache slice (rows `stride` bytes apart, hd values of `type`) into tile as floats
+__device__ void load_tile(float (*tile)[MAX_HEAD_DIM + 1], const uint8_t *src, size_t stride, uint32_t type, int nk, int hd) {
+    int per = type == T_F32 ? 4 : 8, chunks = hd / per;   // values of a 16-byte load
+    for (int c = threadIdx.x; c < nk * chunks; c += blockDim.x) {
+        int k = c / chunks, i = c % chunks * per;
+        Vec16 v = load16(src + k * stride + (size_t)i * cache_bytes(type));
+        if (type == T_F32)
+            for (int e = 0; e < 4; e++) tile[k][i + e] = __uint_as_float(v.w[e]);
+        else
+            for (int e = 0; e < 8; e++) {
+                uint16_t hv = (uint16_t)(v.w[e / 2] >> (16 * (e % 2)));
+                tile[k][i + e] = type == T_F16 ? fp16_to_fp32(hv) : bf16_to_fp32(hv);
+            }
+    }
+}
+
+__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, const int *pos,
+                                 int T, bool causal, int n_head, int n_head_kv, int hd, float kq_scale, float *part) {
+    __shared__ float tile[KV_TILE][MAX_HEAD_DIM + 1];
+    __shared__ float qr[MAX_GROUP][MAX_HEAD_DIM];
+    __shared__ float p[MAX_GROUP][KV_TILE];
+    int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, split = blockIdx.x % MAX_SPLITS, rest = blockIdx.x / MAX_SPLITS;
+    int t = rest / n_head_kv, g = rest % n_head_kv, h = g * (n_head / n_head_kv) + w;
+    int n = causal ? *pos + t + 1 : *pos + T, chunk = split_keys(n), j0 = split * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
+    if (j0 >= n) return;   // the whole block: no such split for this n
+    const float *q = qg + ((int64_t)t * n_head + h) * 2 * hd;
+    for (int i = lane; i < hd; i += WARP) qr[w][i] = round_as(k_type, q[i]);
+    size_t kstride = (size_t)n_head_kv * hd * cache_bytes(k_type), vstride = (size_t)n_head_kv * hd * cache_bytes(v_type);
+    const uint8_t *Kg = K + (size_t)g * hd * cache_bytes(k_type), *Vg = V + (size_t)g * hd * cache_bytes(v_type);
+    float m = -INFINITY, l = 0, o[MAX_HEAD_DIM / WARP];
+    for (int i = 0; i < MAX_HEAD_DIM / WARP; i++) o[i] = 0;
+    for (int j = j0; j < j1; j += KV_TILE) {
+        int nk = j1 - j < KV_TILE ? j1 - j : KV_TILE;
+        __syncthreads();   // the last tile's V sum is done with tile[]
+        load_tile(tile, Kg + (size_t)j * kstride, kstride, k_type, nk, hd);
+        __syncthreads();
+        float s = -INFINITY;
+        if (lane < nk) {
+            float d = 0;
+            for (int i = 0; i < hd; i++) d = fmaf(tile[lane][i], qr[w][i], d);
+            s = d * kq_scale;
+        }
+        float mn = fmaxf(m, warp_max(s)), pj = lane < nk ? expf_ggml(s - mn) : 0, c = expf_ggml(m - mn);
+        l = l * c + warp_sum(pj);
+        m = mn;
+        p[w][lane] = pj;
+        __syncthreads();   // every warp's scores are done with the K tile
+        load_tile(tile, Vg + (size_t)j * vstride, vstride, v_type, nk, hd);
+        __syncthreads();
+        for (int i = 0; i < MAX_HEAD_DIM / WARP; i++) {
+            if (lane + WARP * i >= hd) break;
+            float a = o[i] * c;
+            for (int k = 0; k < nk; k++) a = fmaf(p[w][k], tile[k][lane + WARP * i], a);
+            o[i] = a;
+        }
+    }
+    float *out = part + (((int64_t)t * n_head + h) * MAX_SPLITS + split) * (hd + 2);
+    if (lane == 0) out[0] = m, out[1] = l;
+    for (int i = 0; i < MAX_HEAD_DIM / WARP && lane + WARP * i < hd; i++) out[2 + lane + WARP * i] = o[i];
+}
+
+enum { MAX_HEADS = 64 };   // query heads a row (attention_combine_kernel's per-head folds in shared memory)
+
+// The splits of each head of row t folded in order, the gate, then ao_gated's row rounded to dot type
+// dt (for W_o; F32: none). Block per row: thread h folds head h's (m, l), then a thread per (head, dim).
+__global__ void attention_combine_kernel(const float *qg, const float *part, const int *pos, int T, bool causal, int n_head, int hd,
+                                         float *ao, float *ao_gated, uint32_t dt, uint8_t *xq, size_t xq_bytes) {
+    __shared__ float M[MAX_HEADS], L[MAX_HEADS];
+    int64_t t = blockIdx.x;
+    int n = causal ? *pos + (int)t + 1 : *pos + T, chunk = split_keys(n), splits = (n + chunk - 1) / chunk;
+    const float *pt = part + t * n_head * MAX_SPLITS * (hd + 2);
+    for (int h = threadIdx.x; h < n_head; h += BLOCK) {
+        const float *ph = pt + (int64_t)h * MAX_SPLITS * (hd + 2);
+        float m = -INFINITY, l = 0;
+        for (int s = 0; s < splits; s++) m = fmaxf(m, ph[s * (hd + 2)]);
+        for (int s = 0; s < splits; s++) l += expf_ggml(ph[s * (hd + 2)] - m) * ph[s * (hd + 2) + 1];
+        M[h] = m, L[h] = l;
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < n_head * hd; k += BLOCK) {
+        int h = k / hd, i = k % hd;
+        const float *ph = pt + (int64_t)h * MAX_SPLITS * (hd + 2), *gate = qg + (t * n_head + h) * 2 * hd + hd;
+        float a = 0;
+        for (int s = 0; s < splits; s++) a += expf_ggml(ph[s * (hd + 2)] - M[h]) * ph[s * (hd + 2) + 2 + i];
+        float v = a / L[h];
+        ao[t * n_head * hd + k] = v;
+        ao_gated[t * n_head * hd + k] = v * sigmoid(gate[i]);
+    }
+    round_row_block(ao_gated + t * n_head * hd, n_head * hd, dt, xq + t * xq_bytes);
+}
+
+// floats of attention's partial results for T rows
+static size_t attention_part_floats(int T, int n_head, int hd) { return (size_t)T * n_head * MAX_SPLITS * (hd + 2); }
+
+// T rows at positions *pos.. (device memory, as for rope): causal, row t sees keys 0..*pos+t; else
+// every row sees keys 0..*pos+T-1 (the preview's block). part: attention_part_floats(T, ...) floats;
+// xq: ao_gated rounded for weights of type wtype (W_o), rows act_bytes apart.
+static void attention_gpu(const float *qg, const void *K, const void *V, uint32_t k_type, uint32_t v_type, const int *pos, int T, bool causal,
+                          int n_head, int n_head_kv, int hd, float kq_scale, float *part, float *ao, float *ao_gated, uint32_t wtype, void *xq) {
+    int G = n_head / n_head_kv;
+    if (hd > MAX_HEAD_DIM || hd % 8 || G > MAX_GROUP || n_head > MAX_HEADS) {
+        fprintf(stderr, "clover: error: attention_gpu: head dim %d (at most %d, a multiple of 8), %d query heads a kv head (at most %d) "
+                "or %d heads (at most %d)\n", hd, MAX_HEAD_DIM, G, MAX_GROUP, n_head, MAX_HEADS);
+        exit(1);
+    }
+    cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head_kv * MAX_SPLITS), (unsigned)(G * WARP));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, pos, T, causal, n_head,
+                                  n_head_kv, hd, kq_scale, part));
+    c = launch_config((unsigned)T, BLOCK);
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_combine_kernel, qg, (const float *)part, pos, T, causal, n_head, hd, ao, ao_gated, dt, (uint8_t *)xq,
+                                  act_bytes(dt, (int64_t)n_head * hd)));
 }
 
 // ================================================================================================
 // 10. MoE (clover.c section 9, "MoE")
 // ================================================================================================
-enum { MAX_EXPERT = 256 };   // route_top_k and coreset keep per-expert arrays in one thread
+enum { MAX_EXPERT = 256, EPL = MAX_EXPERT / WARP };   // routing: a warp per row, EPL experts a lane
 
-// Twin: route_top_k, by one thread: n_used times the largest p[e] not yet taken among the allowed
-// (strictly larger wins, so ties go to the lower e; none left: -1, weight 0); the weights divided by
-// their sum (in double, clamped to fp16's smallest normal), then scaled when the scale is not 0 or 1.
-__device__ void route_top_k(const float *p, const uint8_t *allowed, int n_expert, int k, float weights_scale, int *sel, float *w) {
-    for (int r = 0; r < k; r++) {
-        int best = -1;
-        for (int e = 0; e < n_expert; e++) {
-            if (allowed && !allowed[e]) continue;
-            bool taken = false;
-            for (int q = 0; q < r; q++) taken |= sel[q] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[r] = best;
-        w[r] = best >= 0 ? p[best] : 0;
+// Twin: softmax, by one warp over its row's n <= MAX_EXPERT values, lane l holding v[j] = x[l + 32j]:
+// m = max x; e_i = exp(x_i - m), expf_ggml on whole groups of 16, each group folded by halving in
+// float (group g = 2j + l/16 is half a warp at step j: the xor butterfly 8, 4, 2, 1 is the CPU's
+// halving fold), libm expf on the tail; the sum of the group sums and tail terms in double (the only
+// order that differs from the CPU's); x_i = e_i * (1/sum).
+__device__ void softmax_warp(float v[EPL], int n) {
+    int lane = threadIdx.x % WARP, groups = n / 16;
+    float m = -INFINITY;
+    for (int j = 0; j < EPL; j++)
+        if (lane + WARP * j < n && v[j] > m) m = v[j];
+    for (int o = 16; o >= 1; o /= 2) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        if (m2 > m) m = m2;
     }
+    double sum = 0;
+    for (int j = 0; j < EPL && WARP * j < n; j++) {   // the same trip count in every lane
+        int e = lane + WARP * j;
+        bool whole = e / 16 < groups;
+        v[j] = e >= n ? 0 : whole ? expf_ggml(v[j] - m) : expf(v[j] - m);
+        float g = whole ? v[j] : 0;
+        for (int o = 8; o >= 1; o /= 2) g += __shfl_xor_sync(0xffffffffu, g, o);
+        if (whole && lane % 16 == 0) sum += g;
+        if (!whole && e < n) sum += v[j];
+    }
+    for (int o = 16; o >= 1; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < EPL; j++) v[j] *= inv;
+}
+
+// Twin: route_top_k, by one warp (lane l holding p[l + 32j] in v[j]): n_used rounds of a warp argmax
+// over the allowed experts not yet taken. The CPU's loop keeps the first candidate and replaces it by
+// a strictly larger p, so its answer is the first candidate when that p is NaN, else the largest
+// non-NaN p with the lowest index among equals: each lane finds its own first candidate and best
+// (its experts in index order), then (value, index) pairs are folded by xor butterfly, the larger
+// value or the lower index winning. None left: -1, weight 0. The weights are then divided by their
+// sum (in double in rank order, clamped to fp16's smallest normal) and scaled when the scale is not 0
+// or 1, by lane 0 in the CPU's order: the same bits from the same p.
+__device__ void route_top_k_warp(const float v[EPL], const uint8_t *allowed, int n_expert, int k, float weights_scale, int *sel, float *w) {
+    int lane = threadIdx.x % WARP;
+    uint32_t open = 0;   // bit j: expert lane + 32j may still be chosen
+    for (int j = 0; j < EPL; j++) {
+        int e = lane + WARP * j;
+        if (e < n_expert && (!allowed || allowed[e])) open |= 1u << j;
+    }
+    for (int r = 0; r < k; r++) {
+        int first = MAX_EXPERT, best = MAX_EXPERT;   // MAX_EXPERT: none
+        float first_v = 0, best_v = -INFINITY;
+        for (int j = 0; j < EPL; j++) {
+            if (!(open >> j & 1)) continue;
+            int e = lane + WARP * j;
+            if (first == MAX_EXPERT) first = e, first_v = v[j];
+            if (v[j] == v[j] && (best == MAX_EXPERT || v[j] > best_v)) best = e, best_v = v[j];
+        }
+        for (int o = 16; o >= 1; o /= 2) {
+            int f2 = __shfl_xor_sync(0xffffffffu, first, o), b2 = __shfl_xor_sync(0xffffffffu, best, o);
+            float fv2 = __shfl_xor_sync(0xffffffffu, first_v, o), bv2 = __shfl_xor_sync(0xffffffffu, best_v, o);
+            if (f2 < first) first = f2, first_v = fv2;
+            if (b2 != MAX_EXPERT && (best == MAX_EXPERT || bv2 > best_v || (bv2 == best_v && b2 < best))) best = b2, best_v = bv2;
+        }
+        int pick = first == MAX_EXPERT ? -1 : first_v != first_v ? first : best;
+        if (pick >= 0 && pick % WARP == lane) open &= ~(1u << (pick / WARP));
+        if (lane == 0) sel[r] = pick, w[r] = pick < 0 ? 0 : pick == first ? first_v : best_v;
+    }
+    if (lane != 0) return;
     double total = 0;
     for (int r = 0; r < k; r++) total += w[r];
     float sum = fmaxf((float)total, 6.103515625e-5f);
     for (int r = 0; r < k; r++) {
-        w[r] /= sum;
-        if (weights_scale != 0 && weights_scale != 1) w[r] *= weights_scale;
+        float x = w[r] / sum;
+        w[r] = weights_scale != 0 && weights_scale != 1 ? x * weights_scale : x;
     }
 }
 
-// Twin: route_task. Block per row t: p_t = softmax(logits_t) by softmax_block (as softmax_kernel),
-// then thread 0 chooses the row's experts.
-__global__ void route_kernel(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int n_expert, int n_used,
+// Twin: route_task. A warp per row t (BLOCK / WARP rows a block): softmax: p_t = softmax(logits_t)
+// (else p_t as given); route: the row's experts and weights from p_t, within `allowed` when given.
+__global__ void route_kernel(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int T, int n_expert, int n_used,
                              float weights_scale, bool softmax, bool route) {
-    int t = blockIdx.x;
-    float *pt = p + (int64_t)t * n_expert;
-    if (softmax) {
-        for (int e = threadIdx.x; e < n_expert; e += BLOCK) pt[e] = logits[(int64_t)t * n_expert + e];
-        __syncthreads();
-        softmax_block(pt, n_expert);
-        __syncthreads();
+    int64_t t = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (t >= T) return;   // the whole warp
+    float *pt = p + t * n_expert, v[EPL];
+    for (int j = 0; j < EPL; j++) {
+        int e = lane + WARP * j;
+        v[j] = e < n_expert ? (softmax ? logits[t * n_expert + e] : pt[e]) : 0;
     }
-    if (route && threadIdx.x == 0) route_top_k(pt, allowed, n_expert, n_used, weights_scale, sel + (int64_t)t * n_used, w + (int64_t)t * n_used);
+    if (softmax) {
+        softmax_warp(v, n_expert);
+        for (int j = 0; j < EPL; j++)
+            if (lane + WARP * j < n_expert) pt[lane + WARP * j] = v[j];
+    }
+    if (route) route_top_k_warp(v, allowed, n_expert, n_used, weights_scale, sel + t * n_used, w + t * n_used);
 }
 
 static void route_gpu(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int T, int n_expert, int n_used,
@@ -1063,22 +1472,23 @@ static void route_gpu(const float *logits, float *p, const uint8_t *allowed, int
         fprintf(stderr, "clover: error: route_gpu: %d experts, over %d\n", n_expert, MAX_EXPERT);
         exit(1);
     }
-    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, route_kernel, logits, p, allowed, sel, w, n_expert, n_used, weights_scale, softmax, route));
+    cudaLaunchConfig_t c = launch_config(blocks_for(T, BLOCK / WARP), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, route_kernel, logits, p, allowed, sel, w, T, n_expert, n_used, weights_scale, softmax, route));
 }
 
-// Twin: coreset, by one thread: total_e = sum_t p[t][e] in double (rows in order), experts sorted by
-// total (insertion sort: stable, ties keep the lower index first), then the shortest prefix whose
-// running sum reaches top_p * T is allowed.
+// Twin: coreset. total_e = sum_t p[t][e] in double, rows in order (thread e, the CPU's order), into
+// shared memory; then thread 0: experts sorted by total (insertion sort: stable, ties keep the lower
+// index first), and the shortest prefix whose running sum reaches top_p * T is allowed. One block.
 __global__ void coreset_kernel(const float *p, int T, int n_expert, float top_p, uint8_t *allowed) {
-    double total[MAX_EXPERT];
-    int order[MAX_EXPERT];
-    for (int e = 0; e < n_expert; e++) {
-        total[e] = 0;
-        for (int t = 0; t < T; t++) total[e] += p[(int64_t)t * n_expert + e];
-        order[e] = e;
-        allowed[e] = 0;
+    __shared__ double total[MAX_EXPERT];
+    __shared__ int order[MAX_EXPERT];
+    for (int e = threadIdx.x; e < n_expert; e += BLOCK) {
+        double s = 0;
+        for (int t = 0; t < T; t++) s += p[(int64_t)t * n_expert + e];
+        total[e] = s, order[e] = e, allowed[e] = 0;
     }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
     for (int i = 1; i < n_expert; i++)
         for (int j = i; j > 0 && total[order[j]] > total[order[j - 1]]; j--) {
             int tmp = order[j];
@@ -1096,7 +1506,7 @@ static void coreset_gpu(const float *p, int T, int n_expert, float top_p, uint8_
         fprintf(stderr, "clover: error: coreset_gpu: %d experts, over %d\n", n_expert, MAX_EXPERT);
         exit(1);
     }
-    cudaLaunchConfig_t c = launch_config(1, 1);
+    cudaLaunchConfig_t c = launch_config(1, BLOCK);
     CUDA_CHECK(cudaLaunchKernelEx(&c, coreset_kernel, p, T, n_expert, top_p, allowed));
 }
 
@@ -1111,73 +1521,69 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_kernel, g, u, h, n));
 }
 
-// The experts' gate, up and SwiGLU in one launch, for gate and up tensors of one type: the fused twin
-// of matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is rows_dot's
-// chain, then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p], t = p / in_div;
-// ids[p] < 0: h row p is 0 (= silu(0) * 0). One warp per (o, p), grid (n_pairs, n_out / 8), as matmul_id_kernel.
-template <typename Unit>
-__global__ void swiglu_id_kernel(const uint8_t *G, const uint8_t *U, size_t expert_bytes, size_t w_bytes, const int *ids, int in_div,
-                                 const uint8_t *xg, const uint8_t *xu, size_t xq_bytes, int64_t n, int64_t n_out, float *h) {
-    int64_t o = (int64_t)blockIdx.y * (BLOCK / WARP) + threadIdx.x / WARP;
-    int p = blockIdx.x, e = ids[p];
-    bool active = o < n_out;
+// Gate, up and SwiGLU in one launch, for gate and up matrices of one type: the fused twin of
+// matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is row_dot's,
+// then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p] (ids NULL: the one
+// matrix, the shared expert), t = p / in_div; ids[p] < 0: h row p is 0 (= silu(0) * 0). Blocks and
+// grid as matvec_kernel's; the gate row then the up row, by the same lanes.
+template <typename D>
+__global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *xg, const uint8_t *xu, size_t x_bytes, int lpr,
+                                 int64_t row_blocks, float *h) {
+    int64_t job = blockIdx.x / row_blocks, o = blockIdx.x % row_blocks * (BLOCK / lpr) + threadIdx.x / lpr;
+    int e = ids ? ids[job] : 0;
+    bool active = o < G.n_out;
     float g = 0, u = 0;
-    if (e >= 0) {
-        size_t at = e * expert_bytes + (active ? o : 0) * w_bytes, in = (size_t)(p / in_div) * xq_bytes;
-        rows_dot<Unit>(G + at, xg + in, xq_bytes, 1, n, active, &g);
-        rows_dot<Unit>(U + at, xu + in, xq_bytes, 1, n, active, &u);
+    if (e >= 0) {   // the whole block (one job)
+        size_t in = (size_t)(job / in_div) * x_bytes;
+        g = row_dot<D>(G, e * G.n_out + o, xg + in, lpr, active);
+        u = row_dot<D>(U, e * U.n_out + o, xu + in, lpr, active);
     }
-    if (active && threadIdx.x % WARP == 0) h[(int64_t)p * n_out + o] = silu(g) * u;
+    if (active && threadIdx.x % lpr == 0) h[job * G.n_out + o] = silu(g) * u;
 }
 
-static void swiglu_id_gpu(uint32_t wtype, const void *G, const void *U, size_t expert_bytes, const int *ids, int n_pairs, int in_div,
-                          const void *xg, const void *xu, int64_t n, int64_t n_out, float *h) {
-    cudaLaunchConfig_t c = launch_config(dim3((unsigned)n_pairs, blocks_for(n_out, BLOCK / WARP)), BLOCK);
-    const uint8_t *g = (const uint8_t *)G, *u = (const uint8_t *)U, *ag = (const uint8_t *)xg, *au = (const uint8_t *)xu;
-    size_t wb = row_bytes(wtype, n), ab = row_bytes(dot_type(wtype), n), eb = expert_bytes;
-    switch (wtype) {
-    case T_F32: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitF32>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_F16: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitF16>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_BF16: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitBF16>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q8_0: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ8_0>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q4_0: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ4_0>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q4_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitK4<false>>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q5_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitK4<true>>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    case T_Q6_K: CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<UnitQ6_K>, g, u, eb, wb, ids, in_div, ag, au, ab, n, n_out, h)); break;
-    default: fprintf(stderr, "clover: error: swiglu_id_gpu: no kernel for weight type %u\n", wtype); exit(1);
+static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, const void *xg, const void *xu, float *h) {
+    size_t xb = act_bytes(dot_type(G->type), G->n_in);
+    const uint8_t *ag = (const uint8_t *)xg, *au = (const uint8_t *)xu;
+    by_type(G->type, "swiglu_id_gpu", [&](auto d) {
+        using D = decltype(d);
+        int lpr = lanes_per_row(D::LPB, G->n_in / D::UNIT);
+        unsigned rb = blocks_for(G->n_out, BLOCK / lpr);
+        cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs, BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ag, au, xb, lpr, (int64_t)rb, h));
+    });
+}
+
+// The MoE output, the residual add and the next norm in one pass over each row (block per row t):
+//   moe_i = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each term rounded to float before it is
+//           added, ranks with sel[t][r] < 0 adding nothing (twin moe_sum: the CPU's order exactly);
+//   ffn_i = moe_i + sh_i * sigmoid(sh_logit_t) (twin moe_shared_gate);  x_i += ffn_i;
+// then xn = rmsnorm(x) w and its rounding to dt (norm_round_block: the next layer's attn_norm, or the
+// output norm after the last layer). moe and ffn stay in mix and sh (the dumps ffn_moe_out, ffn_out).
+__global__ void moe_out_kernel(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
+                               const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
+    int64_t t = blockIdx.x;
+    float gate = sigmoid(sh_logit[t]);
+    for (int i = threadIdx.x; i < n; i += BLOCK) {
+        float o = 0;
+        for (int r = 0; r < K; r++) {
+            if (sel[t * K + r] < 0) continue;
+            float term = ye[(t * K + r) * n + i] * wr[t * K + r];
+            o += term;
+        }
+        mix[t * n + i] = o;
+        o += sh[t * n + i] * gate;
+        sh[t * n + i] = o;
+        x[t * n + i] += o;
     }
+    norm_round_block(xn + t * n, x + t * n, w, n, eps, dt, xq + t * xq_bytes);
 }
 
-// Twin: moe_sum. Thread per (t, i): out[t][i] = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each
-// term rounded to float before it is added; rank sel[t][r] < 0 adds nothing. The CPU's order exactly.
-__global__ void moe_sum_kernel(const int *sel, const float *w, const float *ye, int T, int K, int E, float *out) {
-    int64_t at = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (at >= (int64_t)T * E) return;
-    int64_t t = at / E, i = at % E;
-    float o = 0;
-    for (int r = 0; r < K; r++) {
-        if (sel[t * K + r] < 0) continue;
-        float term = ye[(t * K + r) * E + i] * w[t * K + r];
-        o += term;
-    }
-    out[at] = o;
-}
-
-static void moe_sum_gpu(const int *sel, const float *w, const float *ye, int T, int K, int E, float *out) {
-    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * E, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_sum_kernel, sel, w, ye, T, K, E, out));
-}
-
-// Twin: moe_shared_gate. Thread per (t, i): mix[t][i] += sh[t][i] * sigmoid(sh_logit[t])
-__global__ void moe_shared_gate_kernel(float *mix, const float *sh, const float *sh_logit, int T, int E) {
-    int64_t at = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (at >= (int64_t)T * E) return;
-    mix[at] += sh[at] * sigmoid(sh_logit[at / E]);
-}
-
-static void moe_shared_gate_gpu(float *mix, const float *sh, const float *sh_logit, int T, int E) {
-    cudaLaunchConfig_t c = launch_config(blocks_for((int64_t)T * E, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_shared_gate_kernel, mix, sh, sh_logit, T, E));
+// T rows of n: moe_out_kernel; xq rows act_bytes(dot_type(wtype), n) apart
+static void moe_out_gpu(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
+                        const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_out_kernel, x, sel, wr, ye, K, mix, sh, sh_logit, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
 }
 
 // ================================================================================================
@@ -1223,9 +1629,8 @@ struct GpuModel {
     void *dump_arg;
 };
 
-// The device copies: the same structs with device pointers (Mat, Layer, State and Scratch of
-// clover.c, field for field where the GPU needs the field).
-struct Mat { uint32_t type; int64_t n_in, n_out; const uint8_t *data; size_t row_bytes; };
+// The device copies: the same structs with device pointers (Mat, section 6; Layer, State and Scratch
+// of clover.c, field for field where the GPU needs the field).
 struct Layer {
     bool recurrent;
     float *attn_norm, *post_norm;
@@ -1251,13 +1656,13 @@ struct State {
     float **log_u, **log_g, **log_beta;
 };
 
-// Scratch for one batch of up to cap rows: clover.c's Scratch, plus the rounded inputs of the expert
-// gate (xq2: its dot type may not be up's) and the logits of the batch's rows.
+// Scratch for one batch of up to cap rows: clover.c's Scratch, plus two buffers of rounded inputs
+// (xq: a norm's rounding of xn, read by the matrices after it; xq2: every other rounding) and the
+// logits of the batch's rows.
 struct Scratch {
     int cap;
     float *x, *xn, *qkv, *z, *o, *o_normed, *beta_logit, *alpha, *beta, *g, *conv;
-    float *qg, *kr, *vr, *ao, *ao_gated, *att;
-    size_t att_stride;
+    float *qg, *kr, *vr, *ao, *ao_gated, *att;   // att: attention's partial results (attention_gpu)
     float *router_logits, *probs, *w;
     int *sel;
     float *ge, *ue, *he, *ye, *sh, *sh_logit, *mix;
@@ -1324,7 +1729,6 @@ static double layer_mat_bytes(const GpuConfig *c, const GpuLayer *L) {
     return b;
 }
 
-static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
 
 static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type) {
     const GpuConfig *c = &m->c;
@@ -1339,7 +1743,7 @@ static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_
     double T = cap, K = c->n_expert_used, ff = (double)widest_ff(c), maxin = (double)widest_input(c);
     double per_row = 4.0 * c->n_embd + 2.0 * c->conv_dim + 4.0 * c->value_dim + 8.0 * c->n_v_heads + 4.0 * c->n_head * c->head_dim +
                      2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + 1 + c->n_vocab +
-                     (double)c->n_head * att_stride(n_ctx);
+                     (double)attention_part_floats(1, c->n_head, c->head_dim);
     p.scratch = 4 * (T * per_row + 2 * S) + 4 * (T * K * maxin + T * maxin) + c->n_expert;
     return p;
 }
@@ -1354,10 +1758,72 @@ static float *dev_floats(size_t n) { return (float *)dev_alloc(n * sizeof(float)
 
 static float *upload_vec(const float *h, size_t n) { return h ? (float *)dev_copy(h, n * sizeof(float)) : nullptr; }
 
+// A matrix's rows as stored (blocks) into the device layout of section 3: rows x quant_row_bytes
+// bytes, then (Q8_0, Q4_0, Q6_K) the rows x blocks scales. The bytes are moved, not changed.
+static void split_rows(uint32_t t, const uint8_t *src, int64_t n, int64_t rows, uint8_t *dst) {
+    size_t rb = row_bytes(t, n), qb = quant_row_bytes(t, n);
+    int64_t nb = t == T_Q6_K ? n / 256 : n / 32;
+    uint16_t *scales = (uint16_t *)(dst + (size_t)rows * qb);
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *s = src + (size_t)r * rb;
+        uint8_t *q = dst + (size_t)r * qb;
+        for (int64_t b = 0; b < nb; b++) {
+            uint16_t *d = &scales[r * nb + b];
+            if (t == T_Q8_0) {
+                BlockQ8_0 x;
+                memcpy(&x, s + b * sizeof x, sizeof x);
+                memcpy(q + 32 * b, x.qs, 32), *d = x.d;
+            } else if (t == T_Q4_0) {
+                BlockQ4_0 x;
+                memcpy(&x, s + b * sizeof x, sizeof x);
+                memcpy(q + 16 * b, x.qs, 16), *d = x.d;
+            } else {
+                BlockQ6_K x;
+                memcpy(&x, s + b * sizeof x, sizeof x);
+                memcpy(q + 128 * b, x.ql, 128), memcpy(q + 128 * nb + 64 * b, x.qh, 64), memcpy(q + 192 * nb + 16 * b, x.scales, 16);
+                *d = x.d;
+            }
+        }
+    }
+}
+
+// n_stack matrices of n_out rows of n_in values of type t (host, as stored) onto the device. Every
+// kernel reads whole units with 16-byte loads: rows whose length is not a multiple of the unit (4
+// values for F32, 8 for F16/BF16, the block otherwise) are refused.
+static Mat upload_weights(uint32_t t, int64_t n_in, int64_t n_out, int n_stack, const void *h) {
+    int unit = 0;
+    by_type(t, "upload_weights", [&](auto d) { unit = decltype(d)::UNIT; });
+    if (n_in % unit != 0) {
+        fprintf(stderr, "clover: error: the GPU kernels need %s rows of a multiple of %d values, but a matrix has rows of %lld; use -ngl 0\n",
+                type_name(t), unit, (long long)n_in);
+        exit(1);
+    }
+    int64_t rows = n_out * n_stack;
+    size_t bytes = row_bytes(t, n_in) * (size_t)rows;
+    Mat m = {t, n_in, n_out, nullptr, quant_row_bytes(t, n_in), nullptr};
+    if (!split_scales(t)) {
+        m.data = (const uint8_t *)dev_copy(h, bytes);
+        return m;
+    }
+    uint8_t *tmp = (uint8_t *)xmalloc(bytes);
+    split_rows(t, (const uint8_t *)h, n_in, rows, tmp);
+    m.data = (const uint8_t *)dev_copy(tmp, bytes);
+    m.scales = (const uint16_t *)(m.data + (size_t)rows * m.row_bytes);
+    free(tmp);
+    return m;
+}
+
 static Mat upload_mat(const GpuMat *m, int n_stack) {
-    Mat d = {m->type, m->n_in, m->n_out, nullptr, row_bytes(m->type, m->n_in)};
-    if (m->data) d.data = (const uint8_t *)dev_copy(m->data, mat_bytes(m, n_stack));
-    return d;
+    if (!m->data) return {m->type, m->n_in, m->n_out, nullptr, quant_row_bytes(m->type, m->n_in), nullptr};
+    return upload_weights(m->type, m->n_in, m->n_out, n_stack, m->data);
+}
+
+// expert e of stacked experts m as a matrix of its own
+static Mat expert(const Mat *m, int e) {
+    Mat x = *m;
+    x.data += (size_t)e * m->n_out * m->row_bytes;
+    if (x.scales) x.scales += (size_t)e * m->n_out * (m->n_in / (m->type == T_Q6_K ? 256 : 32));
+    return x;
 }
 
 static Layer upload_layer(const GpuConfig *c, const GpuLayer *h) {
@@ -1384,7 +1850,7 @@ static Layer upload_layer(const GpuConfig *c, const GpuLayer *h) {
     L.gate_exps = upload_mat(&h->gate_exps, c->n_expert), L.up_exps = upload_mat(&h->up_exps, c->n_expert);
     L.down_exps = upload_mat(&h->down_exps, c->n_expert);
     L.gate_shexp = upload_mat(&h->gate_shexp, 1), L.up_shexp = upload_mat(&h->up_shexp, 1), L.down_shexp = upload_mat(&h->down_shexp, 1);
-    L.shexp_gate = {T_F32, c->n_embd, 1, (const uint8_t *)upload_vec(h->shexp_gate, c->n_embd), (size_t)c->n_embd * 4};
+    L.shexp_gate = {T_F32, c->n_embd, 1, (const uint8_t *)upload_vec(h->shexp_gate, c->n_embd), (size_t)c->n_embd * 4, nullptr};
     return L;
 }
 
@@ -1412,7 +1878,7 @@ static void state_init(State *s, const GpuConfig *c, const Layer *layers, int n_
     }
 }
 
-static void scratch_init(Scratch *s, const GpuConfig *c, int cap, int n_ctx) {
+static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used, H = (size_t)c->n_v_heads;
     size_t ff = widest_ff(c), q = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_head_kv * c->head_dim, S = S_floats(c);
     size_t maxin = widest_input(c);
@@ -1426,12 +1892,11 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap, int n_ctx) {
     for (float **h : heads) *h = dev_floats(T * H);
     s->qg = dev_floats(T * 2 * q), s->ao = dev_floats(T * q), s->ao_gated = dev_floats(T * q);
     s->kr = dev_floats(T * kvd), s->vr = dev_floats(T * kvd);
-    s->att_stride = att_stride(n_ctx);
-    s->att = dev_floats(T * c->n_head * s->att_stride);
+    s->att = dev_floats(attention_part_floats(cap, c->n_head, c->head_dim));
     s->router_logits = dev_floats(T * c->n_expert), s->probs = dev_floats(T * c->n_expert);
     s->w = dev_floats(T * K), s->sel = (int *)dev_alloc(T * K * sizeof(int));
     s->ge = dev_floats(T * K * ff), s->ue = dev_floats(T * K * ff), s->he = dev_floats(T * K * ff), s->ye = dev_floats(T * K * E);
-    s->xq = (uint8_t *)dev_alloc(T * K * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * maxin * 4);
+    s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
     s->S = dev_floats(S), s->S_rev = dev_floats(S);
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
     s->logits = dev_floats(T * c->n_vocab);
@@ -1474,7 +1939,7 @@ extern "C" Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type,
     gpu->layers = (Layer *)xmalloc((size_t)c->n_layer * sizeof(Layer));
     for (int il = 0; il < c->n_layer; il++) gpu->layers[il] = upload_layer(c, &m->layers[il]);
     state_init(&gpu->st, c, gpu->layers, n_ctx, cap, k_type, v_type);
-    scratch_init(&gpu->sc, c, cap, n_ctx);
+    scratch_init(&gpu->sc, c, cap);
     return gpu;
 }
 
@@ -1494,10 +1959,12 @@ enum Pass { CAUSAL, PREVIEW };
 // device computes is copied as it is; the values clover.c recomputes only for its dumps are derived
 // the same way here, on the host from the device's values (conv_input's layout, a_softplus, the SiLU
 // of conv_output_silu, the q and gate halves, the gate and shared-expert sigmoids, the routing
-// steps, the weighted expert rows; silu, sigmoid and softplus are host functions too), except
-// conv_output_raw, which gdn_conv_gpu computes once more for it. While dumping, the experts' gate
-// and up run as matmul_id_gpu twice and swiglu_gpu (swiglu_id's twins, the same bits: --check-ops),
-// so that their rows exist. A no-op without --dump-tensors; with it, the host waits at each point.
+// steps, the weighted expert rows; silu, sigmoid and softplus are host functions too). What a fused
+// kernel keeps inside, it exposes while dumping: conv_output_raw by gdn_conv_gpu once more in its
+// raw mode (the sums before the SiLU and the norms), Qcur_normed and Kcur_normed by attn_prep into
+// dump buffers; and the experts' and the shared expert's gate and up run unfused (matmul_id_gpu or
+// matmuls twice, then swiglu_gpu: swiglu_id's twins, the same bits, checked by --check-ops), so that
+// their rows exist. A no-op without --dump-tensors; with it, the host waits at each point.
 
 // host slot i (of gpu->dump_host) with room for n floats
 static float *dump_buf(Gpu *gpu, int i, size_t n) {
@@ -1552,7 +2019,7 @@ static void dump_a_softplus(Gpu *gpu, int il, int T) {
 }
 
 // Before gdn_advance moves the ring: conv_input (channel-major [ring | u]), conv_output_raw (the
-// conv by gdn_conv_gpu into s->conv, which gdn_advance computes again), conv_output_silu, q_conv,
+// conv by gdn_conv_gpu's raw mode into s->conv, which gdn_advance then overwrites), conv_output_silu, q_conv,
 // k_conv, and the state before the batch, state_predelta (clover.c's dump_gdn_conv).
 static void dump_gdn_conv(Gpu *gpu, int il, int T) {
     if (!gpu->dump) return;
@@ -1564,7 +2031,7 @@ static void dump_gdn_conv(Gpu *gpu, int il, int T) {
     for (int ch = 0; ch < C; ch++)
         for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : u[(size_t)(j - R) * C + ch];
     dump_h(gpu, "conv_input", il, in, false, 1, 1, C, R + T);
-    gdn_conv_gpu(gpu->layers[il].conv, c->d_conv, C, gpu->st.ring[il], s->qkv, T, s->conv);
+    gdn_conv_gpu(gpu->layers[il].conv, nullptr, c->d_conv, C, gpu->st.ring[il], s->qkv, T, d, 2 * c->n_k_heads, c->eps, true, s->conv);
     dump(gpu, "conv_output_raw", il, s->conv, T, C);
     float *y = fetch(gpu, 1, s->conv, (size_t)T * C);
     for (size_t i = 0; i < (size_t)T * C; i++) y[i] = silu(y[i]);
@@ -1650,37 +2117,32 @@ static void dump_shared_expert(Gpu *gpu, int il, int T) {
     dump_h(gpu, "ffn_shexp_gated", il, y, false, T, 1, 1, E);
 }
 
-// The T rows of n activations x as a matmul with weights of type wtype reads them: rounded to its
-// dot type into xq, or x itself where that is F32 (nothing to round).
-static const void *rounded(uint32_t wtype, const float *x, int64_t n, int T, uint8_t *xq) {
-    if (dot_type(wtype) == T_F32) return x;
-    quantize_row_gpu(wtype, x, xq, n, T);
-    return xq;
+// A matmul input: T rows of floats x and, where xq is not NULL, the same rows rounded to dot type dt
+// there: what a norm leaves (add_norm_gpu, moe_out_gpu write xn and its rounding into sc.xq, and only
+// they write sc.xq), so the first matrices after it read the rounding it made.
+struct Input { const float *x; const void *xq; uint32_t dt; };
+
+// in as a matmul with weights of type wtype reads it: x itself for F32, the input's rounding where it
+// has this dot type, else rounded now into sc.xq2 (which no Input holds)
+static const void *rounded(Gpu *gpu, Input in, uint32_t wtype, int64_t n, int T) {
+    uint32_t dt = dot_type(wtype);
+    if (dt == T_F32) return in.x;
+    if (in.xq && in.dt == dt) return in.xq;
+    quantize_row_gpu(wtype, in.x, gpu->sc.xq2, n, T);
+    return gpu->sc.xq2;
 }
 
-// y_i = W_i x[t] for the n matrices that read one input x (T rows), in order: x rounded once for
-// each run of matrices of one dot type (a GDN layer's four projections, attention's q, k and v),
-// not once each. clover.c's matmul, for each of them.
-static void matmuls(Gpu *gpu, const float *x, int T, int n, const Mat *const w[], float *const y[]) {
-    const void *xq = nullptr;
-    for (int i = 0; i < n; i++) {
-        if (i == 0 || dot_type(w[i]->type) != dot_type(w[i - 1]->type)) xq = rounded(w[i]->type, x, w[i]->n_in, T, gpu->sc.xq);
-        matmul_gpu(w[i]->type, w[i]->data, xq, w[i]->n_in, w[i]->n_out, T, y[i]);
+// y_i = W_i x[t] for the n matrices that read one input (T rows), in order: one launch for each run of
+// matrices of one type (a GDN layer's projections, attention's q, k and v, the router and the shared
+// expert's gate), the input rounded once a run at most. clover.c's matmul, for each of them.
+static void matmuls(Gpu *gpu, Input in, int T, int n, const Mat *const w[], float *const y[]) {
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && w[j]->type == w[i]->type; j++) {}
+        matmuls_gpu(w + i, j - i, rounded(gpu, in, w[i]->type, w[i]->n_in, T), T, y + i);
     }
 }
 
-static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) { matmuls(gpu, x, T, 1, &w, &y); }
-
-// x += y over n floats (the residual adds)
-__global__ void add_kernel(float *x, const float *y, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (i < n) x[i] += y[i];
-}
-
-static void add_gpu(float *x, const float *y, int64_t n) {
-    cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, add_kernel, x, y, n));
-}
+static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) { matmuls(gpu, {x, nullptr, 0}, T, 1, &w, &y); }
 
 static void copy_floats(float *dst, const float *src, size_t n) {
     dev_to_dev(dst, src, n * sizeof(float));
@@ -1693,8 +2155,7 @@ static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g,
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     float *ring = gpu->st.ring[il];
-    gdn_conv_gpu(gpu->layers[il].conv, c->d_conv, c->conv_dim, ring, u, T, s->conv);
-    gdn_qk_norm_gpu(s->conv, T, c->conv_dim, c->d_state, 2 * c->n_k_heads, c->eps);
+    gdn_conv_gpu(gpu->layers[il].conv, nullptr, c->d_conv, c->conv_dim, ring, u, T, c->d_state, 2 * c->n_k_heads, c->eps, false, s->conv);
     gdn_ring_push_gpu(ring, u, T, c->d_conv, c->conv_dim);
     delta_rule_gpu(gpu->st.S[il], s->conv, g, beta, s->o, T, false, c->n_v_heads, c->n_k_heads, c->d_state, c->conv_dim,
                    c->key_dim, c->value_dim);
@@ -1703,27 +2164,26 @@ static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g,
 // The preview mixer (spec S2.4), never writing the committed state: the causal conv plus the
 // right taps, a forward scan from a copy of S, and, where the layer has it, a reverse scan from zero
 // state mixed in per value head: o_t = o_fwd_t + gamma_h o_rev_t.
-static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T) {
+static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int H = c->n_v_heads, d = c->d_state;
     copy_floats(s->S, gpu->st.S[il], S_floats(c));
-    gdn_conv_gpu(L->conv, c->d_conv, c->conv_dim, gpu->st.ring[il], s->qkv, T, s->conv);
-    if (L->conv_right) gdn_conv_right_gpu(L->conv_right, c->d_conv, c->conv_dim, s->qkv, T, s->conv);
-    gdn_qk_norm_gpu(s->conv, T, c->conv_dim, d, 2 * c->n_k_heads, c->eps);
+    gdn_conv_gpu(L->conv, L->conv_right, c->d_conv, c->conv_dim, gpu->st.ring[il], s->qkv, T, d, 2 * c->n_k_heads, c->eps, false, s->conv);
     delta_rule_gpu(s->S, s->conv, s->g, s->beta, s->o, T, false, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     if (!L->a_rev) return;
     const Mat *w[] = {&L->beta_rev, &L->alpha_rev};
     float *y[] = {s->beta_rev_logit, s->alpha_rev};
-    matmuls(gpu, s->xn, T, 2, w, y);   // W_beta_rev a, W_alpha_rev a
+    matmuls(gpu, in, T, 2, w, y);   // W_beta_rev a, W_alpha_rev a
     gdn_gates_gpu(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, H, s->g_rev, s->beta_rev);
     CUDA_CHECK(cudaMemsetAsync(s->S_rev, 0, S_floats(c) * sizeof(float), stream));
     delta_rule_gpu(s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     gdn_rev_mix_gpu(s->o, s->o_rev, L->rev_mix, T, H, d);
 }
 
-// A Gated DeltaNet layer, the mixer output in s->mix; log: record the recurrence's inputs (rollback).
-static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
+// A Gated DeltaNet layer on the normed input in, the mixer output in s->mix; log: record the
+// recurrence's inputs (rollback).
+static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
@@ -1731,7 +2191,7 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
     int C = c->conv_dim, d = c->d_state;
     const Mat *w[] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
     float *y[] = {s->qkv, s->z, s->beta_logit, s->alpha};
-    matmuls(gpu, s->xn, T, 4, w, y);   // u = W_qkv a, z = W_gate a, W_beta a, W_alpha a
+    matmuls(gpu, in, T, 4, w, y);   // u = W_qkv a, z = W_gate a, W_beta a, W_alpha a
     dump3(gpu, "beta", il, s->beta_logit, T, H, 1);
     dump(gpu, "alpha", il, s->alpha, T, H);
     gdn_gates_gpu(L->a, L->dt, s->alpha, s->beta_logit, T, H, s->g, s->beta);
@@ -1748,22 +2208,23 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log) {
     if (pass == CAUSAL) {
         dump_gdn_conv(gpu, il, T);   // conv_input .. k_conv and state_predelta, from the ring before it moves
         gdn_advance(gpu, il, T, s->qkv, s->g, s->beta);
-    } else gdn_preview(gpu, L, il, T);
+    } else gdn_preview(gpu, L, il, T, in);
     dump_slice(gpu, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
     dump_slice(gpu, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
     dump_slice(gpu, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
     if (pass == CAUSAL) dump_nd(gpu, "new_state", il, gpu->st.S[il], 0, 1, H, d, d);
     dump3(gpu, "attn_output", il, s->o, T, H, d);
-    gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, d, c->eps, s->o_normed);   // RMSNorm(o_h) * SiLU(z_h)
+    gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, d, c->eps, s->o_normed, L->ssm_out.type, s->xq2);   // RMSNorm(o_h) * SiLU(z_h)
     dump(gpu, "final_output", il, s->o_normed, T, c->value_dim);
-    matmul(gpu, &L->ssm_out, s->o_normed, T, s->mix);                            // out = W_out [...]_h
+    const Mat *out = &L->ssm_out;
+    matmuls(gpu, {s->o_normed, s->xq2, dot_type(out->type)}, T, 1, &out, &s->mix);   // out = W_out [...]_h
     dump(gpu, "linear_attn_out", il, s->mix, T, c->n_embd);
 }
 
 // --- gated attention -----------------------------------------------------------------------------
 // Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
 // committed prefix (nothing there is committed) and every row sees the prefix and the whole block.
-static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
+static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
@@ -1771,71 +2232,75 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T) {
     int hd = c->head_dim, kvd = c->n_head_kv * hd;
     const Mat *w[] = {&L->wq, &L->wk, &L->wv};
     float *y[] = {s->qg, s->kr, s->vr};
-    matmuls(gpu, s->xn, T, 3, w, y);   // [q_h | gate_h] = W_q a, k = W_k a, v = W_v a
+    matmuls(gpu, in, T, 3, w, y);   // [q_h | gate_h] = W_q a, k = W_k a, v = W_v a
     dump(gpu, "Qcur_full", il, s->qg, T, 2 * c->n_head * hd);
     dump_q_heads(gpu, "Qcur_reshaped", il, T);
     dump_gates(gpu, il, T);   // gate_reshaped, gate_sigmoid
     dump(gpu, "Vcur", il, s->vr, T, kvd);
-    attn_qk_norm_gpu(s->qg, s->kr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps);
-    dump_q_heads(gpu, "Qcur_normed", il, T);
-    dump3(gpu, "Kcur_normed", il, s->kr, T, c->n_head_kv, hd);
-    attn_rope_gpu(s->qg, s->kr, T, s->pos, c->n_head, c->n_head_kv, hd, c->n_rot, c->rope_base);
+    // RMSNorm and rope of the q and k heads, the K and V rows into the cache at pos..
+    attn_prep_gpu(s->qg, s->kr, s->vr, L->q_norm, L->k_norm, T, c->n_head, c->n_head_kv, hd, c->eps, c->n_rot, c->rope_base, s->pos, st->k_type,
+                  st->k[il], st->v_type, st->v[il], gpu->dump ? s->ao : nullptr, gpu->dump ? s->ao_gated : nullptr);   // (ao, ao_gated: free until the attention)
+    dump3(gpu, "Qcur_normed", il, s->ao, T, c->n_head, hd);
+    dump3(gpu, "Kcur_normed", il, s->ao_gated, T, c->n_head_kv, hd);
     dump_q_heads(gpu, "Qcur", il, T);
     dump3(gpu, "Kcur", il, s->kr, T, c->n_head_kv, hd);
-    store_as_gpu(st->k_type, st->k[il], s->pos, kvd, s->kr, (int64_t)T * kvd);   // K and V rows into the cache at pos..
-    store_as_gpu(st->v_type, st->v[il], s->pos, kvd, s->vr, (int64_t)T * kvd);
     attention_gpu(s->qg, st->k[il], st->v[il], st->k_type, st->v_type, s->pos, T, pass == CAUSAL, c->n_head, c->n_head_kv, hd,
-                  c->kq_scale, s->att, s->att_stride, s->ao, s->ao_gated);
+                  c->kq_scale, s->att, s->ao, s->ao_gated, L->wo.type, s->xq2);
     dump(gpu, "attn_pregate", il, s->ao, T, c->n_head * hd);
     dump(gpu, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
-    matmul(gpu, &L->wo, s->ao_gated, T, s->mix);   // out = W_o o
+    const Mat *wo = &L->wo;
+    matmuls(gpu, {s->ao_gated, s->xq2, dot_type(wo->type)}, T, 1, &wo, &s->mix);   // out = W_o o
     dump(gpu, "attn_output", il, s->mix, T, c->n_embd);
 }
 
 // --- MoE -----------------------------------------------------------------------------------------
 // Expert FFNs for T rows routed in s->sel / s->w: pair p = t*K + r runs expert sel[p] on row t,
-//   moe[t] = sum_r w_r down_e(silu(gate_e m) * up_e m), summed in rank order r = 0, 1, ...
-// The expert ids stay on the device: each expert matmul reads them (matmul_id_gpu).
-static void moe_experts(Gpu *gpu, const Layer *L, int T) {
+//   ye_p = down_e(silu(gate_e m) * up_e m)
+// (summed in rank order by moe_out_gpu). The expert ids stay on the device: each expert matmul reads
+// them (matmul_id_gpu, swiglu_id_gpu).
+static void moe_experts(Gpu *gpu, const Layer *L, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
-    const void *xu = rounded(L->up_exps.type, s->xn, E, T, s->xq);   // (gate's the same where the dot types agree)
-    const void *xg = dot_type(L->gate_exps.type) == dot_type(L->up_exps.type) ? xu : rounded(L->gate_exps.type, s->xn, E, T, s->xq2);
-    if (L->gate_exps.type == L->up_exps.type && !gpu->dump)   // h = silu(gate_e m) * up_e m in one launch (dumps: gate and up kept)
-        swiglu_id_gpu(L->up_exps.type, L->gate_exps.data, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xg, xu, E, F, s->he);
-    else {
-        matmul_id_gpu(L->up_exps.type, L->up_exps.data, L->up_exps.row_bytes * F, s->sel, T * K, K, xu, E, F, s->ue);
-        matmul_id_gpu(L->gate_exps.type, L->gate_exps.data, L->gate_exps.row_bytes * F, s->sel, T * K, K, xg, E, F, s->ge);
+    if (L->gate_exps.type == L->up_exps.type && !gpu->dump) {   // h = silu(gate_e m) * up_e m in one launch (dumps: gate and up kept)
+        const void *x = rounded(gpu, in, L->up_exps.type, E, T);
+        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, x, x, s->he);
+    } else {   // (gate's rounding, if in xq2, is read before the next rounding there)
+        matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, rounded(gpu, in, L->gate_exps.type, E, T), s->ge);
+        matmul_id_gpu(&L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T), s->ue);
         swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
     }
-    const void *xh = rounded(L->down_exps.type, s->he, F, T * K, s->xq);
-    matmul_id_gpu(L->down_exps.type, L->down_exps.data, L->down_exps.row_bytes * E, s->sel, T * K, 1, xh, F, E, s->ye);
-    moe_sum_gpu(s->sel, s->w, s->ye, T, K, E, s->mix);
+    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, rounded(gpu, {s->he, nullptr, 0}, L->down_exps.type, F, T * K), s->ye);
 }
 
-// Shared expert, gated by a sigmoid scalar: mix += sigmoid(g_sh . m) down_sh(silu(gate_sh m) * up_sh m).
-static void moe_shared(Gpu *gpu, const Layer *L, int T) {
+// Shared expert: sh = down_sh(silu(gate_sh m) * up_sh m) (its gate sigmoid(g_sh . m) is applied by
+// moe_out_gpu, g_sh . m computed with the router)
+static void moe_shared(Gpu *gpu, const Layer *L, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
-    int E = c->n_embd;
-    const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
-    float *y[] = {s->ue, s->ge};
-    matmuls(gpu, s->xn, T, 2, w, y);
-    swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * c->n_ff_shexp);
+    int E = c->n_embd, F = c->n_ff_shexp;
+    if (L->gate_shexp.type == L->up_shexp.type && !gpu->dump) {   // one launch (swiglu_id with one matrix; dumps: gate and up kept)
+        const void *x = rounded(gpu, in, L->up_shexp.type, E, T);
+        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, x, x, s->he);
+    } else {
+        const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
+        float *y[] = {s->ue, s->ge};
+        matmuls(gpu, in, T, 2, w, y);
+        swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * F);
+    }
     matmul(gpu, &L->down_shexp, s->he, T, s->sh);
-    matmul(gpu, &L->shexp_gate, s->xn, T, s->sh_logit);
-    moe_shared_gate_gpu(s->mix, s->sh, s->sh_logit, T, E);
 }
 
-// The MoE FFN, its output in s->mix: route each row to its experts (in the preview, within the
-// block's coreset), the experts, the shared expert.
-static void moe_layer(Gpu *gpu, Pass pass, int il, int T) {
+// The MoE FFN on the normed input in: route each row to its experts (in the preview, within the
+// block's coreset), the experts, the shared expert; their sum (moe_out_gpu) follows.
+static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used;
-    matmul(gpu, &L->router, s->xn, T, s->router_logits);   // W_router m
+    const Mat *w[] = {&L->router, &L->shexp_gate};
+    float *y[] = {s->router_logits, s->sh_logit};
+    matmuls(gpu, in, T, 2, w, y);   // W_router m, g_sh . m (one launch where both are F32)
     dump(gpu, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
     bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
     route_gpu(s->router_logits, s->probs, nullptr, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, true, !use_coreset);
@@ -1846,44 +2311,62 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T) {
     dump(gpu, "ffn_moe_probs", il, s->probs, T, c->n_expert);
     dump_routing(gpu, il, T);   // ffn_moe_topk, ffn_moe_weights[_sum[_clamped]]: route_top_k's steps
     dump(gpu, "ffn_moe_weights_norm", il, s->w, T, K);
-    moe_experts(gpu, L, T);
+    moe_experts(gpu, L, T, in);
     dump_experts(gpu, il, T);   // ffn_moe_gate, _up, _swiglu, _down, _weighted, by pair
-    dump(gpu, "ffn_moe_out", il, s->mix, T, c->n_embd);
-    moe_shared(gpu, L, T);
-    dump_shared_expert(gpu, il, T);   // ffn_gate .. ffn_shexp_gated
-    dump(gpu, "ffn_out", il, s->mix, T, c->n_embd);
+    moe_shared(gpu, L, T, in);
+    dump_shared_expert(gpu, il, T);   // ffn_gate .. ffn_shexp_gated (moe_out_gpu, after, overwrites sh)
 }
 
 // --- the whole pass ------------------------------------------------------------------------------
-// Every layer over the T <= cap rows of embeddings in s->x, at positions *s->pos..; the residual
-// stream ends in s->x.
-static void forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
-    const GpuConfig *c = &gpu->c;
-    Scratch *s = &gpu->sc;
-    int E = c->n_embd;
-    for (int il = 0; il < c->n_layer; il++) {
-        const Layer *L = &gpu->layers[il];
-        rmsnorm_gpu(s->xn, s->x, L->attn_norm, E, c->eps, T);
-        dump(gpu, "attn_norm", il, s->xn, T, E);
-        if (L->recurrent) gdn_layer(gpu, pass, il, T, log);
-        else attn_layer(gpu, pass, il, T);
-        add_gpu(s->x, s->mix, (int64_t)T * E);
-        dump(gpu, "attn_residual", il, s->x, T, E);
-        rmsnorm_gpu(s->xn, s->x, L->post_norm, E, c->eps, T);
-        dump(gpu, "attn_post_norm", il, s->xn, T, E);
-        moe_layer(gpu, pass, il, T);
-        add_gpu(s->x, s->mix, (int64_t)T * E);
-        dump(gpu, "l_out", il, s->x, T, E);
-    }
+// the type of the first matrix that reads layer il's normed input (the output head after the last):
+// the norm before it rounds for that type
+static uint32_t first_reader(const Gpu *gpu, int il) {
+    if (il == gpu->c.n_layer) return gpu->output.type;
+    const Layer *L = &gpu->layers[il];
+    return L->recurrent ? L->qkv.type : L->wq.type;
 }
 
-// Final norm and LM head for rows first..first+n-1: logits in s->logits ([n][n_vocab]).
-static void lm_head(Gpu *gpu, int first, int n) {
+// Every layer over the T <= cap rows of embeddings in s->x, at positions *s->pos..; the residual
+// stream ends in s->x, and its output norm (rounded for the head) in s->xn, s->xq. Each norm is one
+// kernel with the residual add before it (add_norm_gpu, moe_out_gpu) and the rounding for the
+// matrices after it.
+static Input forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
-    rmsnorm_gpu(s->xn, s->x + (size_t)first * c->n_embd, gpu->output_norm, c->n_embd, c->eps, n);
-    dump(gpu, "result_norm", -1, s->xn, n, c->n_embd);
-    matmul(gpu, &gpu->output, s->xn, n, s->logits);
+    int E = c->n_embd, K = c->n_expert_used;
+    uint32_t t0 = first_reader(gpu, 0);
+    add_norm_gpu(s->x, nullptr, gpu->layers[0].attn_norm, E, c->eps, t0, s->xn, s->xq, T);
+    Input in = {s->xn, s->xq, dot_type(t0)};
+    for (int il = 0; il < c->n_layer; il++) {
+        const Layer *L = &gpu->layers[il];
+        dump(gpu, "attn_norm", il, s->xn, T, E);
+        if (L->recurrent) gdn_layer(gpu, pass, il, T, log, in);
+        else attn_layer(gpu, pass, il, T, in);
+        add_norm_gpu(s->x, s->mix, L->post_norm, E, c->eps, L->up_exps.type, s->xn, s->xq, T);   // x += mix; m = RMSNorm(x)
+        in = {s->xn, s->xq, dot_type(L->up_exps.type)};
+        dump(gpu, "attn_residual", il, s->x, T, E);
+        dump(gpu, "attn_post_norm", il, s->xn, T, E);
+        moe_layer(gpu, pass, il, T, in);
+        uint32_t next = first_reader(gpu, il + 1);
+        const float *norm = il + 1 < c->n_layer ? gpu->layers[il + 1].attn_norm : gpu->output_norm;
+        moe_out_gpu(s->x, s->sel, s->w, s->ye, K, s->mix, s->sh, s->sh_logit, norm, E, c->eps, next, s->xn, s->xq, T);
+        in = {s->xn, s->xq, dot_type(next)};
+        dump(gpu, "ffn_moe_out", il, s->mix, T, E);
+        dump(gpu, "ffn_out", il, s->sh, T, E);
+        dump(gpu, "l_out", il, s->x, T, E);
+    }
+    return in;
+}
+
+// The LM head for rows first..first+n-1 of the output norm in (forward_layers'): logits in s->logits ([n][n_vocab]).
+static void lm_head(Gpu *gpu, Input in, int first, int n) {
+    const GpuConfig *c = &gpu->c;
+    Scratch *s = &gpu->sc;
+    const float *xn = in.x + (size_t)first * c->n_embd;
+    dump(gpu, "result_norm", -1, xn, n, c->n_embd);
+    Input rows = {xn, in.xq ? (const uint8_t *)in.xq + first * act_bytes(in.dt, c->n_embd) : nullptr, in.dt};
+    const Mat *w = &gpu->output;
+    matmuls(gpu, rows, n, 1, &w, &s->logits);
     dump(gpu, "result_output", -1, s->logits, n, c->n_vocab);
 }
 
@@ -1895,8 +2378,7 @@ static void decode_step(Gpu *gpu) {
     if (!gpu->captured) {
         cudaGraph_t g;
         CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        forward_layers(gpu, CAUSAL, 1, false);
-        lm_head(gpu, 0, 1);
+        lm_head(gpu, forward_layers(gpu, CAUSAL, 1, false), 0, 1);
         argmax_gpu(gpu->sc.logits, gpu->c.n_vocab, 1, gpu->sc.token);
         CUDA_CHECK(cudaStreamEndCapture(stream, &g));
         size_t nodes = 0;
@@ -1924,8 +2406,8 @@ extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n
     CUDA_CHECK(cudaMemcpyAsync(s->pos, s->pos_host, sizeof(int), cudaMemcpyHostToDevice, stream));
     if (T == 1 && !preview && !log && n_logits <= 1 && !gpu->dump) decode_step(gpu);   // (dumps copy at each point: no graph)
     else {
-        forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
-        if (n_logits > 0) lm_head(gpu, first, n_logits);
+        Input out = forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
+        if (n_logits > 0) lm_head(gpu, out, first, n_logits);
         if (token) argmax_gpu(s->logits, (int)V, 1, s->token);
     }
     if (token) CUDA_CHECK(cudaMemcpyAsync(s->token_host, s->token, sizeof(int), cudaMemcpyDeviceToHost, stream));
@@ -2060,26 +2542,79 @@ static void fill_activations(float *x, int64_t n, bool edges) {
     if (n > 700) x[700] = INFINITY;
 }
 
-// quantize_row vs quantize_q8_0 / q8_K / f16 / bf16: the rounded bytes are equal
+// A row rounded by the CPU (clover.c's blocks) in the device's split layout (section 3): its
+// act_content bytes
+static void split_act(uint32_t dt, const uint8_t *cpu, int64_t n, uint8_t *out) {
+    if (dt == T_Q8_0)
+        for (int64_t b = 0; b < n / 32; b++) {
+            BlockQ8_0 x;
+            memcpy(&x, cpu + b * sizeof x, sizeof x);
+            memcpy(out + 32 * b, x.qs, 32), memcpy(out + n + 2 * b, &x.d, 2);
+        }
+    else if (dt == T_Q8_K)
+        for (int64_t b = 0; b < n / 256; b++) {
+            BlockQ8_K x;
+            memcpy(&x, cpu + b * sizeof x, sizeof x);
+            memcpy(out + 256 * b, x.qs, 256), memcpy(out + n + 32 * b, x.bsums, 32), memcpy(out + n + n / 8 + 4 * b, &x.d, 4);
+        }
+    else memcpy(out, cpu, row_bytes(dt, n));
+}
+
+// quantize_row vs quantize_q8_0 / q8_K / f16 / bf16: the rounded bytes are equal (the CPU's rows
+// split as the device lays them out)
 static void check_quantize(Tally *tl, const GpuCheck *cpu, uint32_t wtype, int64_t n) {
     for (int T : BATCHES) {
         uint32_t dt = dot_type(wtype);
-        size_t rb = row_bytes(dt, n);
+        size_t rb = row_bytes(dt, n), ab = act_bytes(dt, n), content = act_content(dt, n);
         float *x = (float *)xmalloc((size_t)(n * T) * 4);
-        uint8_t *want = (uint8_t *)xmalloc(rb * T), *got = (uint8_t *)xmalloc(rb * T);
+        uint8_t *cpu_row = (uint8_t *)xmalloc(rb), *want = (uint8_t *)xmalloc(content * T), *got = (uint8_t *)xmalloc(ab * T);
         fill_activations(x, n * T, true);
-        for (int t = 0; t < T; t++) cpu->quantize_row(wtype, x + t * n, want + t * rb, n);
+        for (int t = 0; t < T; t++) {
+            cpu->quantize_row(wtype, x + t * n, cpu_row, n);
+            split_act(dt, cpu_row, n, want + t * content);
+        }
         float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4);
-        void *dy = dev_alloc(rb * T);
+        void *dy = dev_alloc(ab * T);
         quantize_row_gpu(wtype, dx, dy, n, T);
-        host_copy(got, dy, rb * T);
+        host_copy(got, dy, ab * T);
+        double differ = 0;
+        for (int t = 0; t < T; t++) differ += bytes_differ(got + t * ab, want + t * content, content);
         char op[96];
         snprintf(op, sizeof op, "quantize_row %s n=%lld T=%d", type_name(dt), (long long)n, T);
-        report(tl, op, bytes_differ(got, want, rb * T), 0, "bytes");
+        report(tl, op, differ, 0, "bytes");
         CUDA_CHECK(cudaFree(dx));
         CUDA_CHECK(cudaFree(dy));
-        free(x), free(want), free(got);
+        free(x), free(cpu_row), free(want), free(got);
     }
+}
+
+// fp16_to_fp32 (section 2) of every half h = i, for check_fp16
+__global__ void fp16_all_kernel(float *y) {
+    int i = blockIdx.x * BLOCK + threadIdx.x;
+    y[i] = fp16_to_fp32((uint16_t)i);
+}
+
+// fp16_to_fp32 for all 65536 halves against their values computed here from the definition (sign,
+// exponent, mantissa; inf and NaN as clover.c keeps them): the same bits
+static void check_fp16(Tally *tl) {
+    float *got = (float *)xmalloc(65536 * 4), *want = (float *)xmalloc(65536 * 4);
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t sign = (h & 0x8000) << 16, e = (h >> 10) & 31, man = h & 0x3ff, bits;
+        if (e == 31) bits = sign | 0x7f800000 | man << 13;
+        else {
+            float v = e ? ldexpf((float)(1024 + man), (int)e - 25) : ldexpf((float)man, -24);
+            memcpy(&bits, &v, 4);
+            bits |= sign;
+        }
+        memcpy(&want[h], &bits, 4);
+    }
+    float *dy = (float *)dev_alloc(65536 * 4);
+    cudaLaunchConfig_t c = launch_config(65536 / BLOCK, BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, fp16_all_kernel, dy));
+    host_copy(got, dy, 65536 * 4);
+    report(tl, "fp16_to_fp32 all 65536 halves", bytes_differ(got, want, 65536 * 4), 0, "bytes");
+    CUDA_CHECK(cudaFree(dy));
+    free(got), free(want);
 }
 
 // Random weights whose every product and sum is exact in float (scales powers of two, small
@@ -2120,7 +2655,8 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
         w = (uint8_t *)xmalloc(wb * n_out);
         fill_exact_weights(wt, w, n, n_out);
     }
-    void *dw = dev_copy(w, wb * n_out);
+    Mat dm = upload_weights(wt, n, n_out, 1, w);
+    size_t xb = act_bytes(dt, n);
     for (int T : BATCHES) {
         float *x = (float *)xmalloc((size_t)(n * T) * 4), *want = (float *)xmalloc((size_t)(n_out * T) * 4);
         float *got = (float *)xmalloc((size_t)(n_out * T) * 4), *one = (float *)xmalloc((size_t)n_out * 4);
@@ -2132,15 +2668,33 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
             for (int64_t o = 0; o < n_out; o++) want[t * n_out + o] = cpu->dot(wt, m->n_out, w + o * wb, xq, n);
         }
         float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4), *dy = (float *)dev_alloc((size_t)(n_out * T) * 4);
-        void *dxq = dev_alloc(ab * T);
+        void *dxq = dev_alloc(xb * T);
         quantize_row_gpu(wt, dx, dxq, n, T);
-        matmul_gpu(wt, dw, dxq, n, n_out, T, dy);
+        matmul_gpu(&dm, dxq, T, dy);
         host_copy(got, dy, (size_t)(n_out * T) * 4);
         char op[128];
         snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
         report(tl, op, rel_err(got, want, n_out * T), exact ? 0 : 1e-5, exact ? "abs" : "rel");
-        if (T > 1) {   // row T-1 alone must give the bits it got in the batch
-            matmul_gpu(wt, dw, (uint8_t *)dxq + (T - 1) * ab, n, n_out, 1, dy);
+        {   // in one launch with a second matrix (its first n_out - 5 rows: another block count), as matmuls runs a
+            // GDN layer's projections: both as alone
+            Mat part = dm;
+            part.n_out = n_out > 5 ? n_out - 5 : n_out;
+            const Mat *both[] = {&part, &dm};
+            float *d2 = (float *)dev_alloc((size_t)(n_out * T) * 4), *dy2 = (float *)dev_alloc((size_t)(n_out * T) * 4), *ys[] = {d2, dy2};
+            float *g2 = (float *)xmalloc((size_t)(n_out * T) * 4), *g1 = (float *)xmalloc((size_t)(part.n_out * T) * 4);
+            matmuls_gpu(both, 2, dxq, T, ys);
+            host_copy(g2, dy2, (size_t)(n_out * T) * 4);
+            host_copy(g1, d2, (size_t)(part.n_out * T) * 4);
+            double differ = bytes_differ(g2, got, (size_t)(n_out * T) * 4);
+            for (int t = 0; t < T; t++) differ += bytes_differ(g1 + t * part.n_out, got + t * n_out, (size_t)part.n_out * 4);
+            snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d two in one launch = alone", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
+            report(tl, op, differ, 0, "bytes");
+            CUDA_CHECK(cudaFree(d2));
+            CUDA_CHECK(cudaFree(dy2));
+            free(g2), free(g1);
+        }
+        if (T > 1) {   // row T-1 alone (matvec_kernel) must give the bits it got in the batch (matmul_kernel)
+            matmul_gpu(&dm, (uint8_t *)dxq + (T - 1) * xb, 1, dy);
             host_copy(one, dy, (size_t)n_out * 4);
             snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d row %d = alone", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T, T - 1);
             report(tl, op, bytes_differ(one, got + (T - 1) * n_out, (size_t)n_out * 4), 0, "bytes");
@@ -2150,7 +2704,7 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
         CUDA_CHECK(cudaFree(dxq));
         free(x), free(want), free(got), free(one), free(xq);
     }
-    CUDA_CHECK(cudaFree(dw));
+    CUDA_CHECK(cudaFree((void *)dm.data));
     if (exact) free(w);
 }
 
@@ -2176,7 +2730,7 @@ static void check_row_op(Tally *tl, const GpuCheck *cpu, RowOp op, int n) {
         }
         float *dx = (float *)dev_copy(x, bytes), *dw = (float *)dev_copy(w, (size_t)n * 4);
         switch (op) {
-        case OP_RMSNORM: rmsnorm_gpu(dx, dx, dw, n, cpu->eps, T); break;
+        case OP_RMSNORM: add_norm_gpu(dx, nullptr, dw, n, cpu->eps, T_F32, dx, nullptr, T); break;
         case OP_L2NORM: l2norm_gpu(dx, n, cpu->eps, T); break;
         case OP_SOFTMAX: softmax_gpu(dx, n, T); break;
         case OP_SILU: silu_row_gpu(dx, dx, (int64_t)n * T); break;
@@ -2192,29 +2746,6 @@ static void check_row_op(Tally *tl, const GpuCheck *cpu, RowOp op, int n) {
 }
 
 static int *dev_int(int v) { return (int *)dev_copy(&v, sizeof v); }   // a position in device memory
-
-// rope on T rows of n_head heads at positions pos..pos+T-1
-static void check_rope(Tally *tl, const GpuCheck *cpu, int pos) {
-    int hd = cpu->head_dim, nh = cpu->n_head;
-    for (int T : BATCHES) {
-        size_t n = (size_t)T * nh * hd, bytes = n * 4;
-        float *x = (float *)xmalloc(bytes), *want = (float *)xmalloc(bytes), *got = (float *)xmalloc(bytes);
-        for (size_t i = 0; i < n; i++) x[i] = rng_normal();
-        memcpy(want, x, bytes);
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < nh; h++) cpu->rope(want + ((size_t)t * nh + h) * hd, cpu->n_rot, pos + t, cpu->rope_base);
-        float *dx = (float *)dev_copy(x, bytes);
-        int *dpos = dev_int(pos);
-        rope_gpu(dx, cpu->n_rot, dpos, cpu->rope_base, nh, hd, T);
-        host_copy(got, dx, bytes);
-        CUDA_CHECK(cudaFree(dpos));
-        char name[96];
-        snprintf(name, sizeof name, "rope n_rot=%d heads=%dx%d pos=%d T=%d", cpu->n_rot, nh, hd, pos, T);
-        report(tl, name, rel_err(got, want, (int64_t)n), 1e-6, "rel");
-        CUDA_CHECK(cudaFree(dx));
-        free(x), free(want), free(got);
-    }
-}
 
 // argmax over T rows of n with many ties (values from a small set) and NaNs planted
 static void check_argmax(Tally *tl, const GpuCheck *cpu, int n) {
@@ -2242,6 +2773,8 @@ static void check_argmax(Tally *tl, const GpuCheck *cpu, int n) {
     }
 }
 
+static float *dev_copy_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
+
 // n random normal floats times scale
 static float *random_floats(int64_t n, float scale) {
     float *x = (float *)xmalloc((size_t)n * 4);
@@ -2249,24 +2782,52 @@ static float *random_floats(int64_t n, float scale) {
     return x;
 }
 
-// add (the residual adds; clover.c's loop x[i] += mix[i] in forward_layers): exact
-static void check_add(Tally *tl, int n) {
+// bytes in which a norm kernel's rounding xq (T rows of n, device) differs from quantize_row_gpu of
+// its own xn (itself checked against the CPU's quantize_row)
+static double rounding_differs(uint32_t wtype, const float *dxn, const void *dxq, int64_t n, int T) {
+    uint32_t dt = dot_type(wtype);
+    if (dt == T_F32) return 0;
+    size_t ab = act_bytes(dt, n), content = act_content(dt, n);
+    void *dwant = dev_alloc(ab * T);
+    quantize_row_gpu(wtype, dxn, dwant, n, T);
+    uint8_t *got = (uint8_t *)xmalloc(ab * T), *want = (uint8_t *)xmalloc(ab * T);
+    host_copy(got, dxq, ab * T);
+    host_copy(want, dwant, ab * T);
+    double d = 0;
+    for (int t = 0; t < T; t++) d += bytes_differ(got + t * ab, want + t * ab, content);
+    CUDA_CHECK(cudaFree(dwant));
+    free(got), free(want);
+    return d;
+}
+
+// add_norm (the residual add, the next rmsnorm and its rounding for weights of type wtype): x against
+// clover.c's loop x[i] += mix[i] (exact), xn against rmsnorm (1e-6: its double sums' order), xq
+// against quantize_row_gpu of that xn (bytes)
+static void check_add_norm(Tally *tl, const GpuCheck *cpu, int n, uint32_t wtype) {
     for (int T : BATCHES) {
         int64_t all = (int64_t)T * n;
-        float *x = random_floats(all, 3), *y = random_floats(all, 3), *got = (float *)xmalloc((size_t)all * 4);
-        float *dx = (float *)dev_copy(x, (size_t)all * 4), *dy = (float *)dev_copy(y, (size_t)all * 4);
-        add_gpu(dx, dy, all);
-        host_copy(got, dx, (size_t)all * 4);
-        for (int64_t i = 0; i < all; i++) x[i] += y[i];
+        float *x = random_floats(all, 3), *mix = random_floats(all, 3), *w = random_floats(n, 0.2f), *xn = (float *)xmalloc((size_t)all * 4);
+        float *gx = (float *)xmalloc((size_t)all * 4), *gxn = (float *)xmalloc((size_t)all * 4);
+        for (int i = 0; i < n; i++) w[i] += 1;
+        float *dx = dev_copy_floats(x, all), *dmix = dev_copy_floats(mix, all), *dw = dev_copy_floats(w, n), *dxn = (float *)dev_alloc((size_t)all * 4);
+        void *dxq = dev_alloc(act_bytes(dot_type(wtype), n) * T);
+        add_norm_gpu(dx, dmix, dw, n, cpu->eps, wtype, dxn, dxq, T);
+        host_copy(gx, dx, (size_t)all * 4);
+        host_copy(gxn, dxn, (size_t)all * 4);
+        for (int64_t i = 0; i < all; i++) x[i] += mix[i];
+        for (int t = 0; t < T; t++) cpu->rmsnorm(xn + (size_t)t * n, x + (size_t)t * n, w, n, cpu->eps);
         char name[96];
-        snprintf(name, sizeof name, "add n=%d T=%d", n, T);
-        report(tl, name, bytes_differ(got, x, (size_t)all * 4), 0, "bytes");
-        CUDA_CHECK(cudaFree(dx));
-        CUDA_CHECK(cudaFree(dy));
-        free(x), free(y), free(got);
+        snprintf(name, sizeof name, "add_norm %s n=%d T=%d x", type_name(dot_type(wtype)), n, T);
+        report(tl, name, bytes_differ(gx, x, (size_t)all * 4), 0, "bytes");
+        snprintf(name, sizeof name, "add_norm %s n=%d T=%d xn", type_name(dot_type(wtype)), n, T);
+        report(tl, name, rel_err(gxn, xn, all), 1e-6, "rel");
+        snprintf(name, sizeof name, "add_norm %s n=%d T=%d xq = quantize_row(xn)", type_name(dot_type(wtype)), n, T);
+        report(tl, name, rounding_differs(wtype, dxn, dxq, n, T), 0, "bytes");
+        for (void *d : {(void *)dx, (void *)dmix, (void *)dw, (void *)dxn, dxq}) CUDA_CHECK(cudaFree(d));
+        free(x), free(mix), free(w), free(xn), free(gx), free(gxn);
     }
 }
-static float *dev_copy_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
+
 
 // gdn_gates: beta and g (with alpha + dt past 20 now and then, softplus's other branch); device
 // expf / logf against libm's: 1e-6 relative
@@ -2292,48 +2853,27 @@ static void check_gdn_gates(Tally *tl, const GpuCheck *cpu) {
     }
 }
 
-// gdn_conv over [ring | u] (all channels) and the right taps added to it: the same fmaf / product
-// and sum chains as the CPU, exact
+// gdn_conv over [ring | u] (all channels), with the right taps or without, then silu and the q/k L2
+// norms, against the CPU's gdn_conv, gdn_conv_right and gdn_qk_norm row by row: the conv's fmaf and
+// product-and-sum chains are the CPU's, the norms' double sums in another order: 1e-6
 static void check_gdn_conv(Tally *tl, const GpuCheck *cpu, bool right) {
-    int K = cpu->d_conv, C = cpu->conv_dim;
+    int K = cpu->d_conv, C = cpu->conv_dim, d = cpu->d_state, n_qk = 2 * cpu->n_k_heads;
     for (int T : BATCHES) {
         int64_t n = (int64_t)T * C;
-        float *wc = random_floats((int64_t)C * K, 0.5f), *ring = random_floats((int64_t)(K - 1) * C, 1), *u = random_floats(n, 1), *want = random_floats(n, 1);
-        float *got = (float *)xmalloc((size_t)n * 4);
-        float *dw = dev_copy_floats(wc, (int64_t)C * K), *dring = dev_copy_floats(ring, (int64_t)(K - 1) * C), *du = dev_copy_floats(u, n);
-        float *dy = dev_copy_floats(want, n);
-        if (right) {   // wc's first C*(K-1) values as the taps wr [C][K-1]
-            cpu->gdn_conv_right(wc, K, C, u, T, want);
-            gdn_conv_right_gpu(dw, K, C, du, T, dy);
-        } else {
-            cpu->gdn_conv(wc, K, C, ring, u, T, 0, C, want);
-            gdn_conv_gpu(dw, K, C, dring, du, T, dy);
-        }
-        host_copy(got, dy, (size_t)n * 4);
-        char name[96];
-        snprintf(name, sizeof name, "%s K=%d C=%d T=%d", right ? "gdn_conv_right" : "gdn_conv", K, C, T);
-        report(tl, name, rel_err(got, want, n), 0, "abs");
-        for (float *p : {dw, dring, du, dy}) CUDA_CHECK(cudaFree(p));
-        free(wc), free(ring), free(u), free(want), free(got);
-    }
-}
-
-// gdn_qk_norm: silu exact; the L2 norms' double sums in another order: 1e-6 relative
-static void check_gdn_qk_norm(Tally *tl, const GpuCheck *cpu) {
-    int C = cpu->conv_dim, d = cpu->d_state, n_qk = 2 * cpu->n_k_heads;
-    for (int T : BATCHES) {
-        int64_t n = (int64_t)T * C;
-        float *x = random_floats(n, 3), *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
-        memcpy(want, x, (size_t)n * 4);
+        float *wc = random_floats((int64_t)C * K, 0.5f), *wr = random_floats((int64_t)C * (K - 1), 0.5f), *ring = random_floats((int64_t)(K - 1) * C, 1);
+        float *u = random_floats(n, 1), *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
+        float *dw = dev_copy_floats(wc, (int64_t)C * K), *dwr = dev_copy_floats(wr, (int64_t)C * (K - 1)), *dring = dev_copy_floats(ring, (int64_t)(K - 1) * C);
+        float *du = dev_copy_floats(u, n), *dy = (float *)dev_alloc((size_t)n * 4);
+        cpu->gdn_conv(wc, K, C, ring, u, T, 0, C, want);
+        if (right) cpu->gdn_conv_right(wr, K, C, u, T, want);
         for (int t = 0; t < T; t++) cpu->gdn_qk_norm(want + (int64_t)t * C, C, d, n_qk, cpu->eps);
-        float *dy = dev_copy_floats(x, n);
-        gdn_qk_norm_gpu(dy, T, C, d, n_qk, cpu->eps);
+        gdn_conv_gpu(dw, right ? dwr : nullptr, K, C, dring, du, T, d, n_qk, cpu->eps, false, dy);
         host_copy(got, dy, (size_t)n * 4);
         char name[96];
-        snprintf(name, sizeof name, "gdn_qk_norm C=%d d=%d T=%d", C, d, T);
+        snprintf(name, sizeof name, "%s + qk_norm K=%d C=%d T=%d", right ? "gdn_conv + right" : "gdn_conv", K, C, T);
         report(tl, name, rel_err(got, want, n), 1e-6, "rel");
-        CUDA_CHECK(cudaFree(dy));
-        free(x), free(want), free(got);
+        for (float *p : {dw, dwr, dring, du, dy}) CUDA_CHECK(cudaFree(p));
+        free(wc), free(wr), free(ring), free(u), free(want), free(got);
     }
 }
 
@@ -2402,7 +2942,15 @@ static void check_gdn_rev_mix(Tally *tl, const GpuCheck *cpu) {
     }
 }
 
-// gdn_gated_norm: rmsnorm's double sums in another order, silu exact: 1e-6 relative
+// the type of the model's first matrix with rows of n values (the reader of a kernel's rounding), F32 if none
+static uint32_t type_reading(const GpuCheck *cpu, int64_t n) {
+    for (int i = 0; i < cpu->n_mats; i++)
+        if (cpu->mats[i].n_in == n) return cpu->mats[i].type;
+    return T_F32;
+}
+
+// gdn_gated_norm: rmsnorm's double sums in another order, silu exact: 1e-6 relative; its rounding for
+// ssm_out against quantize_row_gpu of its output (bytes)
 static void check_gdn_gated_norm(Tally *tl, const GpuCheck *cpu) {
     int H = cpu->n_v_heads, d = cpu->d_state, vd = cpu->value_dim;
     for (int T : BATCHES) {
@@ -2412,145 +2960,176 @@ static void check_gdn_gated_norm(Tally *tl, const GpuCheck *cpu) {
         float *want = (float *)xmalloc((size_t)n * 4), *got = (float *)xmalloc((size_t)n * 4);
         for (int t = 0; t < T; t++) cpu->gdn_gated_norm(o + (int64_t)t * vd, z + (int64_t)t * vd, w, H, d, cpu->eps, want + (int64_t)t * vd);
         float *dout = dev_copy_floats(o, n), *dz = dev_copy_floats(z, n), *dw = dev_copy_floats(w, d), *dy = (float *)dev_alloc((size_t)n * 4);
-        gdn_gated_norm_gpu(dout, dz, dw, T, H, d, cpu->eps, dy);
+        uint32_t wt = type_reading(cpu, vd);
+        void *dxq = dev_alloc(act_bytes(dot_type(wt), vd) * T);
+        gdn_gated_norm_gpu(dout, dz, dw, T, H, d, cpu->eps, dy, wt, dxq);
         host_copy(got, dy, (size_t)n * 4);
         char name[96];
         snprintf(name, sizeof name, "gdn_gated_norm H=%d d=%d T=%d", H, d, T);
         report(tl, name, rel_err(got, want, n), 1e-6, "rel");
+        snprintf(name, sizeof name, "gdn_gated_norm %s H=%d d=%d T=%d xq = quantize_row(y)", type_name(dot_type(wt)), H, d, T);
+        report(tl, name, rounding_differs(wt, dy, dxq, vd, T), 0, "bytes");
         for (float *p : {dout, dz, dw, dy}) CUDA_CHECK(cudaFree(p));
+        CUDA_CHECK(cudaFree(dxq));
         free(o), free(z), free(w), free(want), free(got);
     }
 }
 
 
-// attn_qk_norm: every q head (inside qg) and k head RMSNormed with random norm weights
-static void check_attn_qk_norm(Tally *tl, const GpuCheck *cpu) {
-    int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv;
-    for (int T : BATCHES) {
-        int64_t nq = (int64_t)T * nh * 2 * hd, nk = (int64_t)T * nkv * hd;
-        float *qg = random_floats(nq, 3), *kr = random_floats(nk, 3), *qn = random_floats(hd, 0.2f), *kn = random_floats(hd, 0.2f);
-        for (int i = 0; i < hd; i++) qn[i] += 1, kn[i] += 1;
-        float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *dk = (float *)dev_copy(kr, (size_t)nk * 4);
-        float *dqn = (float *)dev_copy(qn, (size_t)hd * 4), *dkn = (float *)dev_copy(kn, (size_t)hd * 4);
-        cpu->attn_qk_norm(qg, kr, qn, kn, T, nh, nkv, hd, cpu->eps);
-        attn_qk_norm_gpu(dq, dk, dqn, dkn, T, nh, nkv, hd, cpu->eps);
-        float *gq = (float *)xmalloc((size_t)nq * 4), *gk = (float *)xmalloc((size_t)nk * 4);
-        host_copy(gq, dq, (size_t)nq * 4);
-        host_copy(gk, dk, (size_t)nk * 4);
-        char name[96];
-        snprintf(name, sizeof name, "attn_qk_norm heads=%d+%dx%d T=%d", nh, nkv, hd, T);
-        report(tl, name, fmax(rel_err(gq, qg, nq), rel_err(gk, kr, nk)), 1e-6, "rel");
-        CUDA_CHECK(cudaFree(dq));
-        CUDA_CHECK(cudaFree(dk));
-        CUDA_CHECK(cudaFree(dqn));
-        CUDA_CHECK(cudaFree(dkn));
-        free(qg), free(kr), free(qn), free(kn), free(gq), free(gk);
-    }
-}
-
-// attn_rope: q heads at stride 2*hd (the gates must stay as they are) and k heads, rows at pos + t
-static void check_attn_rope(Tally *tl, const GpuCheck *cpu, int pos) {
-    int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv;
-    for (int T : BATCHES) {
-        int64_t nq = (int64_t)T * nh * 2 * hd, nk = (int64_t)T * nkv * hd;
-        float *qg = random_floats(nq, 1), *kr = random_floats(nk, 1);
-        float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *dk = (float *)dev_copy(kr, (size_t)nk * 4);
-        cpu->attn_rope(qg, kr, T, pos, nh, nkv, hd, cpu->n_rot, cpu->rope_base);
-        int *dpos = dev_int(pos);
-        attn_rope_gpu(dq, dk, T, dpos, nh, nkv, hd, cpu->n_rot, cpu->rope_base);
-        CUDA_CHECK(cudaFree(dpos));
-        float *gq = (float *)xmalloc((size_t)nq * 4), *gk = (float *)xmalloc((size_t)nk * 4);
-        host_copy(gq, dq, (size_t)nq * 4);
-        host_copy(gk, dk, (size_t)nk * 4);
-        char name[96];
-        snprintf(name, sizeof name, "attn_rope heads=%d+%dx%d pos=%d T=%d", nh, nkv, hd, pos, T);
-        report(tl, name, fmax(rel_err(gq, qg, nq), rel_err(gk, kr, nk)), 1e-6, "rel");
-        CUDA_CHECK(cudaFree(dq));
-        CUDA_CHECK(cudaFree(dk));
-        free(qg), free(kr), free(gq), free(gk);
-    }
-}
-
 static const uint32_t CACHE_TYPES[] = {T_F32, T_F16, T_BF16};
 
-
-// store_as: T rows of k into a cache of each type, with fill_activations' edge cases: the same bytes
-static void check_store_as(Tally *tl, const GpuCheck *cpu) {
-    int n = cpu->n_head_kv * cpu->head_dim;
+// attn_prep on T rows at positions pos.. into caches of each type, against the CPU's attn_qk_norm and
+// attn_rope (q heads at stride 2*hd, the gates left as they are, and k heads: 1e-6, the norms' double
+// sums and the device's cosf/sinf) and store_as: the K rows the CPU's rounding of the kernel's own k
+// (bytes), the V rows of values with fill_activations' edge cases (NaN, ties, overflow) the CPU's
+// store_as of them (bytes); the cache rows before pos untouched
+static void check_attn_prep(Tally *tl, const GpuCheck *cpu, int pos) {
+    int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv, kvd = nkv * hd;
     for (uint32_t type : CACHE_TYPES)
         for (int T : BATCHES) {
-            int64_t all = (int64_t)T * n;
-            size_t bytes = (size_t)all * cache_bytes(type);
-            float *x = (float *)xmalloc((size_t)all * 4);
-            uint8_t *want = (uint8_t *)xmalloc(bytes), *got = (uint8_t *)xmalloc(bytes);
-            fill_activations(x, all, true);
-            cpu->store_as(type, want, x, (int)all);
-            float *dx = (float *)dev_copy(x, (size_t)all * 4);
-            uint8_t *dy = (uint8_t *)dev_alloc(bytes + 3 * n * cache_bytes(type));   // rows from 3 on
-            int *dpos = dev_int(3);
-            store_as_gpu(type, dy, dpos, n, dx, all);
-            host_copy(got, dy + 3 * n * cache_bytes(type), bytes);
-            CUDA_CHECK(cudaFree(dpos));
-            char name[96];
-            snprintf(name, sizeof name, "store_as %s n=%d T=%d", type_name(type), n, T);
-            report(tl, name, bytes_differ(got, want, bytes), 0, "bytes");
-            CUDA_CHECK(cudaFree(dx));
-            CUDA_CHECK(cudaFree(dy));
-            free(x), free(want), free(got);
+            int64_t nq = (int64_t)T * nh * 2 * hd, nk = (int64_t)T * kvd, rows = pos + T;
+            size_t cb = cache_bytes(type), cache = (size_t)rows * kvd * cb, at = (size_t)pos * kvd * cb;
+            float *qg = random_floats(nq, 3), *kr = random_floats(nk, 3), *vr = (float *)xmalloc((size_t)nk * 4);
+            float *qn = random_floats(hd, 0.2f), *kn = random_floats(hd, 0.2f);
+            fill_activations(vr, nk, true);
+            for (int i = 0; i < hd; i++) qn[i] += 1, kn[i] += 1;
+            float *dq = dev_copy_floats(qg, nq), *dk = dev_copy_floats(kr, nk), *dv = dev_copy_floats(vr, nk);
+            float *dqn = dev_copy_floats(qn, hd), *dkn = dev_copy_floats(kn, hd);
+            uint8_t *dK = (uint8_t *)dev_alloc(cache), *dV = (uint8_t *)dev_alloc(cache);
+            CUDA_CHECK(cudaMemset(dK, 0x5a, cache));
+            CUDA_CHECK(cudaMemset(dV, 0x5a, cache));
+            int *dpos = dev_int(pos);
+            attn_prep_gpu(dq, dk, dv, dqn, dkn, T, nh, nkv, hd, cpu->eps, cpu->n_rot, cpu->rope_base, dpos, type, dK, type, dV, nullptr, nullptr);
+            cpu->attn_qk_norm(qg, kr, qn, kn, T, nh, nkv, hd, cpu->eps);
+            cpu->attn_rope(qg, kr, T, pos, nh, nkv, hd, cpu->n_rot, cpu->rope_base);
+            float *gq = (float *)xmalloc((size_t)nq * 4), *gk = (float *)xmalloc((size_t)nk * 4);
+            uint8_t *gK = (uint8_t *)xmalloc(cache), *gV = (uint8_t *)xmalloc(cache), *want = (uint8_t *)xmalloc(cache);
+            host_copy(gq, dq, (size_t)nq * 4);
+            host_copy(gk, dk, (size_t)nk * 4);
+            host_copy(gK, dK, cache);
+            host_copy(gV, dV, cache);
+            char name[128];
+            snprintf(name, sizeof name, "attn_prep %s heads=%d+%dx%d pos=%d T=%d q, k", type_name(type), nh, nkv, hd, pos, T);
+            report(tl, name, fmax(rel_err(gq, qg, nq), rel_err(gk, kr, nk)), 1e-6, "rel");
+            memset(want, 0x5a, at);
+            cpu->store_as(type, want + at, gk, (int)nk);
+            double differ = bytes_differ(gK, want, cache);
+            cpu->store_as(type, want + at, vr, (int)nk);
+            differ += bytes_differ(gV, want, cache);
+            snprintf(name, sizeof name, "attn_prep %s heads=%d+%dx%d pos=%d T=%d K, V rows", type_name(type), nh, nkv, hd, pos, T);
+            report(tl, name, differ, 0, "bytes");
+            for (void *d : {(void *)dq, (void *)dk, (void *)dv, (void *)dqn, (void *)dkn, (void *)dK, (void *)dV, (void *)dpos}) CUDA_CHECK(cudaFree(d));
+            free(qg), free(kr), free(vr), free(qn), free(kn), free(gq), free(gk), free(gK), free(gV), free(want);
         }
 }
 
+// value i of a cache row of `type` on the host, from the definition (as check_fp16's reference)
+static double cache_value(uint32_t type, const uint8_t *row, size_t i) {
+    if (type == T_F32) { float f; memcpy(&f, row + 4 * i, 4); return f; }
+    uint16_t h;
+    memcpy(&h, row + 2 * i, 2);
+    if (type == T_BF16) { uint32_t b = (uint32_t)h << 16; float f; memcpy(&f, &b, 4); return f; }
+    int e = (h >> 10) & 31, man = h & 0x3ff;
+    double v = e == 31 ? (man ? NAN : INFINITY) : e ? ldexp(1024 + man, e - 25) : ldexp(man, -24);
+    return h & 0x8000 ? -v : v;
+}
+
 // Attention of T rows over a cache of n_keys = pos + T rows of one type: causal (row t sees pos + t + 1
-// keys) or full (every row sees all). q and K hold k/4, |k| <= 7, so that every score is
-// exact in any order and the softmax's p are the same bits on both sides: a 1-ulp difference in p could
-// flip its f16/bf16 rounding (a 2^-11 or 2^-8 step, the CPU's own rounding, not an error of the kernel).
-// What is left is the V sum's order (one chain against the CPU's 64 lanes) and the device's expf in the gate.
-static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T, int pos, bool causal) {
+// keys) or full (every row sees all). q and K hold k/4, |k| <= 7, so that every score is exact. Two
+// comparisons: against a float64 evaluation of the same function (q rounded to the cache type, the
+// exact softmax, the V sum, the gate) within 1e-5, which is the kernel's own error (online softmax,
+// float sums, the device's expf); and against the CPU's attend, which rounds each p to the cache type
+// before the V sum where the flash form keeps it in float: within half an ulp of that type per p
+// (2^-11 for f16, 2^-8 for bf16) of the largest |V|, 1e-5 relative for f32. pos 3000: MAX_SPLITS splits. any_q: q of
+// any value (not exact in the cache type: its rounding shows), against float64 only.
+static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T, int pos, bool causal, bool any_q = false) {
     int hd = cpu->head_dim, nh = cpu->n_head, nkv = cpu->n_head_kv, n_keys = pos + T, kvd = nkv * hd;
     size_t cb = cache_bytes(type), stride = ((size_t)n_keys + 15) / 16 * 16 + 16;   // past the minimum
     int64_t nq = (int64_t)T * nh * 2 * hd, nkv_all = (int64_t)n_keys * kvd, no = (int64_t)T * nh * hd;
     float *qg = random_floats(nq, 1), *k = (float *)xmalloc((size_t)nkv_all * 4), *v = random_floats(nkv_all, 1);
     for (int64_t i = 0; i < nq; i++)
-        if (i / hd % 2 == 0) qg[i] = (float)((int)(rng_next() % 15) - 7) / 4;   // q_h, not gate_h
+        if (i / hd % 2 == 0 && !any_q) qg[i] = (float)((int)(rng_next() % 15) - 7) / 4;   // q_h, not gate_h
     for (int64_t i = 0; i < nkv_all; i++) k[i] = (float)((int)(rng_next() % 15) - 7) / 4;
-    uint8_t *K = (uint8_t *)xmalloc((size_t)nkv_all * cb), *V = (uint8_t *)xmalloc((size_t)nkv_all * cb);
+    uint8_t *K = (uint8_t *)xmalloc((size_t)nkv_all * cb), *V = (uint8_t *)xmalloc((size_t)nkv_all * cb), *qr = (uint8_t *)xmalloc((size_t)hd * cb);
     cpu->store_as(type, K, k, (int)nkv_all);
     cpu->store_as(type, V, v, (int)nkv_all);
-    float *want = (float *)xmalloc((size_t)no * 8), *got = (float *)xmalloc((size_t)no * 8);   // ao then ao_gated
+    float *want = (float *)xmalloc((size_t)no * 8), *ref = (float *)xmalloc((size_t)no * 8), *got = (float *)xmalloc((size_t)no * 8);   // ao, ao_gated
     float *sc = (float *)xmalloc(stride * 4), *acc = (float *)xmalloc((size_t)64 * hd * 4);
+    double *p = (double *)xmalloc((size_t)n_keys * sizeof(double));
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
             int kvh = h / (nh / nkv), n = causal ? pos + t + 1 : n_keys;
             const float *q = qg + ((size_t)t * nh + h) * 2 * hd;
             size_t at = ((size_t)t * nh + h) * hd;
-            cpu->attend(q, q + hd, K + (size_t)kvh * hd * cb, kvd * cb, type, V + (size_t)kvh * hd * cb, kvd * cb, type, n, hd, cpu->kq_scale, 64,
-                        sc, acc, want + at, want + no + at);
+            const uint8_t *Kh = K + (size_t)kvh * hd * cb, *Vh = V + (size_t)kvh * hd * cb;
+            cpu->attend(q, q + hd, Kh, kvd * cb, type, Vh, kvd * cb, type, n, hd, cpu->kq_scale, 64, sc, acc, want + at, want + no + at);
+            cpu->store_as(type, qr, q, hd);
+            double m = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += cache_value(type, Kh + (size_t)j * kvd * cb, i) * cache_value(type, qr, i);
+                p[j] = d * cpu->kq_scale, m = fmax(m, p[j]);
+            }
+            for (int j = 0; j < n; j++) p[j] = exp(p[j] - m), sum += p[j];
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int j = 0; j < n; j++) o += p[j] / sum * cache_value(type, Vh + (size_t)j * kvd * cb, i);
+                ref[at + i] = (float)o, ref[no + at + i] = (float)(o / (1 + exp(-(double)q[hd + i])));
+            }
         }
-    float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *datt = (float *)dev_alloc((size_t)T * nh * stride * 4);
+    float *dq = (float *)dev_copy(qg, (size_t)nq * 4), *datt = (float *)dev_alloc(attention_part_floats(T, nh, hd) * 4);
     void *dK = dev_copy(K, (size_t)nkv_all * cb), *dV = dev_copy(V, (size_t)nkv_all * cb);
     float *dout = (float *)dev_alloc((size_t)no * 8);
     int *dpos = dev_int(pos);
-    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, stride, dout, dout + no);
+    uint32_t wt = type_reading(cpu, (int64_t)nh * hd);
+    void *dxq = dev_alloc(act_bytes(dot_type(wt), (int64_t)nh * hd) * T);
+    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + no, wt, dxq);
     host_copy(got, dout, (size_t)no * 8);
     CUDA_CHECK(cudaFree(dpos));
     char name[128];
-    snprintf(name, sizeof name, "attention %s %s h%d/%dx%d keys=%d T=%d", type_name(type), causal ? "causal" : "full", nh, nkv, hd, n_keys, T);
-    report(tl, name, fmax(rel_err(got, want, no), rel_err(got + no, want + no, no)), 1e-5, "rel");
+    snprintf(name, sizeof name, "attention %s %s h%d/%dx%d keys=%d T=%d%s float64", type_name(type), causal ? "causal" : "full", nh, nkv, hd, n_keys, T,
+             any_q ? " any q" : "");
+    report(tl, name, fmax(rel_err(got, ref, no), rel_err(got + no, ref + no, no)), 1e-5, "rel");
+    snprintf(name, sizeof name, "attention %s %s h%d/%dx%d keys=%d T=%d CPU", type_name(type), causal ? "causal" : "full", nh, nkv, hd, n_keys, T);
+    if (!any_q && type == T_F32) report(tl, name, fmax(rel_err(got, want, no), rel_err(got + no, want + no, no)), 1e-5, "rel");
+    else if (!any_q) {   // |o - o_cpu| <= sum_j |dp_j| |V_j| <= half an ulp x max |V| (sigmoid(gate) <= 1 keeps it for ao_gated)
+        double e = 0, vmax = 0;
+        for (int64_t i = 0; i < 2 * no; i++) e = fmax(e, fabs((double)got[i] - want[i]));
+        for (int64_t i = 0; i < nkv_all; i++) vmax = fmax(vmax, fabs(cache_value(type, V, (size_t)i)));
+        report(tl, name, e / vmax, type == T_F16 ? 0x1p-11 : 0x1p-8, "of |V|");
+    }
+    snprintf(name, sizeof name, "attention %s h%d/%dx%d keys=%d T=%d%s xq = quantize_row(ao_gated)", type_name(dot_type(wt)), nh, nkv, hd, n_keys, T,
+             any_q ? " any q" : "");
+    report(tl, name, rounding_differs(wt, dout + no, dxq, (int64_t)nh * hd, T), 0, "bytes");
+    if (causal && T > 1 && !any_q) {   // row T-1 alone, at its position, must get the bits it got in the batch
+        int *dlast = dev_int(pos + T - 1);
+        size_t row = (size_t)nh * hd;
+        attention_gpu(dq + (T - 1) * 2 * row, dK, dV, type, type, dlast, 1, true, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + row, wt, dxq);
+        float *one = (float *)xmalloc(row * 8);
+        host_copy(one, dout, row * 4);
+        host_copy(one + row, dout + row, row * 4);
+        snprintf(name, sizeof name, "attention %s h%d/%dx%d keys=%d T=%d row %d = alone", type_name(type), nh, nkv, hd, n_keys, T, T - 1);
+        report(tl, name, bytes_differ(one, got + (T - 1) * row, row * 4) + bytes_differ(one + row, got + no + (T - 1) * row, row * 4), 0, "bytes");
+        CUDA_CHECK(cudaFree(dlast));
+        free(one);
+    }
     CUDA_CHECK(cudaFree(dq));
+    CUDA_CHECK(cudaFree(dxq));
     CUDA_CHECK(cudaFree(datt));
     CUDA_CHECK(cudaFree(dK));
     CUDA_CHECK(cudaFree(dV));
     CUDA_CHECK(cudaFree(dout));
-    free(qg), free(k), free(v), free(K), free(V), free(want), free(got), free(sc), free(acc);
+    free(qg), free(k), free(v), free(K), free(V), free(qr), free(want), free(ref), free(got), free(sc), free(acc), free(p);
 }
 
 // Router: logits with exact ties planted (expert e copies e - 1 in some rows), three cases:
 //   softmax + top-k over all experts, with the model's weights scale;
 //   top-k on given p within an allowed set, scale 2.5;
 //   top-k within fewer allowed experts than n_used (ranks -1, weight 0).
-// sel must be the same ints; p and w within the softmax's double-sum order (1e-6).
-static void check_route(Tally *tl, const GpuCheck *cpu) {
-    int E = cpu->n_expert, K = cpu->n_expert_used;
+// In the given-p cases some rows hold NaNs, one row at its first allowed expert (the CPU's loop keeps
+// that one). sel must be the same ints; p and w within the softmax's double-sum order (1e-6). At the
+// model's n_expert and n_used, and at the real model's 256 and 8 (softmax groups of 16, 8 experts a lane).
+static void check_route(Tally *tl, const GpuCheck *cpu, int E, int K) {
     for (int mode = 0; mode < 3; mode++)
         for (int T : BATCHES) {
             int64_t np = (int64_t)T * E, nw = (int64_t)T * K;
@@ -2570,6 +3149,10 @@ static void check_route(Tally *tl, const GpuCheck *cpu) {
             for (int t = 0; t < T; t++) {
                 float *pt = p + (size_t)t * E;
                 cpu->softmax(pt, E);
+                if (mode != 0 && t % 3 == 1) pt[rng_next() % E] = NAN;
+                if (mode != 0 && t % 4 == 2)
+                    for (int e = 0; e < E; e++)
+                        if (allowed[e]) { pt[e] = NAN; break; }
                 if (mode != 0) memcpy(logits + (size_t)t * E, pt, (size_t)E * 4);   // given p: the softmax of the logits, ties kept
                 cpu->route_top_k(pt, mode == 0 ? NULL : allowed, E, K, scale, sel + (size_t)t * K, w + (size_t)t * K);
             }
@@ -2639,8 +3222,8 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
     int64_t n = m->n_in, n_out = m->n_out;
     int K = cpu->n_expert_used, E = cpu->n_expert;
     uint32_t wt = m->type;
-    size_t wb = row_bytes(wt, n), ab = row_bytes(dot_type(wt), n), eb = wb * n_out;
-    void *dw = dev_copy(m->data, eb * E);
+    size_t wb = row_bytes(wt, n), ab = row_bytes(dot_type(wt), n), eb = wb * n_out, xb = act_bytes(dot_type(wt), n);
+    Mat dm = upload_weights(wt, n, n_out, E, m->data);
     for (int T : BATCHES) {
         int n_pairs = T * K, rows = n_pairs / in_div;
         int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
@@ -2655,15 +3238,16 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
         float *dx = (float *)dev_copy(x, (size_t)(n * rows) * 4), *dy = (float *)dev_alloc((size_t)(n_out * n_pairs) * 4);
         float *dd = (float *)dev_alloc((size_t)(n_out * rows) * 4);
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
-        void *dxq = dev_alloc(ab * rows);
+        void *dxq = dev_alloc(xb * rows);
         quantize_row_gpu(wt, dx, dxq, n, rows);
-        matmul_id_gpu(wt, dw, eb, dids, n_pairs, in_div, dxq, n, n_out, dy);
+        matmul_id_gpu(&dm, dids, n_pairs, in_div, dxq, dy);
         host_copy(got, dy, (size_t)(n_out * n_pairs) * 4);
         char name[128];
         snprintf(name, sizeof name, "matmul_id %s %lldx%lld x%d pairs=%d/%d T=%d", type_name(wt), (long long)n_out, (long long)n, E, n_pairs, in_div, T);
         report(tl, name, rel_err(got, want, n_out * n_pairs), 1e-5, "rel");
         int e0 = ids[0];
-        matmul_gpu(wt, (const uint8_t *)dw + e0 * eb, dxq, n, n_out, rows, dd);
+        Mat de = expert(&dm, e0);
+        matmul_gpu(&de, dxq, rows, dd);
         host_copy(dense, dd, (size_t)(n_out * rows) * 4);
         double differ = 0;
         for (int p = 0; p < n_pairs; p++)
@@ -2677,7 +3261,7 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
         CUDA_CHECK(cudaFree(dxq));
         free(ids), free(x), free(want), free(got), free(dense), free(xq);
     }
-    CUDA_CHECK(cudaFree(dw));
+    CUDA_CHECK(cudaFree((void *)dm.data));
 }
 
 // swiglu_id (gate, up and SwiGLU of the experts in one launch) against its plain twins on the GPU,
@@ -2689,8 +3273,8 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
     int64_t n = um->n_in, F = um->n_out;
     int K = cpu->n_expert_used, E = cpu->n_expert;
     uint32_t wt = um->type;
-    size_t ab = row_bytes(dot_type(wt), n), eb = row_bytes(wt, n) * F;
-    void *dg = dev_copy(gm->data, eb * E), *du = dev_copy(um->data, eb * E);
+    size_t xb = act_bytes(dot_type(wt), n);
+    Mat dg = upload_weights(wt, n, F, E, gm->data), du = upload_weights(wt, n, F, E, um->data);
     for (int T : BATCHES) {
         int n_pairs = T * K;
         int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
@@ -2699,22 +3283,32 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4), *dh = (float *)dev_alloc((size_t)(F * n_pairs) * 4);
         float *dgo = (float *)dev_alloc((size_t)(F * n_pairs) * 4), *duo = (float *)dev_alloc((size_t)(F * n_pairs) * 4);
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
-        void *dxq = dev_alloc(ab * T);
+        void *dxq = dev_alloc(xb * T);
         quantize_row_gpu(wt, dx, dxq, n, T);
-        swiglu_id_gpu(wt, dg, du, eb, dids, n_pairs, K, dxq, dxq, n, F, dh);
+        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, dxq, dxq, dh);
         host_copy(got, dh, (size_t)(F * n_pairs) * 4);
-        matmul_id_gpu(wt, dg, eb, dids, n_pairs, K, dxq, n, F, dgo);
-        matmul_id_gpu(wt, du, eb, dids, n_pairs, K, dxq, n, F, duo);
+        matmul_id_gpu(&dg, dids, n_pairs, K, dxq, dgo);
+        matmul_id_gpu(&du, dids, n_pairs, K, dxq, duo);
         swiglu_gpu(dgo, duo, dh, F * n_pairs);
         host_copy(want, dh, (size_t)(F * n_pairs) * 4);
         char name[128];
         snprintf(name, sizeof name, "swiglu_id %s %lldx%lld x%d pairs=%d T=%d = matmul_id x2 + swiglu", type_name(wt), (long long)F, (long long)n, E, n_pairs, T);
         report(tl, name, bytes_differ(got, want, (size_t)(F * n_pairs) * 4), 0, "bytes");
+        // one matrix (the shared expert's form: ids NULL, row t of h from row t of x) against matmul x2 + swiglu
+        Mat g0 = expert(&dg, 1 % E), u0 = expert(&du, 1 % E);
+        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, dxq, dxq, dh);
+        host_copy(got, dh, (size_t)(F * T) * 4);
+        matmul_gpu(&g0, dxq, T, dgo);
+        matmul_gpu(&u0, dxq, T, duo);
+        swiglu_gpu(dgo, duo, dh, F * T);
+        host_copy(want, dh, (size_t)(F * T) * 4);
+        snprintf(name, sizeof name, "swiglu_id %s %lldx%lld one matrix T=%d = matmul x2 + swiglu", type_name(wt), (long long)F, (long long)n, T);
+        report(tl, name, bytes_differ(got, want, (size_t)(F * T) * 4), 0, "bytes");
         for (void *p : {(void *)dx, (void *)dh, (void *)dgo, (void *)duo, (void *)dids, dxq}) CUDA_CHECK(cudaFree(p));
         free(ids), free(x), free(got), free(want);
     }
-    CUDA_CHECK(cudaFree(dg));
-    CUDA_CHECK(cudaFree(du));
+    CUDA_CHECK(cudaFree((void *)dg.data));
+    CUDA_CHECK(cudaFree((void *)du.data));
 }
 
 // swiglu on T rows of n_ff: the same bits (expf_ggml is the CPU's)
@@ -2736,52 +3330,53 @@ static void check_swiglu(Tally *tl, const GpuCheck *cpu) {
     }
 }
 
-// moe_sum of T rows of K ranks from their pairs (every seventh rank -1): the CPU's order, the same bits.
-// Two terms add alike in either order, so the order is seen only from K = 3: run with K = 8 too.
-static void check_moe_sum(Tally *tl, const GpuCheck *cpu, int K) {
+// moe_out of T rows of K ranks from their pairs (every seventh rank -1), with the shared expert and the
+// next norm for weights of type wtype, against the CPU's moe_sum (mix: the same bits), moe_shared_gate
+// (ffn, in sh: the device's expf in the sigmoid, 1e-6), the residual add (x: 1e-6, from ffn) and
+// rmsnorm (xn: 1e-6), and xq against quantize_row_gpu of xn (bytes). Two terms add alike in either
+// order, so the rank order is seen only from K = 3: run with K = 8 too.
+static void check_moe_out(Tally *tl, const GpuCheck *cpu, int K, uint32_t wtype) {
     int E = cpu->n_embd;
     for (int T : BATCHES) {
         int n_pairs = T * K;
+        int64_t all = (int64_t)T * E;
         int *sel = (int *)xmalloc((size_t)n_pairs * sizeof(int)), *slot = (int *)xmalloc((size_t)n_pairs * sizeof(int));
         for (int p = 0; p < n_pairs; p++) {
             sel[p] = p % 7 == 3 ? -1 : (int)(rng_next() % cpu->n_expert);
             slot[p] = sel[p] < 0 ? -1 : p;
         }
-        float *w = random_floats(n_pairs, 0.3f), *ye = random_floats((int64_t)n_pairs * E, 1);
-        float *want = (float *)xmalloc((size_t)T * E * 4), *got = (float *)xmalloc((size_t)T * E * 4);
-        for (int t = 0; t < T; t++) cpu->moe_sum(slot + t * K, w + t * K, ye, K, E, want + (size_t)t * E);
+        float *w = random_floats(n_pairs, 0.3f), *ye = random_floats((int64_t)n_pairs * E, 1), *sh = random_floats(all, 1), *logit = random_floats(T, 3);
+        float *x = random_floats(all, 3), *nw = random_floats(E, 0.2f);
+        for (int i = 0; i < E; i++) nw[i] += 1;
+        float *moe = (float *)xmalloc((size_t)all * 4), *ffn = (float *)xmalloc((size_t)all * 4), *xn = (float *)xmalloc((size_t)all * 4);
+        float *g[4];
+        for (float *&p : g) p = (float *)xmalloc((size_t)all * 4);
         int *dsel = (int *)dev_copy(sel, (size_t)n_pairs * sizeof(int));
-        float *dw = (float *)dev_copy(w, (size_t)n_pairs * 4), *dye = (float *)dev_copy(ye, (size_t)n_pairs * E * 4), *dout = (float *)dev_alloc((size_t)T * E * 4);
-        moe_sum_gpu(dsel, dw, dye, T, K, E, dout);
-        host_copy(got, dout, (size_t)T * E * 4);
+        float *dw = dev_copy_floats(w, n_pairs), *dye = dev_copy_floats(ye, (int64_t)n_pairs * E), *dsh = dev_copy_floats(sh, all), *dl = dev_copy_floats(logit, T);
+        float *dx = dev_copy_floats(x, all), *dnw = dev_copy_floats(nw, E), *dmix = (float *)dev_alloc((size_t)all * 4), *dxn = (float *)dev_alloc((size_t)all * 4);
+        void *dxq = dev_alloc(act_bytes(dot_type(wtype), E) * T);
+        moe_out_gpu(dx, dsel, dw, dye, K, dmix, dsh, dl, dnw, E, cpu->eps, wtype, dxn, dxq, T);
+        float *dev[4] = {dmix, dsh, dx, dxn};
+        for (int i = 0; i < 4; i++) host_copy(g[i], dev[i], (size_t)all * 4);
+        for (int t = 0; t < T; t++) {
+            float *m = moe + (size_t)t * E, *f = ffn + (size_t)t * E, *xr = x + (size_t)t * E;
+            cpu->moe_sum(slot + t * K, w + t * K, ye, K, E, m);
+            memcpy(f, m, (size_t)E * 4);
+            cpu->moe_shared_gate(f, sh + (size_t)t * E, logit[t], E);
+            for (int i = 0; i < E; i++) xr[i] += f[i];
+            cpu->rmsnorm(xn + (size_t)t * E, xr, nw, E, cpu->eps);
+        }
         char name[96];
-        snprintf(name, sizeof name, "moe_sum K=%d n=%d T=%d", K, E, T);
-        report(tl, name, bytes_differ(got, want, (size_t)T * E * 4), 0, "bytes");
-        CUDA_CHECK(cudaFree(dsel));
-        CUDA_CHECK(cudaFree(dw));
-        CUDA_CHECK(cudaFree(dye));
-        CUDA_CHECK(cudaFree(dout));
-        free(sel), free(slot), free(w), free(ye), free(want), free(got);
-    }
-}
-
-// moe_shared_gate on T rows: within the device expf's last bit in the sigmoid
-static void check_moe_shared_gate(Tally *tl, const GpuCheck *cpu) {
-    int E = cpu->n_embd;
-    for (int T : BATCHES) {
-        int64_t n = (int64_t)T * E;
-        float *mix = random_floats(n, 1), *sh = random_floats(n, 1), *logit = random_floats(T, 3), *got = (float *)xmalloc((size_t)n * 4);
-        float *dmix = (float *)dev_copy(mix, (size_t)n * 4), *dsh = (float *)dev_copy(sh, (size_t)n * 4), *dl = (float *)dev_copy(logit, (size_t)T * 4);
-        for (int t = 0; t < T; t++) cpu->moe_shared_gate(mix + (size_t)t * E, sh + (size_t)t * E, logit[t], E);
-        moe_shared_gate_gpu(dmix, dsh, dl, T, E);
-        host_copy(got, dmix, (size_t)n * 4);
-        char name[96];
-        snprintf(name, sizeof name, "moe_shared_gate n=%d T=%d", E, T);
-        report(tl, name, rel_err(got, mix, n), 1e-6, "rel");
-        CUDA_CHECK(cudaFree(dmix));
-        CUDA_CHECK(cudaFree(dsh));
-        CUDA_CHECK(cudaFree(dl));
-        free(mix), free(sh), free(logit), free(got);
+        snprintf(name, sizeof name, "moe_out K=%d n=%d T=%d moe (moe_sum)", K, E, T);
+        report(tl, name, bytes_differ(g[0], moe, (size_t)all * 4), 0, "bytes");
+        snprintf(name, sizeof name, "moe_out K=%d n=%d T=%d ffn, x, xn", K, E, T);
+        report(tl, name, fmax(fmax(rel_err(g[1], ffn, all), rel_err(g[2], x, all)), rel_err(g[3], xn, all)), 1e-6, "rel");
+        snprintf(name, sizeof name, "moe_out %s K=%d n=%d T=%d xq = quantize_row(xn)", type_name(dot_type(wtype)), K, E, T);
+        report(tl, name, rounding_differs(wtype, dxn, dxq, E, T), 0, "bytes");
+        for (void *d : {(void *)dsel, (void *)dw, (void *)dye, (void *)dsh, (void *)dl, (void *)dx, (void *)dnw, (void *)dmix, (void *)dxn, dxq})
+            CUDA_CHECK(cudaFree(d));
+        free(sel), free(slot), free(w), free(ye), free(sh), free(logit), free(x), free(nw), free(moe), free(ffn), free(xn);
+        for (float *p : g) free(p);
     }
 }
 
@@ -2798,6 +3393,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     }
     printf("check-ops: %s\n", info);
     Tally tl = {0, 0};
+    check_fp16(&tl);
     // each distinct (type, shape) once; big matrices by their first rows (the CPU twin is slow there)
     for (int i = 0; i < cpu->n_mats; i++) {
         const GpuMat *m = &cpu->mats[i];
@@ -2818,19 +3414,21 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_row_op(&tl, cpu, OP_RMSNORM, cpu->head_dim);
     if (cpu->d_state != cpu->head_dim) check_row_op(&tl, cpu, OP_RMSNORM, cpu->d_state);
     check_row_op(&tl, cpu, OP_L2NORM, cpu->d_state);
-    check_rope(&tl, cpu, 0);
-    check_rope(&tl, cpu, 4000);
     check_row_op(&tl, cpu, OP_SOFTMAX, cpu->n_expert);
     check_row_op(&tl, cpu, OP_SOFTMAX, 1000);
     check_row_op(&tl, cpu, OP_SILU, cpu->n_ff);
     check_argmax(&tl, cpu, cpu->n_vocab);
-    check_add(&tl, cpu->n_embd);
+    for (int i = 0; i < cpu->n_mats; i++) {   // the norms' roundings: every dot type of an n_embd-wide matrix, once
+        const GpuMat *m = &cpu->mats[i];
+        bool seen = m->n_in != cpu->n_embd;
+        for (int j = 0; j < i && !seen; j++) seen = cpu->mats[j].n_in == cpu->n_embd && dot_type(cpu->mats[j].type) == dot_type(m->type);
+        if (!seen) check_add_norm(&tl, cpu, cpu->n_embd, m->type);
+    }
     // GDN checks (section 8)
     if (cpu->n_v_heads > 0) {
         check_gdn_gates(&tl, cpu);
         check_gdn_conv(&tl, cpu, false);
         check_gdn_conv(&tl, cpu, true);
-        check_gdn_qk_norm(&tl, cpu);
         check_gdn_ring_push(&tl, cpu);
         check_delta_rule(&tl, cpu, false);
         check_delta_rule(&tl, cpu, true);
@@ -2838,25 +3436,25 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
         check_gdn_gated_norm(&tl, cpu);
     }
     // attention and MoE checks (sections 9, 10)
-    check_attn_qk_norm(&tl, cpu);
-    check_attn_rope(&tl, cpu, 3);
-    check_attn_rope(&tl, cpu, 4000);
-    check_store_as(&tl, cpu);
+    check_attn_prep(&tl, cpu, 3);
+    check_attn_prep(&tl, cpu, 4000);
     for (uint32_t type : CACHE_TYPES)
         for (int T : BATCHES) {
             check_attention(&tl, cpu, type, T, 0, true);
             check_attention(&tl, cpu, type, T, 37, true);
             check_attention(&tl, cpu, type, T, 37, false);
+            if (T != 7) check_attention(&tl, cpu, type, T, 3000, true);
+            if (T == 7) check_attention(&tl, cpu, type, T, 37, true, true);
         }
-    check_route(&tl, cpu);
+    check_route(&tl, cpu, cpu->n_expert, cpu->n_expert_used);
+    if (cpu->n_expert != 256) check_route(&tl, cpu, 256, 8);
     check_coreset(&tl, cpu);
     check_matmul_id(&tl, cpu, &cpu->up_exps, cpu->n_expert_used);
     check_matmul_id(&tl, cpu, &cpu->down_exps, 1);
     check_swiglu(&tl, cpu);
     check_swiglu_id(&tl, cpu);
-    check_moe_sum(&tl, cpu, cpu->n_expert_used);
-    if (cpu->n_expert_used != 8) check_moe_sum(&tl, cpu, 8);
-    check_moe_shared_gate(&tl, cpu);
+    check_moe_out(&tl, cpu, cpu->n_expert_used, cpu->mats[0].type);
+    if (cpu->n_expert_used != 8) check_moe_out(&tl, cpu, 8, cpu->up_exps.type);
     printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);
     return tl.failed;
 }

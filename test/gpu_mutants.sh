@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test/gpu_mutants.sh MODEL — shows that the GPU checks bite: builds mutants of clover.cu (each one
-# planted bug, applied by sed to a temporary copy) into clover-emu and runs --check-ops on MODEL in the
+# planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row fold,
+# the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie rule,
+# the online softmax's rescaling) into clover-emu and runs --check-ops on MODEL in the
 # three thread orders of test/cuda_emu.h. Prints one line per mutant and order: `caught` with the first
 # failure line (a check-ops FAIL or a cuda-emu error), or `missed`. Exit status 1 when a mutant does
 # not apply (the sed changed nothing) or is missed in all three orders. Needs build/clover-emu.o (make
@@ -15,9 +17,12 @@ trap 'rm -rf "$TMP"' EXIT
 # name | sed script: each plants one bug
 MUTANTS='missing-syncthreads|/pi\[threadIdx.x \/ WARP\] = at;/{n;/__syncthreads();/d}
 divergent-syncthreads|/part\[threadIdx.x \/ WARP\] = m;/{n;s/__syncthreads();/if (threadIdx.x < BLOCK \/ 2) __syncthreads();/}
-off-by-one-index|s/for (int64_t u = lane; u < n \/ Unit::size;/for (int64_t u = lane; u <= n \/ Unit::size;/
+fold-off-by-one|s/for (int o = lpr \/ 2; o >= D::LPB; o \/= 2) {/for (int o = lpr \/ 2; o > D::LPB; o \/= 2) {/
 wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/
-delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/'
+delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/
+q4_0-dp4a-offset|s/(float)(s - 8 \* sa)/(float)(s - 7 * sa)/
+route-tie-to-higher|s/(bv2 == best_v \&\& b2 < best)/(bv2 == best_v \&\& b2 > best)/
+attention-no-rescale|s/float a = o\[i\] \* c;/float a = o[i];/'
 
 status=0
 while IFS='|' read -r name script; do

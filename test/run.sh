@@ -1724,7 +1724,8 @@ test_warnings() {
 }
 
 # The GPU kernels (clover.cu) executed on the CPU by test/cuda_emu.h (build/clover-emu, make cuda-emu):
-# --check-ops on a tiny model of every weight type in the forward, reverse and random thread orders;
+# --check-ops on a tiny model of every weight type in the forward, reverse and random thread orders,
+# and on a narrow model and one real-shape layer in the forward order;
 # the planted bugs of test/gpu_mutants.sh (a missing or divergent __syncthreads, an off-by-one index,
 # a wrong rounding, a delta rule scanning its rows the wrong way) must each make it fail; the CPU
 # build refuses --check-ops in one line. The emulation enforces sm_90's launch limits (build/emu_limits:
@@ -1776,6 +1777,21 @@ test_gpu() {
        grep -q 'scratch .* (-ub 8192)' "$TMP/err"; then pass "$name"
     else fail "$name" "$(grep -m 1 error "$TMP/err")"; fi
     rm -f "$TMP/l8192.bin"
+    # shapes the tiny models do not reach: a GDN state of 16 (the delta rule's dot tail past 64) and
+    # n_embd 64 (narrow), and one real-shape layer (rows of 2048: 8 K-quant blocks a row, several
+    # blocks a lane's slot, Q6_K rows of several blocks split at upload; expert rows of 512; head dim 256)
+    for spec in "q8_0|--shape narrow" "q4_k_m|--shape real --layers 1 --experts 8 --vocab 4096"; do
+        t=${spec%%|*}
+        # shellcheck disable=SC2086
+        m=$(model "$t" 1 ${spec#*|}) || { fail "gpu/$t ${spec#*|}" "cannot generate the model"; continue; }
+        out="$TMP/gpu-shape.txt"
+        $TO "$EMU" -m "$m" --check-ops > "$out" 2> "$TMP/err"
+        local rc=$?
+        last=$(tail -n 1 "$out")
+        n=$(grep -c ' PASS$' "$out")
+        if [ "$rc" -eq 0 ] && [ "$last" = "check-ops: $n ops, $n passed, 0 failed" ] && [ "$n" -gt 0 ]; then pass "gpu/$t ${spec#*|}: $last"
+        else fail "gpu/$t ${spec#*|}" "exit $rc: $(grep -m 1 FAIL "$out" | tr -s ' ')$(first_line "$TMP/err") | $last"; fi
+    done
     m=$(model q4_0 1 --layers 1) || { fail gpu/mutants "cannot generate the model"; return; }
     if out=$(FIRST_CATCH=1 CXX_EMU=${CXX_EMU:-clang++} test/gpu_mutants.sh "$m" 2>&1); then
         pass "gpu/mutants: every planted bug caught: $(echo "$out" | sed 's/: caught.*//' | tr '\n' ';')"
@@ -1888,6 +1904,15 @@ test_gpu_forward() {
                 else fail "$name" "$(why)$(text_diff "$TMP/gd.txt" "$TMP/gd.want")"; fi
             done
         done
+        # the decode step's graph stays fused: at most 69 kernels and copies on the 4-layer q8_0 model
+        # (3 GDN layers of 17, an attention layer of 15, the first norm, the head, the argmax)
+        if [ -n "$all" ]; then
+            name="gpu_forward/$ORDER/graph: a q8_0 decode step is at most 69 kernels and copies"
+            if emu -m "$(model q8_0)" --tokens "$GPU_PROMPT" -n 2 --temp 0 > /dev/null; then
+                n=$(sed -n 's/^clover: GPU decode step: one CUDA graph of \([0-9]*\) .*/\1/p' "$TMP/err")
+                if [ -n "$n" ] && [ "$n" -le 69 ]; then pass "$name ($n)"; else fail "$name" "${n:-no graph}"; fi
+            else fail "$name" "$(why)"; fi
+        fi
         name="gpu_forward/$ORDER/drafts model C random drafts (rollbacks) == none"
         if emu -m "$DM_C" --tokens "$DRAFT_PROMPT" -n 8 --temp 0 -ctk f32 -ctv f32 > "$TMP/gd.want" &&
            emu -m "$DM_C" --tokens "$DRAFT_PROMPT" -n 8 --temp 0 -ctk f32 -ctv f32 --spec-type draft-self --spec-draft-n-max 7 --test-drafts random --seed 3 > "$TMP/gd.txt" &&
