@@ -24,10 +24,13 @@
 //   build/cmp ids A B                        where two comma-separated id lists first differ
 //   build/cmp fill MODEL.gguf OUT HEX        a copy with the data section overwritten by the bytes
 //       HEX repeated (as many whole copies as fit)
-//   build/cmp damage MODEL.gguf OUT MODE N I the I-th of N damaged copies: MODE random: 1 to 8 bytes
-//       before the data section changed, from one MT19937 stream seeded 11 over all N cases (the
-//       generator and draws of Python's random.Random(11): the same files as the suite's earlier
-//       Python); truncate: the first I*size/N bytes; truncate-head: the first I bytes
+//   build/cmp damage MODEL.gguf OUT MODE N CLOVER ARGS...   N damaged copies of MODEL, one after
+//       another in OUT, each loaded by CLOVER ARGS (ARGS naming OUT), which must exit 0 or exit 1
+//       with one line "clover: error: ..." on stderr (warnings and the memory plan aside), within
+//       60 s. MODE random: 1 to 8 bytes before the data section changed, from one MT19937 stream
+//       seeded 11 (the generator and draws of Python's random.Random(11): the same files as the
+//       suite's earlier Python); truncate: the first I*size/N bytes of case I; truncate-head: the
+//       first I bytes
 //   build/cmp trace ERR MODE       clover --trace's stderr: round blocks numbered 1..n, per-round
 //       drafted and accepted counts adding up to n_drafted and n_accept, relaxed lines to
 //       n_relaxed, every round stopped or fully accepted, no raw control bytes; MODE truth: every
@@ -49,7 +52,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 __attribute__((format(printf, 2, 3), noreturn)) static void fail(int code, const char *fmt, ...) {
     va_list ap;
@@ -113,6 +119,25 @@ static Buf read_all(const char *path) {
 static void write_all(const char *path, const void *p, long n) {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(p, 1, (size_t)n, f) != (size_t)n || fclose(f)) fail(2, "cannot write %s", path);
+}
+
+// The lines of a text, split in place.
+typedef struct {
+    char **l;
+    int n;
+} Lines;
+
+static Lines lines_of(Buf *b) {
+    Lines s = {malloc(((size_t)b->n + 1) * sizeof(char *)), 0};
+    if (!s.l) fail(2, "out of memory");
+    for (char *p = b->p;;) {
+        char *e = memchr(p, '\n', (size_t)(b->p + b->n - p));
+        if (e) *e = 0;
+        s.l[s.n++] = p;
+        if (!e) break;
+        p = e + 1;
+    }
+    return s;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -489,57 +514,98 @@ static uint32_t mt_below(Mt *g, uint32_t n) {
     return r;
 }
 
+// Runs argv with stdin and stdout on /dev/null, stderr into the file err, for at most 60 s (an
+// alarm, which survives exec). Returns the exit status, or 128 + the signal that ended it.
+static int run_for_60s(char **argv, const char *err) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) fail(2, "cannot fork: %s", strerror(errno));
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY), out = open("/dev/null", O_WRONLY), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (in < 0 || out < 0 || e < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(e, 2) < 0) _exit(126);
+        alarm(60);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) fail(2, "waitpid: %s", strerror(errno));
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// A load ends well: exit 0, or exit 1 with one line "clover: error: ..." (warnings and the memory
+// plan aside).
+static int ended_well(int rc, const char *err, char *why, size_t n) {
+    Buf b = read_all(err);
+    Lines s = lines_of(&b);
+    int n_err = 0, first = -1;
+    for (int i = 0; i < s.n; i++) {
+        if ((i == s.n - 1 && !s.l[i][0]) || !strncmp(s.l[i], "clover: warning:", 16) || !strncmp(s.l[i], "clover: memory:", 15)) continue;
+        if (first < 0) first = i;
+        n_err++;
+    }
+    int ok = rc == 0 || (rc == 1 && n_err == 1 && !strncmp(s.l[first], "clover: error: ", 15));
+    if (!ok) snprintf(why, n, "exit %d, %d stderr lines: %.150s", rc, n_err, first >= 0 ? s.l[first] : "");
+    free(s.l);
+    free(b.p);
+    return ok;
+}
+
 static int cmd_damage(int argc, char **argv) {
-    if (argc != 7) usage();
+    if (argc < 8) usage();
     Buf m = read_all(argv[2]);
-    const char *mode = argv[4];
-    long n = parse_long(argv[5], "N"), ci = parse_long(argv[6], "I");
-    if (ci >= n) fail(2, "case %ld of %ld", ci, n);
-    if (!strcmp(mode, "truncate")) write_all(argv[3], m.p, ci * m.n / n);
-    else if (!strcmp(mode, "truncate-head")) write_all(argv[3], m.p, ci < m.n ? ci : m.n);
-    else if (!strcmp(mode, "random")) {
-        long end = gguf_data_start(&m);
-        if (end <= 0) fail(1, "%s: cannot find the data section", argv[2]);
-        char *d = malloc((size_t)m.n);
-        if (!d) fail(2, "out of memory");
-        Mt g;
-        mt_seed(&g, 11);
-        static const int n_changes[5] = {1, 1, 2, 3, 8};
-        for (long c = 0; c <= ci; c++) {   // the draws of every case up to this one
-            memcpy(d, m.p, (size_t)m.n);
-            int k = n_changes[mt_below(&g, 5)];
-            for (int j = 0; j < k; j++) {   // Python evaluates the value, then the index
+    const char *out = argv[3], *mode = argv[4];
+    long n = parse_long(argv[5], "N");
+    char **run = argv + 6, err[4096], why[256];
+    snprintf(err, sizeof err, "%s.err", out);
+    long end = gguf_data_start(&m);
+    int random = !strcmp(mode, "random"), head = !strcmp(mode, "truncate-head");
+    if (!random && !head && strcmp(mode, "truncate")) usage();
+    if (random && end <= 0) fail(1, "%s: cannot find the data section", argv[2]);
+    // one file, changed in place from case to case: random cases patch bytes of a whole copy and
+    // put them back; truncated ones grow (their sizes do not decrease)
+    int fd = open(out, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || (random && pwrite(fd, m.p, (size_t)m.n, 0) != m.n)) fail(2, "cannot write %s", out);
+    Mt g;
+    mt_seed(&g, 11);
+    static const int n_changes[5] = {1, 1, 2, 3, 8};
+    long n_bad = 0, size = random ? m.n : 0;
+    char bad[3][320];
+    for (long c = 0; c < n; c++) {
+        long at[8];
+        int k = 0;
+        if (random) {   // k bytes changed (Python evaluates the value, then the index)
+            k = n_changes[mt_below(&g, 5)];
+            for (int j = 0; j < k; j++) {
                 int choice[5] = {(int)mt_below(&g, 256), 0, 0xff, 0x7f, 0x80};
-                int v = choice[mt_below(&g, 5)];
-                d[mt_below(&g, (uint32_t)end)] = (char)v;
+                char v = (char)choice[mt_below(&g, 5)];
+                at[j] = mt_below(&g, (uint32_t)end);
+                if (pwrite(fd, &v, 1, at[j]) != 1) fail(2, "cannot write %s", out);
             }
+        } else {
+            long want = head ? (c < m.n ? c : m.n) : c * m.n / n;
+            if (pwrite(fd, m.p + size, (size_t)(want - size), size) != want - size) fail(2, "cannot write %s", out);
+            size = want;
         }
-        write_all(argv[3], d, m.n);
-    } else usage();
-    return 0;
+        if (!ended_well(run_for_60s(run, err), err, why, sizeof why)) {
+            if (n_bad < 3) snprintf(bad[n_bad], sizeof bad[0], "case %ld (%ld bytes): %s", c, size, why);
+            n_bad++;
+        }
+        for (int j = 0; j < k; j++)
+            if (pwrite(fd, m.p + at[j], 1, at[j]) != 1) fail(2, "cannot write %s", out);
+    }
+    close(fd);
+    if (!n_bad) {
+        printf("%ld cases\n", n);
+        return 0;
+    }
+    printf("%ld bad of %ld: %s%s%s%s%s\n", n_bad, n, bad[0], n_bad > 1 ? "; " : "", n_bad > 1 ? bad[1] : "", n_bad > 2 ? "; " : "",
+           n_bad > 2 ? bad[2] : "");
+    return 1;
 }
 
 // ------------------------------------------------------------------------------------------------
 // clover's stderr: the trace, the relaxed rule's log, the statistics, the diffusion report
-
-// The lines of a text, split in place.
-typedef struct {
-    char **l;
-    int n;
-} Lines;
-
-static Lines lines_of(Buf *b) {
-    Lines s = {malloc(((size_t)b->n + 1) * sizeof(char *)), 0};
-    if (!s.l) fail(2, "out of memory");
-    for (char *p = b->p;;) {
-        char *e = memchr(p, '\n', (size_t)(b->p + b->n - p));
-        if (e) *e = 0;
-        s.l[s.n++] = p;
-        if (!e) break;
-        p = e + 1;
-    }
-    return s;
-}
 
 // The number after "KEY = " on the first line that starts with KEY, spaces and '=' (-1 if none).
 static long stat_of(Lines s, const char *key) {
