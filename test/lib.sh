@@ -155,14 +155,15 @@ prompts() {
 # Ids that end generation, as clover finds them: the file's eos id, <|im_end|>, <|endoftext|>; read
 # once per model and run
 eog_ids() {
-    local m=$1 f
+    local m=$1 f part
     f="$SHARED/eog-$(md5sum <<< "$m" | cut -c1-16)"
+    part=$f.$BASHPID
     if [ ! -f "$f" ]; then
         {
             $EDIT get "$m" tokenizer.ggml.eos_token_id 2>/dev/null
             $EDIT token "$m" '<|im_end|>'
             $EDIT token "$m" '<|endoftext|>'
-        } | tr '\n' ',' | sed 's/,$//' > "$f.$BASHPID" && mv "$f.$BASHPID" "$f"
+        } | tr '\n' ',' | sed 's/,$//' > "$part" && mv "$part" "$f"
     fi
     cat "$f"
 }
