@@ -31,6 +31,7 @@
 //       seeded 11 (the generator and draws of Python's random.Random(11): the same files as the
 //       suite's earlier Python); truncate: the first I*size/N bytes of case I; truncate-head: the
 //       first I bytes
+//   build/cmp random SEED N BELOW  N ids, comma-separated: Python's random.Random(SEED).randrange(BELOW)
 //   build/cmp trace ERR MODE       clover --trace's stderr: round blocks numbered 1..n, per-round
 //       drafted and accepted counts adding up to n_drafted and n_accept, relaxed lines to
 //       n_relaxed, every round stopped or fully accepted, no raw control bytes; MODE truth: every
@@ -39,7 +40,11 @@
 //       (p(d)/p(t) >= RATIO, entropy <= DELTA, draft != target, as printed to 1e-3); one per n_relaxed
 //   build/cmp stats ERR GEN_IDS EOG_IDS SPEC   the statistics lines: upstream's formats, their
 //       order and arithmetic; the generated count from llama.cpp's greedy ids GEN_IDS cut after the
-//       first of EOG_IDS; SPEC: "none" or "draft-self --spec-draft-n-max N ..."
+//       first of EOG_IDS; SPEC: "none" (then n_predict is the only count: no draft lines) or
+//       "draft-self --spec-draft-n-max N ..."; "speed:      n/a" exactly when the time is under 1 ms
+//   build/cmp by-position ERR   a draft-self --trace run's "accept by position" line is what its
+//       rounds add up to (a round that drafted d and accepted a: positions 1..d drafted, 1..a
+//       accepted), summing to n_drafted and n_accept; prints the counts
 //   build/cmp diffusion ERR N_MAX [PASSES_PER_BLOCK]   the --diffusion report (block size 8) adds up
 //
 // The checks print one summary line and exit 0, or print what is wrong and exit 1. Exit 2 on bad
@@ -69,7 +74,7 @@ __attribute__((format(printf, 2, 3), noreturn)) static void fail(int code, const
 
 static const char *USAGE =
     "usage: cmp A.bin B.bin N_VOCAB [--median X] [--p99 Y] [--max Z] [--argmax F] [--spread C.bin]\n"
-    "       cmp gap|argmax|text|diff|ids|fill|damage|trace|relaxed|stats|diffusion ... (see test/cmp.c)";
+    "       cmp gap|argmax|text|diff|ids|fill|damage|random|trace|relaxed|stats|by-position|diffusion ... (see test/cmp.c)";
 
 static void usage(void) { fail(2, "%s", USAGE); }
 
@@ -514,6 +519,18 @@ static uint32_t mt_below(Mt *g, uint32_t n) {
     return r;
 }
 
+// N ids of Python's random.Random(SEED).randrange(BELOW), comma-separated (the suite's random prompts)
+static int cmd_random(int argc, char **argv) {
+    if (argc != 5) usage();
+    long seed = parse_long(argv[2], "SEED"), n = parse_long(argv[3], "N"), below = parse_long(argv[4], "BELOW");
+    if (seed < 0 || seed > 0xffffffffL || n < 1 || below < 1 || below > 0xffffffffL) usage();
+    Mt g;
+    mt_seed(&g, (uint32_t)seed);
+    for (long i = 0; i < n; i++) printf("%s%u", i ? "," : "", mt_below(&g, (uint32_t)below));
+    printf("\n");
+    return 0;
+}
+
 // Runs argv with stdin and stdout on /dev/null, stderr into the file err, for at most 60 s (an
 // alarm, which survives exec). Returns the exit status, or 128 + the signal that ended it.
 static int run_for_60s(char **argv, const char *err) {
@@ -666,6 +683,15 @@ static const char *digits(const char *p, long *v) {
     return e;
 }
 
+// A round's first trace line, "round R @pos P ...: drafted D (asked A...), accepted C, ...": R, D, C
+static int round_head(const char *p, long *rn, long *d, long *c) {
+    long pos, a;
+    const char *q;
+    if (strncmp(p, "round ", 6) || !(p = digits(p + 6, rn)) || strncmp(p, " @pos ", 6) || !(p = digits(p + 6, &pos))) return 0;
+    if (!(q = strstr(p, ": drafted ")) || !(q = digits(q + 10, d)) || strncmp(q, " (asked ", 8) || !(q = digits(q + 8, &a))) return 0;
+    return (q = strstr(q, "), accepted ")) && (q = digits(q + 12, c)) && *q == ',';
+}
+
 static int cmd_trace(int argc, char **argv) {
     if (argc != 4) usage();
     Buf b = read_all(argv[2]);
@@ -691,14 +717,9 @@ static int cmd_trace(int argc, char **argv) {
     }
     Lines s = lines_of(&b);
     long heads = 0, dr = 0, ac = 0, full = 0, numbered = 1, rejected_truth = 0;
-    for (int i = 0; i < s.n; i++) {   // "round R @pos P ...: drafted D (asked A...), accepted C,"
-        long rn, pos, d, a, c;
-        const char *p = s.l[i], *q;
-        if (strncmp(p, "round ", 6) || !(p = digits(p + 6, &rn)) || strncmp(p, " @pos ", 6) || !(p = digits(p + 6, &pos)))
-            continue;
-        if (!(q = strstr(p, ": drafted ")) || !(q = digits(q + 10, &d)) || strncmp(q, " (asked ", 8) || !(q = digits(q + 8, &a)))
-            continue;
-        if (!(q = strstr(q, "), accepted ")) || !(q = digits(q + 12, &c)) || *q != ',') continue;
+    for (int i = 0; i < s.n; i++) {
+        long rn, d, c;
+        if (!round_head(s.l[i], &rn, &d, &c)) continue;
         heads++;
         numbered &= rn == heads;
         dr += d, ac += c, full += d == c;
@@ -760,11 +781,15 @@ static int all_in(const char *s, long n, const char *set) {
     return 1;
 }
 
-// "WORD C tokens in T seconds, speed: S t/s" with C as upstream's %4d and T, S as %8.3f. Fills the
-// three fields (as text) from the first line that has this shape, else returns 0.
+// "WORD C tokens in T seconds, speed: S t/s" with C as upstream's %4d and T, S as %8.3f, or with
+// "speed:      n/a" (this project's spelling for a duration under 1 ms). Fills the fields (as text;
+// speed "     n/a" for n/a) from the first line that has this shape, else returns 0.
 typedef struct {
     char count[32], secs[32], speed[32];
+    int na;
 } Speed;
+
+static const char *NA = "     n/a";
 
 static int speed_line(Lines s, const char *word, Speed *out) {
     size_t w = strlen(word);
@@ -773,18 +798,19 @@ static int speed_line(Lines s, const char *word, Speed *out) {
         if (strncmp(p, word, w) || p[w] != ' ') continue;
         p += w + 1;
         if (!(a = strstr(p, " tokens in ")) || !(b = strstr(a, " seconds, speed: "))) continue;
-        const char *sp = b + 17;
+        const char *sp = b + 17, *ta = a + 11;
+        int na = !strcmp(sp, NA);
         e = sp + strlen(sp);
-        if (e - sp < 4 || strcmp(e - 4, " t/s")) continue;
-        e -= 4;
-        const char *ta = a + 11;
+        if (!na && (e - sp < 4 || strcmp(e - 4, " t/s"))) continue;
+        if (!na) e -= 4;
         // the count: [ 0-9]{3}[0-9]+; times: [ 0-9.]{8,}
         if (a - p < 4 || a - p > 31 || !all_in(p, 3, " 0123456789") || !all_in(p + 3, a - p - 3, "0123456789")) continue;
         if (b - ta < 8 || b - ta > 31 || !all_in(ta, b - ta, " 0123456789.")) continue;
-        if (e - sp < 8 || e - sp > 31 || !all_in(sp, e - sp, " 0123456789.")) continue;
+        if (e - sp < 8 || e - sp > 31 || (!na && !all_in(sp, e - sp, " 0123456789."))) continue;
         snprintf(out->count, sizeof out->count, "%.*s", (int)(a - p), p);
         snprintf(out->secs, sizeof out->secs, "%.*s", (int)(b - ta), ta);
         snprintf(out->speed, sizeof out->speed, "%.*s", (int)(e - sp), sp);
+        out->na = na;
         return 1;
     }
     return 0;
@@ -800,11 +826,19 @@ static int is_8_3f(const char *x) {
     return n == 8 || x[0] != ' ';
 }
 
+// Some line starts with s.
+static int has_line(Lines s, const char *start) {
+    for (int i = 0; i < s.n; i++)
+        if (!strncmp(s.l[i], start, strlen(start))) return 1;
+    return 0;
+}
+
 static int cmd_stats(int argc, char **argv) {
     if (argc != 6) usage();
     Buf b = read_all(argv[2]);
     Lines s = lines_of(&b);
     const char *spec = argv[5];
+    int draft = strcmp(spec, "none") != 0;   // the draft lines are printed for draft-self only
     static char *gen[MAX_IDS], *eog[64];
     int n_gen_ids = split_ids(argv[3], gen, MAX_IDS), n_eog = split_ids(argv[4], eog, 64);
     // upstream's formats: "encoded %4d tokens in %8.3f seconds, speed: %8.3f t/s", then the n_* lines
@@ -812,15 +846,14 @@ static int cmd_stats(int argc, char **argv) {
     int has_enc = speed_line(s, "encoded", &enc), has_dec = speed_line(s, "decoded", &dec);
     static const char *keys[5] = {"n_draft", "n_predict", "n_drafted", "n_accept", "accept"};
     char kv[5][64] = {{0}};
-    int n_kv = 0;
-    const char *order[8];
+    const char *order[16];
     int n_order = 0;
     static const char *heads[7] = {"encoded", "decoded", "n_draft ", "n_predict", "n_drafted", "n_accept ", "accept  "};
     for (int i = 0; i < s.n; i++) {
         const char *p = s.l[i];
         for (int h = 0; h < 7; h++)
             if (!strncmp(p, heads[h], strlen(heads[h]))) {
-                if (n_order < 8) order[n_order++] = heads[h];
+                if (n_order < 16) order[n_order++] = heads[h];
                 break;
             }
         // "KEY +=  ?VALUE" with VALUE free of spaces, to the end of the line; the last one counts
@@ -832,34 +865,51 @@ static int cmd_stats(int argc, char **argv) {
             if (q[0] != '=' || q[1] != ' ') continue;
             q += 2 + (q[2] == ' ');
             if (!*q || strpbrk(q, " \t") || strlen(q) >= 64) continue;
-            if (!kv[k][0]) n_kv++;
             strcpy(kv[k], q);
         }
     }
     if (!has_enc || !has_dec) problem("encoded/decoded line missing or malformed");
-    if (n_kv != 5) problem("n_draft..accept lines: found %d of 5", n_kv);
-    int in_order = n_order >= 7;
-    for (int h = 0; h < 7 && in_order; h++) in_order = order[h] == heads[h];
-    if (!in_order) problem("the lines encoded, decoded, n_draft, n_predict, n_drafted, n_accept, accept are not first and in this order");
+    int n_kv = 0, only_predict = !!kv[1][0];
+    for (int k = 0; k < 5; k++) n_kv += !!kv[k][0], only_predict &= k == 1 || !kv[k][0];
+    if (draft && n_kv != 5) problem("n_draft..accept lines: found %d of 5", n_kv);
+    if (!draft && !only_predict) problem("without draft-self only n_predict, found %d of the lines n_draft..accept", n_kv);
+    // exactly these lines, in this order, among those starting with a head
+    static const int want_draft[7] = {0, 1, 2, 3, 4, 5, 6}, want_plain[3] = {0, 1, 3};
+    const int *want_order = draft ? want_draft : want_plain;
+    int n_want = draft ? 7 : 3, in_order = n_order == n_want;
+    for (int h = 0; h < n_want && in_order; h++) in_order = order[h] == heads[want_order[h]];
+    if (!in_order) {
+        char got[256] = "";
+        for (int h = 0; h < n_order; h++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s'%s'", h ? ", " : "", order[h]);
+        problem("line order [%s]", got);
+    }
     static const char *exact[5] = {"n_draft   = ", "n_predict = ", "n_drafted = ", "n_accept  = ", "accept    = "};
     for (int k = 0; k < 5; k++) {
+        if (!draft && k != 1) continue;
         int found = 0;
         for (int i = 0; i < s.n && !found; i++)
             found = !strncmp(s.l[i], exact[k], strlen(exact[k])) && s.l[i][strlen(exact[k])] > ' ';
         if (!found) problem("no line '%s'", exact[k]);
     }
+    static const char *draft_only[4] = {"n_relaxed", "mean accepted length", "draft time", "accept by position"};
+    for (int k = 0; k < 4; k++)
+        if (draft != has_line(s, draft_only[k])) problem("line '%s' %s", draft_only[k], draft ? "missing" : "printed without draft-self");
     if (problems[0]) return verdict();
     Speed *sp[2] = {&enc, &dec};
     for (int k = 0; k < 2; k++) {
         if (!is_8_3f(sp[k]->secs)) problem("'%s' is not %%8.3f", sp[k]->secs);
-        if (!is_8_3f(sp[k]->speed)) problem("'%s' is not %%8.3f", sp[k]->speed);
+        if (!sp[k]->na && !is_8_3f(sp[k]->speed)) problem("'%s' is not %%8.3f", sp[k]->speed);
+        // n/a is for a duration under 1 ms (printed 0.000 or 0.001), and only then
+        if (sp[k]->na ? atof(sp[k]->secs) > 0.001 : atof(sp[k]->secs) < 0.001)
+            problem("speed '%s' after %s seconds: n/a is for under 1 ms, and only then", sp[k]->speed, sp[k]->secs);
         size_t n = strlen(sp[k]->count);
         if (n < 4 || (n > 4 && sp[k]->count[0] == ' ')) problem("'%s' is not %%4d", sp[k]->count);
     }
-    long n_pred = atol(kv[1]), n_drafted = atol(kv[2]), n_acc = atol(kv[3]);
+    long n_pred = atol(kv[1]), n_drafted = atol(kv[2]), n_acc = atol(kv[3]);   // missing: 0
+    const char *acc = kv[4][0] ? kv[4] : "0.000%";
     char want[64];
     snprintf(want, sizeof want, "%.3f%%", n_drafted ? 100.0 * (double)n_acc / (double)n_drafted : 0.0);
-    if (strcmp(kv[4], want)) problem("accept %s != 100*%ld/%ld", kv[4], n_acc, n_drafted);
+    if (strcmp(acc, want)) problem("accept %s != 100*%ld/%ld", acc, n_acc, n_drafted);
     // generated tokens: llama.cpp's greedy ids up to and including the first end-of-generation one
     long n_gen = n_gen_ids;
     for (int i = 0; i < n_gen_ids && n_gen == n_gen_ids; i++)
@@ -871,14 +921,12 @@ static int cmd_stats(int argc, char **argv) {
     long counts[2] = {atol(enc.count), n_pred};
     for (int k = 0; k < 2; k++) {
         double t = atof(sp[k]->secs), v = atof(sp[k]->speed);
-        if (t >= 0.002) {   // the printed seconds are rounded to 1e-3: bound the speed
+        if (!sp[k]->na && t >= 0.002) {   // the printed seconds are rounded to 1e-3: bound the speed
             double lo = (double)counts[k] / (t + 5e-4) - 5e-4, hi = (double)counts[k] / (t - 5e-4) + 5e-4;
             if (!(lo <= v && v <= hi)) problem("speed %s is not %ld tokens / %s s", sp[k]->speed, counts[k], sp[k]->secs);
         }
     }
-    if (!strcmp(spec, "none")) {
-        if (n_drafted || n_acc || strcmp(kv[4], "0.000%")) problem("drafts counted without draft-self");
-    } else {
+    if (draft) {
         long n_max = -1;
         sscanf(spec, "%*s %*s %ld", &n_max);
         if (atol(kv[0]) != n_max) problem("n_draft %s != the configured n_max", kv[0]);
@@ -898,7 +946,63 @@ static int cmd_stats(int argc, char **argv) {
         if (strstr(spec, "truth") && !(n_drafted > 0 && n_acc == n_drafted)) problem("truth drafts: %ld of %ld accepted", n_acc, n_drafted);
     }
     if (verdict()) return 1;
-    printf("n_predict %s, n_drafted %s, n_accept %s, accept %s\n", kv[1], kv[2], kv[3], kv[4]);
+    if (draft) printf("n_predict %s, n_drafted %ld, n_accept %ld, accept %s\n", kv[1], n_drafted, n_acc, acc);
+    else printf("n_predict %s, no draft lines\n", kv[1]);
+    return 0;
+}
+
+// "KEY = N" exactly (KEY padded as the statistics pad it): N, or -1 when no line is so
+static long exact_stat(Lines s, const char *key) {
+    for (int i = 0; i < s.n; i++) {
+        long v;
+        char fmt[64];
+        snprintf(fmt, sizeof fmt, "%s = %%ld", key);
+        if (sscanf(s.l[i], fmt, &v) == 1 && v >= 0 && is_line(s.l[i], fmt, v)) return v;
+    }
+    return -1;
+}
+
+// "accept by position" must be what the --trace rounds add up to: a round that drafted d and
+// accepted a counts positions 1..d as drafted and 1..a as accepted; the sums are n_drafted and
+// n_accept.
+static int cmd_by_position(int argc, char **argv) {
+    if (argc != 3) usage();
+    Buf b = read_all(argv[2]);
+    Lines s = lines_of(&b);
+    long n_max = exact_stat(s, "n_draft  "), n_drafted = exact_stat(s, "n_drafted"), n_accept = exact_stat(s, "n_accept ");
+    if (n_max <= 0 || n_max > 4096 || n_drafted < 0 || n_accept < 0) {
+        printf("no lines n_draft (1..4096), n_drafted, n_accept\n");
+        return 1;
+    }
+    long *want_d = calloc((size_t)n_max, sizeof *want_d), *want_a = calloc((size_t)n_max, sizeof *want_a), sum_d = 0, sum_a = 0;
+    if (!want_d || !want_a) fail(2, "out of memory");
+    for (int i = 0; i < s.n; i++) {
+        long rn, d, a;
+        if (!round_head(s.l[i], &rn, &d, &a)) continue;
+        if (d > n_max) {
+            printf("round %ld drafted %ld, accepted %ld, n_draft %ld\n", rn, d, a, n_max);
+            return 1;
+        }
+        for (long j = 0; j < d; j++) want_d[j]++, want_a[j] += j < a;
+        sum_d += d, sum_a += a < d ? a : d;
+    }
+    static char want[65536], got[65536];
+    for (long j = 0; j < n_max; j++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%ld/%ld", j ? " " : "", want_a[j], want_d[j]);
+    const char *head = "accept by position = ", *tail = " (accepted/drafted, positions 1..n_draft)";
+    for (int i = 0; i < s.n && !got[0]; i++) {
+        size_t n = strlen(s.l[i]), h = strlen(head), t = strlen(tail);
+        if (!strncmp(s.l[i], head, h) && n >= h + t && !strcmp(s.l[i] + n - t, tail) && n - h - t < sizeof got)
+            snprintf(got, sizeof got, "%.*s", (int)(n - h - t), s.l[i] + h);
+    }
+    if (strcmp(got, want)) {
+        printf("accept by position '%s', the --trace rounds give '%s'\n", got[0] ? got : "(no line)", want);
+        return 1;
+    }
+    if (sum_d != n_drafted || sum_a != n_accept) {
+        printf("accept by position sums %ld/%ld, n_accept/n_drafted %ld/%ld\n", sum_a, sum_d, n_accept, n_drafted);
+        return 1;
+    }
+    printf("%s\n", want);
     return 0;
 }
 
@@ -946,7 +1050,8 @@ int main(int argc, char **argv) {
         int (*fn)(int, char **);
     } cmds[] = {{"gap", cmd_gap},       {"argmax", cmd_argmax}, {"text", cmd_text},       {"diff", cmd_diff},
                 {"ids", cmd_ids},       {"fill", cmd_fill},     {"damage", cmd_damage},   {"trace", cmd_trace},
-                {"relaxed", cmd_relaxed}, {"stats", cmd_stats}, {"diffusion", cmd_diffusion}};
+                {"relaxed", cmd_relaxed}, {"stats", cmd_stats}, {"by-position", cmd_by_position}, {"diffusion", cmd_diffusion},
+                {"random", cmd_random}};
     if (argc < 2) usage();
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc, argv);

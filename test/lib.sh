@@ -81,9 +81,11 @@ verdict() {   # verdict PASS|FAIL|SKIP [TEXT]
 # first line of a file, flattened, for reasons
 first_line() { head -n 1 "$1" 2>/dev/null | tr -d '\r' | cut -c1-300; }
 # clover ARGS... / ref ARGS...: run with a time limit, stderr to $TMP/err; on failure write the
-# reason (tool, exit status, first stderr line) to $TMP/why, which `why` prints
+# reason (tool, exit status, first stderr line) to $TMP/why, which `why` prints. clover runs with
+# -fa off (what build/ref runs by default) unless ARGS say otherwise: clover takes the last -fa, and
+# group flash passes its own
 clover() {
-    $TO "$CLOVER" "$@" 2> "$TMP/err" && return 0
+    $TO "$CLOVER" -fa off "$@" 2> "$TMP/err" && return 0
     echo "clover exit $?: $(first_line "$TMP/err")" > "$TMP/why"
     return 1
 }
@@ -93,6 +95,26 @@ ref() {
     return 1
 }
 why() { cat "$TMP/why" 2>/dev/null; }
+# clover_ok OUT_PATTERN ERR_PATTERN ARGS... : clover ARGS (as given: no -fa off) must exit 0 without
+# an error line, its stdout must match OUT_PATTERN and its stderr ERR_PATTERN (extended regexes; ''
+# matches anything): the check's verdict (groups errors and warnings)
+clover_ok() {
+    local out_pat=$1 err_pat=$2 rc
+    shift 2
+    $TO "$CLOVER" "$@" > "$TMP/ok.out" 2> "$TMP/ok.err" < /dev/null
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+        fail "exit status $rc, expected 0: $(grep -m 1 -v '^clover: memory:' "$TMP/ok.err" | cut -c1-300)"
+    elif grep -q '^clover: error' "$TMP/ok.err"; then
+        fail "exit 0 but an error line: $(grep -m 1 '^clover: error' "$TMP/ok.err")"
+    elif ! grep -Eaq -- "$out_pat" "$TMP/ok.out"; then
+        fail "stdout does not match /$out_pat/: $(head -c 120 "$TMP/ok.out" | tr '\n' ' ')"
+    elif ! grep -Eaq -- "$err_pat" "$TMP/ok.err"; then
+        fail "stderr does not match /$err_pat/: $(head -n 2 "$TMP/ok.err" | tr '\n' '|' | cut -c1-300)"
+    else
+        pass
+    fi
+}
 ref_reference() { LLAMA_CPU_VARIANT=$REFERENCE ref "$@"; }   # build/ref with llama.cpp's reference variant
 text_diff() { "$CMP" diff "$1" "$2"; }                      # where two texts first differ, for a reason
 ids_of() { tr ',' '\n' <<< "$1" | grep -c .; }              # how many ids a comma-separated list has

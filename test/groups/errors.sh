@@ -31,28 +31,8 @@ clover_error() {
     fi
 }
 
-# clover_ok OUT_PATTERN ERR_PATTERN ARGS... : clover ARGS must exit 0 without an error line, its
-# stdout must match OUT_PATTERN and its stderr ERR_PATTERN (extended regexes; '' matches anything).
-clover_ok() {
-    local out_pat=$1 err_pat=$2 rc
-    shift 2
-    $TO "$CLOVER" "$@" > "$TMP/ok.out" 2> "$TMP/ok.err" < /dev/null
-    rc=$?
-    if [ "$rc" -ne 0 ]; then
-        fail "exit status $rc, expected 0: $(grep -m 1 -v '^clover: memory:' "$TMP/ok.err" | cut -c1-300)"
-    elif grep -q '^clover: error' "$TMP/ok.err"; then
-        fail "exit 0 but an error line: $(grep -m 1 '^clover: error' "$TMP/ok.err")"
-    elif ! grep -Eaq -- "$out_pat" "$TMP/ok.out"; then
-        fail "stdout does not match /$out_pat/: $(head -c 120 "$TMP/ok.out" | tr '\n' ' ')"
-    elif ! grep -Eaq -- "$err_pat" "$TMP/ok.err"; then
-        fail "stderr does not match /$err_pat/: $(head -n 2 "$TMP/ok.err" | tr '\n' '|' | cut -c1-300)"
-    else
-        pass
-    fi
-}
-
 expect_error() { check "$1" && models && clover_error "${@:2}"; }   # expect_error NAME PATTERN ARGS...
-expect_ok() { check "$1" && models && clover_ok "${@:2}"; }         # expect_ok NAME OUT_PATTERN ERR_PATTERN ARGS...
+expect_ok() { check "$1" && models && clover_ok "${@:2}"; }         # expect_ok NAME OUT_PATTERN ERR_PATTERN ARGS... (clover_ok: lib.sh)
 
 # corrupt NAME PATTERN EDITS... : a copy of BASE edited by test/gguf_edit.py must fail to load
 corrupt() {
