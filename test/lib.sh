@@ -151,6 +151,11 @@ model_path() {   # model_path TYPE [SEED [gen options...]]: where model writes t
 # prompt: the first 12 of P1. DRAFT_PROMPT: the draft-self and diffusion groups' prompt.
 P2=523,734,59,953,510,106,321,231,761,960,504,779,208,510,26,443,835,572,372,797,326,147,284,911,259,270,3,10,428,441,339,340,592,642,407,419,372,403,784,611,44,739,849,339,298,540,133,679,617,6,692,135,634,727,626,984,646,378,985,967,360,116,524,46
 DRAFT_PROMPT=1,2,3,4,5,6,7,8,9,10,11,12
+# The preview pass (groups preview and flash): P3, 12 ids below the mask id (Python's
+# random.Random(21).randrange(1023)), and PREVIEW_TOL, the limit on the largest |delta log-softmax|
+# against build/preview_ref's float64 evaluation
+P3=168,428,706,428,650,288,490,863,221,1013,811,486
+PREVIEW_TOL=1e-4
 
 # prompts: sets P1 and PG (and the files $SHARED/p1.ids, $SHARED/p2.ids), or fails with a reason in
 # $TMP/why. With NO_LLAMA, clover tokenizes (group tokenizer checks it against llama.cpp).
