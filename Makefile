@@ -126,12 +126,12 @@ build/fuzz/%: test/%.c test/fuzz.h clover.c | build
 
 tools: build/gen build/cmp build/ref build/unit build/unit-avx2 build/preview_ref
 
-# test/setup-llama.sh installs llama.cpp (the oracle) once; later runs are a no-op.
-# build/clover-emu (the gpu group) needs clang++; without it the group says it is skipped.
+# test/setup-llama.sh installs llama.cpp (the oracle) once; later runs are a no-op. The tools and
+# build/clover-emu build two at a time. build/clover-emu (the gpu groups) needs clang++; without it
+# their checks say they are skipped.
 test: clover
 	test/setup-llama.sh
-	$(MAKE) tools
-	if command -v $(CXX_EMU) > /dev/null 2>&1; then $(MAKE) cuda-emu build/emu_limits; fi
+	$(MAKE) -j2 tools $$(command -v $(CXX_EMU) > /dev/null 2>&1 && echo cuda-emu build/emu_limits)
 	test/run.sh
 
 bench: build/gen build/bench
