@@ -4288,6 +4288,7 @@ struct Pool {
     _Atomic int busy;
     _Atomic int sleepers;        /* workers waiting on `start` */
     _Atomic int caller_sleeps;   /* thread 0 waiting on `done` */
+    void (*observe)(TaskFn fn, void *arg, double seconds);   /* test/bench.c's stage profile: each task's time */
 };
 typedef struct { Pool *pool; int ith; } Worker;
 
@@ -4343,8 +4344,8 @@ static Pool *pool_new(int n_threads) {
 
 static void pool_use(Pool *p, int n_threads) { p->active = n_threads; }
 
-static void pool_run(Pool *p, TaskFn fn, void *arg) {
-    if (p->n_threads == 1 || p->active == 1) { fn(arg, 0, 1); return; }
+/* fn on the active threads, the caller as thread 0: wake the workers, run, wait for them */
+static void pool_fan_out(Pool *p, TaskFn fn, void *arg) {
     p->fn = fn;
     p->arg = arg;
     atomic_store(&p->busy, p->n_threads - 1);
@@ -4363,6 +4364,13 @@ static void pool_run(Pool *p, TaskFn fn, void *arg) {
         atomic_store(&p->caller_sleeps, 0);
         pthread_mutex_unlock(&p->mu);
     }
+}
+
+static void pool_run(Pool *p, TaskFn fn, void *arg) {
+    double t0 = p->observe ? now_seconds() : 0;
+    if (p->n_threads == 1 || p->active == 1) fn(arg, 0, 1);
+    else pool_fan_out(p, fn, arg);
+    if (p->observe) p->observe(fn, arg, now_seconds() - t0);
 }
 
 /* Work items (section 7): a shared counter of claimed items and one of finished items. */

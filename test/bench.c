@@ -114,6 +114,113 @@ static double decode_bytes(const Model *m) {
     return bytes;
 }
 
+/* --- where a pass's time goes: every task of the pool timed by its observer ------------------ */
+typedef struct { char name[40]; int calls; double seconds, bytes; } Stage;
+static Stage stages[64];
+static int n_stages;
+
+static Stage *stage(const char *name) {
+    for (int i = 0; i < n_stages; i++)
+        if (!strcmp(stages[i].name, name)) return &stages[i];
+    if (n_stages == 64) fatal("bench: too many stages");
+    Stage *s = &stages[n_stages++];
+    *s = (Stage){0};
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return s;
+}
+
+static double mat_bytes(const Mat *w) { return (double)w->n_out * w->row_bytes; }
+
+/* A matrix's family: its tensor name without "blk.N." and ".weight". */
+static void mat_family(const Mat *w, char *name, size_t size) {
+    const char *p = w->t->name.ptr, *end = p + w->t->name.len;
+    if (end - p > 4 && !memcmp(p, "blk.", 4)) {
+        p += 4;
+        while (p < end && *p != '.') p++;
+        p++;
+    }
+    if (end - p > 7 && !memcmp(end - 7, ".weight", 7)) end -= 7;
+    snprintf(name, size, "%.*s", (int)(end - p), p);
+}
+
+/* The stage a task belongs to, and the weight bytes it reads. */
+static void observe(TaskFn fn, void *arg, double seconds) {
+    char name[40];
+    double bytes = 0;
+    if (fn == matmul_task) {
+        const Mat *w = ((const MatmulTask *)arg)->w;
+        mat_family(w, name, sizeof name);
+        bytes = mat_bytes(w);
+    } else if (fn == ffn_task) {
+        const FfnTask *f = arg;
+        if (f->expert) {
+            snprintf(name, sizeof name, "experts (up, gate, down)");
+            bytes = f->n_groups * (mat_bytes(f->up) + mat_bytes(f->gate) + mat_bytes(f->down));
+        } else {
+            snprintf(name, sizeof name, "shared expert");
+            bytes = mat_bytes(f->up) + mat_bytes(f->gate) + mat_bytes(f->down);
+        }
+    } else if (fn == gdn_conv_task) snprintf(name, sizeof name, "gdn conv, silu, l2 norm");
+    else if (fn == gdn_scan_task) snprintf(name, sizeof name, "gdn delta rule");
+    else if (fn == gdn_gated_norm_task) snprintf(name, sizeof name, "gdn gated norm");
+    else if (fn == attn_task) snprintf(name, sizeof name, "attention (scores, softmax, V)");
+    else if (fn == route_task) snprintf(name, sizeof name, "router softmax, top-k");
+    else if (fn == moe_sum_task) snprintf(name, sizeof name, "expert weighted sum");
+    else snprintf(name, sizeof name, "other task");
+    Stage *s = stage(name);
+    s->calls++;
+    s->seconds += seconds;
+    s->bytes += bytes;
+}
+
+static void empty_task(void *arg, int ith, int nth) { (void)arg, (void)ith, (void)nth; }
+
+/* Seconds of one pool_run of a task that does nothing: waking the workers and waiting for them. */
+static double pool_overhead(Pool *pool) {
+    int n = 20000;
+    double t0 = now_seconds();
+    for (int i = 0; i < n; i++) pool_run(pool, empty_task, NULL);
+    return (now_seconds() - t0) / n;
+}
+
+/* The stages of `passes` passes that took `total` seconds, per pass: calls, time, weight bytes. */
+static void print_stages(const char *what, int passes, double total, double bw, double overhead) {
+    double timed = 0, bytes = 0;
+    int calls = 0;
+    for (int i = 0; i < n_stages; i++) timed += stages[i].seconds, bytes += stages[i].bytes, calls += stages[i].calls;
+    printf("%s: %.2f ms, %.0f MB of weights (%.2f ms at %.1f GB/s), %d tasks; per stage:\n", what, 1e3 * total / passes,
+           bytes / passes / 1e6, 1e3 * bytes / passes / bw, bw / 1e9, calls / passes);
+    printf("  %-32s %6s %9s %6s %9s %8s %7s\n", "stage", "tasks", "ms", "%", "MB", "GB/s", "of bw");
+    for (int i = 0; i < n_stages; i++) {
+        const Stage *s = &stages[i];
+        printf("  %-32s %6.1f %9.3f %5.1f%% %9.2f", s->name, (double)s->calls / passes, 1e3 * s->seconds / passes,
+               100 * s->seconds / total, s->bytes / passes / 1e6);
+        if (s->bytes > 0) printf(" %8.1f %6.0f%%", s->bytes / s->seconds / 1e9, 100 * s->bytes / s->seconds / bw);
+        printf("\n");
+    }
+    printf("  %-32s %6s %9.3f %5.1f%%   (norms, residuals, gates, embedding: serial)\n", "between tasks", "",
+           1e3 * (total - timed) / passes, 100 * (total - timed) / total);
+    printf("  %-32s %6s %9.3f %5.1f%%   (%.1f us per task with nothing to do, included above)\n", "pool wake-up and join", "",
+           1e3 * overhead * calls / passes, 100 * overhead * calls / total, 1e6 * overhead);
+}
+
+/* The stage tables of N decode steps after a P-token prompt, and of the V-row verify after them. */
+static void profile(Ctx *ctx, const int *ids, int P, int N, int V, float *logits, double bw) {
+    double overhead = pool_overhead(ctx->pool);
+    clover_reset(ctx);
+    prefill(ctx, ids, P, logits, NULL);
+    ctx->pool->observe = observe;
+    n_stages = 0;
+    double t0 = now_seconds();
+    for (int i = 0; i < N; i++) forward_causal(ctx, ids + P + i, 1, logits, 1);
+    print_stages("decode step", N, now_seconds() - t0, bw, overhead);
+    n_stages = 0;
+    t0 = now_seconds();
+    forward_causal(ctx, ids + P + N, V, logits, V);
+    print_stages("verify batch", 1, now_seconds() - t0, bw, overhead);
+    ctx->pool->observe = NULL;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -126,7 +233,7 @@ static double median(double *x, int n) {
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int threads = 2, reps = 5, P = 512, N = 64, V = 16;
+    int threads = 2, reps = 5, P = 512, N = 64, V = 16, stages_only = 0;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) fatal("usage: bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY]");
         const char *o = argv[i], *v = argv[++i];
@@ -136,6 +243,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "-p")) P = atoi(v);
         else if (!strcmp(o, "-n")) N = atoi(v);
         else if (!strcmp(o, "-v")) V = atoi(v);
+        else if (!strcmp(o, "-s")) stages_only = atoi(v);
         else fatal("unknown option %s", o);
     }
     if (!path || threads < 1 || reps < 1 || P < 2 || N < 1 || V < 1) fatal("bench: bad arguments");
@@ -152,6 +260,16 @@ int main(int argc, char **argv) {
     state_init(&ctx.st, &m, n_ctx, T_F16, T_F16);
     scratch_init(&ctx.sc, c, cap, n_ctx, threads);
     float *logits = xmalloc((size_t)cap * c->n_vocab * sizeof(float));
+    int *ids = xmalloc((size_t)(P + N + V) * sizeof(int));
+    uint64_t rng = 42;
+    for (int i = 0; i < P + N + V; i++) ids[i] = (int)(random_uniform(&rng) * (c->n_vocab - 1));
+    size_t n_stream = (size_t)1 << 27;   /* 1 GiB of uint64 for memory_bandwidth */
+    uint64_t *stream = xmalloc(n_stream * 8);
+    for (size_t i = 0; i < n_stream; i++) stream[i] = i;
+    if (stages_only) {   /* -s 1: clover's stage tables only */
+        profile(&ctx, ids, P, N, V, logits, memory_bandwidth(ctx.pool, stream, n_stream));
+        return 0;
+    }
 
     llama_log_set(quiet_log, NULL);
     llama_backend_init();
@@ -174,16 +292,10 @@ int main(int argc, char **argv) {
     struct llama_context *lc = llama_init_from_model(lm, cp);
     if (!lc) fatal("llama.cpp cannot make a context of %d", n_ctx);
 
-    int *ids = xmalloc((size_t)(P + N + V) * sizeof(int));
-    uint64_t rng = 42;
-    for (int i = 0; i < P + N + V; i++) ids[i] = (int)(random_uniform(&rng) * (c->n_vocab - 1));
 
     printf("model %s: %d layers, vocabulary %d, %d threads; prompt %d, decode %d, verify %d rows\n", path, c->n_layer,
            c->n_vocab, threads, P, N, V);
     printf("%-4s %-10s %12s %12s %12s %12s\n", "rep", "program", "prefill t/s", "decode t/s", "verify ms", "verify/step");
-    size_t n_stream = (size_t)1 << 27;   /* 1 GiB of uint64 for memory_bandwidth */
-    uint64_t *stream = xmalloc(n_stream * 8);
-    for (size_t i = 0; i < n_stream; i++) stream[i] = i;
     double *bws = xmalloc(reps * sizeof(double));
     double *cr[3], *lr[3], *ratio[4];
     for (int k = 0; k < 3; k++) cr[k] = xmalloc(reps * sizeof(double)), lr[k] = xmalloc(reps * sizeof(double));
@@ -215,6 +327,7 @@ int main(int argc, char **argv) {
     }
     free(stream);
     double bw = median(bws, reps), bytes = decode_bytes(&m);
+    profile(&ctx, ids, P, N, V, logits, bw);
     double c_pre = median(cr[0], reps), c_dec = median(cr[1], reps), c_ver = median(cr[2], reps);
     double l_pre = median(lr[0], reps), l_dec = median(lr[1], reps), l_ver = median(lr[2], reps);
     double r_pre = median(ratio[0], reps), r_dec = median(ratio[1], reps);
