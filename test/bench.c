@@ -143,22 +143,35 @@ static void mat_family(const Mat *w, char *name, size_t size) {
     snprintf(name, size, "%.*s", (int)(end - p), p);
 }
 
+/* The products a pass asked for, when `recording`: each a matrix times T activation rows. */
+typedef struct { Mat w; int T; bool batch; } Product;
+static Product products[8192];
+static int n_products;
+static bool recording;
+
+static void record(const Mat *w, int T, bool batch) {
+    if (recording && n_products < (int)(sizeof products / sizeof *products)) products[n_products++] = (Product){*w, T, batch};
+}
+
 /* The stage a task belongs to, and the weight bytes it reads. */
 static void observe(TaskFn fn, void *arg, double seconds) {
     char name[40];
     double bytes = 0;
     if (fn == matmul_task) {
-        const Mat *w = ((const MatmulTask *)arg)->w;
-        mat_family(w, name, sizeof name);
-        bytes = mat_bytes(w);
+        const MatmulTask *mt = arg;
+        mat_family(mt->w, name, sizeof name);
+        bytes = mat_bytes(mt->w);
+        record(mt->w, mt->T, mt->batch);
     } else if (fn == ffn_task) {
         const FfnTask *f = arg;
-        if (f->expert) {
-            snprintf(name, sizeof name, "experts (up, gate, down)");
-            bytes = f->n_groups * (mat_bytes(f->up) + mat_bytes(f->gate) + mat_bytes(f->down));
-        } else {
-            snprintf(name, sizeof name, "shared expert");
-            bytes = mat_bytes(f->up) + mat_bytes(f->gate) + mat_bytes(f->down);
+        snprintf(name, sizeof name, f->expert ? "experts (up, gate, down)" : "shared expert");
+        for (int g = 0; g < f->n_groups; g++) {   /* each expert the rows chose, read once */
+            const Mat *m[3] = {f->up, f->gate, f->down};
+            for (int k = 0; k < 3; k++) {
+                Mat w = ffn_mat(f, m[k], g);
+                bytes += mat_bytes(&w);
+                record(&w, f->first[g + 1] - f->first[g], f->batch);
+            }
         }
     } else if (fn == gdn_conv_task) snprintf(name, sizeof name, "gdn conv, silu, l2 norm");
     else if (fn == gdn_scan_task) snprintf(name, sizeof name, "gdn delta rule");
@@ -204,8 +217,38 @@ static void print_stages(const char *what, int passes, double total, double bw, 
            1e3 * overhead * calls / passes, 100 * overhead * calls / total, 1e6 * overhead);
 }
 
-/* The stage tables of N decode steps after a P-token prompt, and of the V-row verify after them. */
-static void profile(Ctx *ctx, const int *ids, int P, int N, int V, float *logits, double bw) {
+/* The compute floor of the recorded products: each one's kernels timed on a slice of its matrix
+ * small enough to stay in cache (the best of 3), scaled to the whole matrix, shared by nth threads. */
+static double compute_floor(Ctx *ctx, int nth) {
+    Scratch *s = &ctx->sc;
+    static float y[TILE_T * 4096];
+    double total = 0;
+    for (int i = 0; i < n_products; i++) {
+        const Product *p = &products[i];
+        size_t stride = rounded_bytes(p->w.type, p->w.n_in);
+        int64_t rows = min64(p->w.n_out, ((int64_t)(1 << 16) / (int64_t)p->w.row_bytes + TILE_O) / TILE_O * TILE_O);
+        rows = min64(rows, (int64_t)(sizeof y / sizeof *y) / p->T);
+        memset(s->xq, 0, stride * p->T);   /* zeros: no denormals in the float kernels */
+        double best = INFINITY;
+        for (int r = 0; r < 4; r++) {   /* the first warms the cache */
+            double t0 = now_seconds();
+            matmul_rows(&p->w, p->batch, s->xq, stride, p->T, y, (size_t)rows, 0, rows, s->pack);
+            double t = now_seconds() - t0;
+            if (r > 0 && t < best) best = t;
+        }
+        total += best * (double)p->w.n_out / rows;
+    }
+    return total / nth;
+}
+
+/* What a verify batch must cost: the weight bytes it reads (every dense matrix once, the union of
+ * the experts its rows chose) and its compute floor (its products at in-cache kernel speed, plus
+ * the measured time of everything that reads no weights). */
+typedef struct { double bytes, floor; } VerifyCost;
+
+/* The stage tables of N decode steps after a P-token prompt, and of the V-row verify after them
+ * (the same tokens and state as clover_run's, so the same routing). */
+static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *logits, double bw, int nth) {
     double overhead = pool_overhead(ctx->pool);
     clover_reset(ctx);
     prefill(ctx, ids, P, logits, NULL);
@@ -214,11 +257,24 @@ static void profile(Ctx *ctx, const int *ids, int P, int N, int V, float *logits
     double t0 = now_seconds();
     for (int i = 0; i < N; i++) forward_causal(ctx, ids + P + i, 1, logits, 1);
     print_stages("decode step", N, now_seconds() - t0, bw, overhead);
-    n_stages = 0;
+    n_stages = n_products = 0;
+    recording = true;
     t0 = now_seconds();
     forward_causal(ctx, ids + P + N, V, logits, V);
-    print_stages("verify batch", 1, now_seconds() - t0, bw, overhead);
+    double total = now_seconds() - t0;
+    recording = false;
     ctx->pool->observe = NULL;
+    print_stages("verify batch", 1, total, bw, overhead);
+    VerifyCost vc = {0, 0};
+    double weights_time = 0;
+    for (int i = 0; i < n_stages; i++)
+        if (stages[i].bytes > 0) vc.bytes += stages[i].bytes, weights_time += stages[i].seconds;
+    double kernels = compute_floor(ctx, nth);
+    vc.floor = kernels + (total - weights_time);
+    printf("  its cost: %.0f MB of weights = %.2f ms at %.1f GB/s; compute floor %.2f ms (%d products at in-cache kernel "
+           "speed on %d threads %.2f ms, the rest as measured %.2f ms)\n", vc.bytes / 1e6, 1e3 * vc.bytes / bw, bw / 1e9,
+           1e3 * vc.floor, n_products, nth, 1e3 * kernels, 1e3 * (total - weights_time));
+    return vc;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -267,7 +323,7 @@ int main(int argc, char **argv) {
     uint64_t *stream = xmalloc(n_stream * 8);
     for (size_t i = 0; i < n_stream; i++) stream[i] = i;
     if (stages_only) {   /* -s 1: clover's stage tables only */
-        profile(&ctx, ids, P, N, V, logits, memory_bandwidth(ctx.pool, stream, n_stream));
+        profile(&ctx, ids, P, N, V, logits, memory_bandwidth(ctx.pool, stream, n_stream), threads);
         return 0;
     }
 
@@ -327,7 +383,7 @@ int main(int argc, char **argv) {
     }
     free(stream);
     double bw = median(bws, reps), bytes = decode_bytes(&m);
-    profile(&ctx, ids, P, N, V, logits, bw);
+    VerifyCost vc = profile(&ctx, ids, P, N, V, logits, bw, threads);
     double c_pre = median(cr[0], reps), c_dec = median(cr[1], reps), c_ver = median(cr[2], reps);
     double l_pre = median(lr[0], reps), l_dec = median(lr[1], reps), l_ver = median(lr[2], reps);
     double r_pre = median(ratio[0], reps), r_dec = median(ratio[1], reps);
