@@ -1,6 +1,6 @@
 /* bench.c — clover.c vs llama.cpp speed on the same GGUF with the same threads (make bench).
  *
- *   build/bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY]
+ *   build/bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY] [-s 1] [-c cpu]
  *
  * One process holds both programs: clover.c itself (included with TESTING defined, as test/unit.c
  * does) and llama.cpp's prebuilt library (as test/ref.c drives it). Each repetition runs clover
@@ -15,7 +15,17 @@
  * sees the same machine as the programs; their median) and the fraction of it that decoding
  * reaches: bytes of weights one decode step reads (every matrix, the n_used experts of
  * each expert tensor, one embedding row) over the median step time.
- * Both use an F16 KV cache and llama.cpp's flash attention is off (clover's attention is exact).
+ * clover uses an F16 KV cache; llama.cpp runs with its own defaults (F16 cache, flash attention
+ * auto, which its CPU backend turns on).
+ *
+ * Then clover's stage tables: where the time of a decode step and of the verify batch goes (every
+ * task of the thread pool timed and named: each matrix family, the experts, attention, the delta
+ * rule, ...; weight bytes and GB/s per stage; the serial time between tasks; the cost of waking
+ * the threads), and the verify's own cost: the weight bytes it must read (every dense matrix
+ * once, the union of the experts its rows chose) over the bandwidth, and its compute floor (its
+ * products at in-cache kernel speed, plus the measured time of the stages that read no weights).
+ * -s 1: the stage tables only (no llama.cpp). -c cpu: time them in the calling thread's CPU time,
+ * which with -t 1 leaves out the time spent waiting for a CPU on a machine shared with other work.
  * The last line is one machine-readable summary: `BENCH key=value ...`. */
 #define TESTING
 #pragma GCC diagnostic ignored "-Wunused-function"   /* clover.c's command-line half is not used here */
@@ -76,6 +86,17 @@ static Times llama_run(struct llama_context *c, const int *ids, int P, int N, in
     return t;
 }
 
+/* The clock of the stage tables: wall time, or with -c cpu the calling thread's CPU time (on a
+ * machine shared with other work, with -t 1, this leaves out the time the thread waited for a CPU). */
+static bool cpu_clock;
+
+static double stage_clock(void) {
+    if (!cpu_clock) return now_seconds();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* --- memory bandwidth and bytes per decode step ----------------------------------------------- */
 typedef struct { const uint64_t *p; size_t n; uint64_t sum; } StreamTask;
 
@@ -91,9 +112,9 @@ static double memory_bandwidth(Pool *pool, uint64_t *p, size_t n) {   /* bytes/s
     double best = 0;
     for (int r = 0; r < 3; r++) {
         StreamTask st = {p, n, 0};
-        double t0 = now_seconds();
+        double t0 = stage_clock();
         pool_run(pool, stream_task, &st);
-        double bw = n * 8.0 / (now_seconds() - t0);
+        double bw = n * 8.0 / (stage_clock() - t0);
         if (st.sum == 1) fatal("impossible");   /* keeps the reads */
         if (bw > best) best = bw;
     }
@@ -154,7 +175,13 @@ static void record(const Mat *w, int T, bool batch) {
 }
 
 /* The stage a task belongs to, and the weight bytes it reads. */
-static void observe(TaskFn fn, void *arg, double seconds) {
+static void observe(TaskFn fn, void *arg, bool done) {
+    static double t0;
+    if (!done) {
+        t0 = stage_clock();
+        return;
+    }
+    double seconds = stage_clock() - t0;
     char name[40];
     double bytes = 0;
     if (fn == matmul_task) {
@@ -231,9 +258,9 @@ static double compute_floor(Ctx *ctx, int nth) {
         memset(s->xq, 0, stride * p->T);   /* zeros: no denormals in the float kernels */
         double best = INFINITY;
         for (int r = 0; r < 4; r++) {   /* the first warms the cache */
-            double t0 = now_seconds();
+            double t0 = stage_clock();
             matmul_rows(&p->w, p->batch, s->xq, stride, p->T, y, (size_t)rows, 0, rows, s->pack);
-            double t = now_seconds() - t0;
+            double t = stage_clock() - t0;
             if (r > 0 && t < best) best = t;
         }
         total += best * (double)p->w.n_out / rows;
@@ -254,14 +281,14 @@ static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *
     prefill(ctx, ids, P, logits, NULL);
     ctx->pool->observe = observe;
     n_stages = 0;
-    double t0 = now_seconds();
+    double t0 = stage_clock();
     for (int i = 0; i < N; i++) forward_causal(ctx, ids + P + i, 1, logits, 1);
-    print_stages("decode step", N, now_seconds() - t0, bw, overhead);
+    print_stages("decode step", N, stage_clock() - t0, bw, overhead);
     n_stages = n_products = 0;
     recording = true;
-    t0 = now_seconds();
+    t0 = stage_clock();
     forward_causal(ctx, ids + P + N, V, logits, V);
-    double total = now_seconds() - t0;
+    double total = stage_clock() - t0;
     recording = false;
     ctx->pool->observe = NULL;
     print_stages("verify batch", 1, total, bw, overhead);
@@ -291,7 +318,7 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     int threads = 2, reps = 5, P = 512, N = 64, V = 16, stages_only = 0;
     for (int i = 1; i < argc; i++) {
-        if (i + 1 >= argc) fatal("usage: bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY]");
+        if (i + 1 >= argc) fatal("usage: bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY] [-s 1] [-c cpu]");
         const char *o = argv[i], *v = argv[++i];
         if (!strcmp(o, "-m")) path = v;
         else if (!strcmp(o, "-t")) threads = atoi(v);
@@ -300,6 +327,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "-n")) N = atoi(v);
         else if (!strcmp(o, "-v")) V = atoi(v);
         else if (!strcmp(o, "-s")) stages_only = atoi(v);
+        else if (!strcmp(o, "-c")) cpu_clock = !strcmp(v, "cpu");
         else fatal("unknown option %s", o);
     }
     if (!path || threads < 1 || reps < 1 || P < 2 || N < 1 || V < 1) fatal("bench: bad arguments");
@@ -316,12 +344,14 @@ int main(int argc, char **argv) {
     state_init(&ctx.st, &m, n_ctx, T_F16, T_F16);
     scratch_init(&ctx.sc, c, cap, n_ctx, threads);
     float *logits = xmalloc((size_t)cap * c->n_vocab * sizeof(float));
+    memset(logits, 0, (size_t)cap * c->n_vocab * sizeof(float));   /* its pages mapped now, not in a timed pass */
     int *ids = xmalloc((size_t)(P + N + V) * sizeof(int));
     uint64_t rng = 42;
     for (int i = 0; i < P + N + V; i++) ids[i] = (int)(random_uniform(&rng) * (c->n_vocab - 1));
     size_t n_stream = (size_t)1 << 27;   /* 1 GiB of uint64 for memory_bandwidth */
     uint64_t *stream = xmalloc(n_stream * 8);
     for (size_t i = 0; i < n_stream; i++) stream[i] = i;
+    if (cpu_clock && !stages_only) fatal("bench: -c cpu times the stage tables only (-s 1)");
     if (stages_only) {   /* -s 1: clover's stage tables only */
         profile(&ctx, ids, P, N, V, logits, memory_bandwidth(ctx.pool, stream, n_stream), threads);
         return 0;
@@ -341,9 +371,7 @@ int main(int argc, char **argv) {
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_batch = cp.n_ubatch = (uint32_t)cap;
     cp.n_seq_max = 1;
-    cp.n_threads = cp.n_threads_batch = threads;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = cp.type_v = GGML_TYPE_F16;
+    cp.n_threads = cp.n_threads_batch = threads;   /* the rest llama.cpp's defaults: flash attention auto, F16 cache */
     cp.no_perf = true;
     struct llama_context *lc = llama_init_from_model(lm, cp);
     if (!lc) fatal("llama.cpp cannot make a context of %d", n_ctx);
@@ -393,13 +421,17 @@ int main(int argc, char **argv) {
     printf("  decode  %d tokens: clover %.2f t/s, llama.cpp %.2f t/s, ratio %.2fx\n", N, c_dec, l_dec, r_dec);
     printf("  verify  %d rows:   clover %.1f ms = %.2f steps, llama.cpp %.1f ms = %.2f steps\n", V, 1e3 * c_ver, c_vs,
            1e3 * l_ver, l_vs);
+    double v_bytes = vc.bytes / bw, v_cost = v_bytes > vc.floor ? v_bytes : vc.floor;
+    printf("  verify's cost: %.0f MB of weights = %.1f ms at the bandwidth, compute floor %.1f ms; clover takes %.2fx the "
+           "larger\n", vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
     printf("  memory bandwidth %.1f GB/s (%d threads); a decode step reads %.0f MB of weights: clover reaches %.0f%%, "
            "llama.cpp %.0f%%\n", bw / 1e9, threads, bytes / 1e6, 100 * bytes * c_dec / bw, 100 * bytes * l_dec / bw);
     printf("BENCH prefill_clover=%.2f prefill_llama=%.2f prefill_ratio=%.2f decode_clover=%.2f decode_llama=%.2f "
            "decode_ratio=%.2f verify_clover_ms=%.1f verify_llama_ms=%.1f verify_steps_clover=%.2f verify_steps_llama=%.2f "
-           "bandwidth_gbs=%.1f decode_mb=%.0f decode_bw_clover=%.2f decode_bw_llama=%.2f\n",
+           "bandwidth_gbs=%.1f decode_mb=%.0f decode_bw_clover=%.2f decode_bw_llama=%.2f verify_mb=%.0f verify_bytes_ms=%.1f "
+           "verify_floor_ms=%.1f verify_vs_cost=%.2f\n",
            c_pre, l_pre, r_pre, c_dec, l_dec, r_dec, 1e3 * c_ver, 1e3 * l_ver, c_vs, l_vs, bw / 1e9, bytes / 1e6,
-           bytes * c_dec / bw, bytes * l_dec / bw);
+           bytes * c_dec / bw, bytes * l_dec / bw, vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
     llama_free(lc);
     llama_model_free(lm);
     llama_backend_free();
