@@ -3704,8 +3704,11 @@ static inline SIMD_INLINE __m256i k4_sub_avx2(__m256i acc, __m256i q, __m256i s,
 static inline SIMD_INLINE __m512i k4_pair_q_zmm(const uint8_t *qs, const uint8_t *qh, int p) {
     __m512i q = _mm512_and_si512(_mm512_srlv_epi16(twice_zmm(qs + 32 * p), halves16_zmm(0, 4)), _mm512_set1_epi8(15));
     if (!qh) return q;
-    __m512i h = _mm512_and_si512(_mm512_srlv_epi16(twice_zmm(qh), halves16_zmm((short)(2 * p), (short)(2 * p + 1))), _mm512_set1_epi8(1));
-    return _mm512_or_si512(q, _mm512_slli_epi16(h, 4));
+    /* bit j = 2p (low half), 2p+1 (high half) of each qh byte moved to bit 4: shifted by 4 - j */
+    __m512i h = twice_zmm(qh);
+    h = p < 2 ? _mm512_sllv_epi16(h, halves16_zmm((short)(4 - 2 * p), (short)(3 - 2 * p)))
+              : _mm512_srlv_epi16(h, halves16_zmm((short)(2 * p - 4), (short)(2 * p - 3)));
+    return _mm512_ternarylogic_epi32(q, h, _mm512_set1_epi8(0x10), 0xF8);   /* q | (h & 0x10) */
 }
 static inline SIMD_INLINE __m512i k4_pair_scale_zmm(__m256i sc16, int p) {
     return _mm512_shuffle_epi8(_mm512_broadcast_i64x4(sc16), halves16_zmm((short)(0x0100 * (4 * p + 1) + 4 * p), (short)(0x0100 * (4 * p + 3) + 4 * p + 2)));
