@@ -1541,6 +1541,16 @@ static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t 
  * sum. */
 enum { TILE_T = 64, TILE_O = 16 };
 
+/* Where a weight row serves several activation rows, the dots take long enough per byte that the
+ * hardware prefetcher (which stops at page boundaries) falls behind; the first pass over each row
+ * asks for the bytes PREFETCH_BYTES ahead of it (a 16-row verify, zen4: 4-5% less CPU time). */
+enum { PREFETCH_BYTES = 4096 };
+
+static void prefetch_ahead(const Mat *w, const uint8_t *row) {
+    const uint8_t *p = row + PREFETCH_BYTES, *end = w->data + (size_t)w->n_out * w->row_bytes;
+    for (size_t b = 0; b < w->row_bytes && p + b < end; b += 64) __builtin_prefetch(p + b);
+}
+
 static size_t packed_bytes(int64_t n) { return (size_t)(TILE_T / MAX_ROWS) * (size_t)(n / 32) * sizeof(BlockQ8_0x8); }
 
 static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stride, int T, float *y, size_t ystride,
@@ -1576,6 +1586,7 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                 const uint8_t *x = packed ? pack + (t - t0) / MAX_ROWS * group_bytes : xq + t * stride;
                 for (int64_t o = ob; o < oe; o++) {
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
+                    if (t == t0 && T > 1) prefetch_ahead(w, row);
                     float out[MAX_ROWS];
                     if (R > 1) rows(row, x, stride, R, w->n_in, out);
                     else out[0] = dot(row, xq + t * stride, w->n_in);
@@ -1587,13 +1598,15 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
     }
 }
 
-/* Output rows per work item when nth threads share n_rows rows (of one or more matrices): whole
- * TILE_O blocks, about CHUNKS_PER_THREAD items per thread (few claims, yet a late thread leaves
- * little to the others), at most max_rows (one matrix). */
-enum { CHUNKS_PER_THREAD = 8 };
+/* Output rows per work item when nth threads share n_rows rows of row_bytes each (of one or more
+ * matrices): whole TILE_O blocks, about CHUNKS_PER_THREAD items per thread (few claims, yet a late
+ * thread leaves little to the others) but no more than CHUNK_BYTES of weights (so that the threads
+ * finish a large matrix within a small item of each other), at most max_rows (one matrix). */
+enum { CHUNKS_PER_THREAD = 8, CHUNK_BYTES = 1 << 20 };
 
-static int64_t chunk_rows(int64_t n_rows, int nth, int64_t max_rows) {
-    int64_t r = n_rows / ((int64_t)nth * CHUNKS_PER_THREAD) / TILE_O * TILE_O;
+static int64_t chunk_rows(int64_t n_rows, size_t row_bytes, int nth, int64_t max_rows) {
+    int64_t r = n_rows / ((int64_t)nth * CHUNKS_PER_THREAD), cap = (int64_t)(CHUNK_BYTES / row_bytes);
+    r = (r < cap ? r : cap) / TILE_O * TILE_O;
     if (r < TILE_O) r = TILE_O;
     return r < max_rows ? r : max_rows;
 }
@@ -1617,7 +1630,7 @@ static void matmul_task(void *p, int ith, int nth) {
     MatmulTask *mt = p;
     const Mat *w = mt->w;
     round_rows(&mt->round, w->type, mt->x, mt->T, w->n_in, mt->xq, mt->stride);
-    int64_t r = chunk_rows(w->n_out, nth, w->n_out);
+    int64_t r = chunk_rows(w->n_out, w->row_bytes, nth, w->n_out);
     int n = (int)((w->n_out + r - 1) / r);
     for (int i = work_next(&mt->rows); i < n; i = work_next(&mt->rows))
         matmul_rows(w, mt->batch, mt->xq, mt->stride, mt->T, mt->y, (size_t)w->n_out, i * r, min64((i + 1) * r, w->n_out),
@@ -2391,7 +2404,7 @@ static void ffn_round(FfnTask *f) {
 
 /* Items: per group, the chunks of up's output rows, then those of gate's. */
 static void ffn_up_gate(FfnTask *f, int ith, int nth) {
-    int64_t F = f->up->n_out, r = chunk_rows(2 * F * f->n_groups, nth, F);
+    int64_t F = f->up->n_out, r = chunk_rows(2 * F * f->n_groups, f->up->row_bytes, nth, F);
     int nch = (int)((F + r - 1) / r), n = 2 * nch * f->n_groups;
     for (int i = work_next(&f->work.up_gate); i < n; i = work_next(&f->work.up_gate)) {
         int g = i / (2 * nch), j0 = f->first[g];
@@ -2425,7 +2438,7 @@ static void ffn_act(FfnTask *f) {
 }
 
 static void ffn_down(FfnTask *f, int ith, int nth) {
-    int64_t E = f->down->n_out, r = chunk_rows(E * f->n_groups, nth, E);
+    int64_t E = f->down->n_out, r = chunk_rows(E * f->n_groups, f->down->row_bytes, nth, E);
     int nch = (int)((E + r - 1) / r), n = nch * f->n_groups;
     size_t stride = rounded_bytes(f->down->type, f->down->n_in);
     for (int i = work_next(&f->work.down); i < n; i = work_next(&f->work.down)) {
@@ -3695,6 +3708,29 @@ static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i acc, __m256i q, __m256
 #endif
 }
 
+/* Where the build targets AVX-512 (BW and VNNI), the K-quant kernels put two 32-element chunks of a
+ * block side by side in one 512-bit register: chunk 2p's lanes in the low half, chunk 2p+1's in the
+ * high half, the halves added at the end of the block. Integer sums are exact in any grouping, so
+ * each block's 8 lanes, and every float operation after them, are those of the 256-bit code: the
+ * same bits from half the multiply instructions. */
+#if defined(__x86_64__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define ZMM 1
+/* lanes_u8i8_avx2 on a pair of chunks; a: the pair's 64 activation bytes */
+static inline SIMD_INLINE __m512i lanes_u8i8_zmm(__m512i acc, __m512i q, const int8_t *a, __m512i s) {
+    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)a)), s);
+}
+/* the 8 lanes of a block: low half + high half */
+static inline SIMD_INLINE __m256i fold_pair_zmm(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+/* 16-bit lanes holding lo in the low half and hi in the high half (per-lane shift counts) */
+static inline SIMD_INLINE __m512i halves16_zmm(short lo, short hi) {
+    return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+}
+/* 32 bytes in both halves */
+static inline SIMD_INLINE __m512i twice_zmm(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
+#else
+#define ZMM 0
+#endif
+
 /* The quantized kernels take R <= MAX_ROWS activation rows at once (a, a + stride, ..., or for Q8_0
  * activations a packed group, BlockQ8_0x8) against one weight row: the weight block is unpacked once
  * and dotted with every row, each row keeping its own accumulators, so each result is exactly the
@@ -3869,6 +3905,38 @@ static inline SIMD_INLINE __m256i k4_sub_avx2(__m256i acc, __m256i q, __m256i s,
     return lanes_u8i8_avx2(acc, q, _mm256_loadu_si256((const __m256i *)(a + 32 * j)), s);
 }
 
+#if ZMM
+/* Sub-blocks 2p and 2p+1 in the two halves: the low and the high nibbles of qs[32p ..] (plus bits
+ * 2p and 2p+1 of qh for Q5_K), and their scales */
+static inline SIMD_INLINE __m512i k4_pair_q_zmm(const uint8_t *qs, const uint8_t *qh, int p) {
+    __m512i q = _mm512_and_si512(_mm512_srlv_epi16(twice_zmm(qs + 32 * p), halves16_zmm(0, 4)), _mm512_set1_epi8(15));
+    if (!qh) return q;
+    /* bit j = 2p (low half), 2p+1 (high half) of each qh byte moved to bit 4: shifted by 4 - j */
+    __m512i h = twice_zmm(qh);
+    h = p < 2 ? _mm512_sllv_epi16(h, halves16_zmm((short)(4 - 2 * p), (short)(3 - 2 * p)))
+              : _mm512_srlv_epi16(h, halves16_zmm((short)(2 * p - 4), (short)(2 * p - 3)));
+    return _mm512_ternarylogic_epi32(q, h, _mm512_set1_epi8(0x10), 0xF8);   /* q | (h & 0x10) */
+}
+static inline SIMD_INLINE __m512i k4_pair_scale_zmm(__m256i sc16, int p) {
+    return _mm512_shuffle_epi8(_mm512_broadcast_i64x4(sc16), halves16_zmm((short)(0x0100 * (4 * p + 1) + 4 * p), (short)(0x0100 * (4 * p + 3) + 4 * p + 2)));
+}
+/* lanes[r] += the block's sub-block products for R rows (k4_sub_avx2 over j = 0..7), by pairs */
+static inline SIMD_INLINE void k4_block_zmm(const uint8_t *qs, const uint8_t *qh, __m256i sc16, const void *a, size_t stride, const int R,
+                                            int64_t b, __m256i *lanes) {
+    __m512i lz[MAX_ROWS];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) lz[r] = _mm512_zextsi256_si512(lanes[r]);
+    #pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        __m512i q = k4_pair_q_zmm(qs, qh, p), sp = k4_pair_scale_zmm(sc16, p);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) lz[r] = lanes_u8i8_zmm(lz[r], q, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs + 64 * p, sp);
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) lanes[r] = fold_pair_zmm(lz[r]);
+}
+#endif
+
 /* 4 int32 sums m_2s (b_4s + b_4s+1) + m_2s+1 (b_4s+2 + b_4s+3) over the bsums b of a Q8_K block:
  * the mins of sub-block pair s (k4_summ taken by pairs); scm holds the mins in bytes 8..15 */
 static inline SIMD_INLINE __m128i k4_mins_avx2(__m128i scm, const BlockQ8_K *y) {
@@ -3890,7 +3958,7 @@ static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_
                                            const int R, int64_t n, float *out) {
     __m256 acc[MAX_ROWS];
     __m128 accm[MAX_ROWS];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         const uint8_t *blk = blocks + (size_t)b * block_bytes;   /* d, dmin, scales, [qh (Q5_K)], qs */
@@ -3899,17 +3967,21 @@ static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_
         const BlockQ4_K *k = (const BlockQ4_K *)blk;   /* d, dmin and scales sit at the same offsets in both */
         __m128i scm = scales_k4_avx2(k->scales);
         __m256i sc16 = scales16_k4_avx2(scm), lanes[MAX_ROWS];
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int r = 0; r < R; r++) lanes[r] = _mm256_setzero_si256();
+#if ZMM
+        k4_block_zmm(qs, qh, sc16, a, stride, R, b, lanes);
+#else
         #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             __m256i q = k4_sub_q_avx2(qs, qh, j), s = scale_k4_avx2(sc16, j);
-            #pragma GCC unroll 4
+            #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 lanes[r] = k4_sub_avx2(lanes[r], q, s, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j);
         }
+#endif
         float dw = f16c(k->d), dmw = f16c(k->dmin);
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lanes[r]), acc[r]);
@@ -3923,7 +3995,7 @@ static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_
             }
         }
     }
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
         __m128 m = accm[r];   /* fold(accm, 4): lanes 0 += 2, 1 += 3, then 0 += 1 (Q5_K: lanes 1..3 are 0) */
         m = _mm_add_ps(m, _mm_movehl_ps(m, m));
@@ -3964,8 +4036,19 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
         }
         __m128 yd4 = _mm_setr_ps(q8_K_d(a, stride, 0, R, b), q8_K_d(a, stride, 1, R, b), q8_K_d(a, stride, 2, R, b), q8_K_d(a, stride, 3, R, b));
         __m128 d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
+#if ZMM
+        if (!gemm) k4_block_zmm(x[b].qs, NULL, sc16, a, stride, R, b, lanes);
+#endif
         #pragma GCC unroll 4
         for (int s = 0; s < 4; s++) {
+#if ZMM
+            if (gemm) {   /* pair s is sub-blocks 2s, 2s+1 */
+                __m512i q = k4_pair_q_zmm(x[b].qs, NULL, s), sp = k4_pair_scale_zmm(sc16, s);
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; r++)
+                    lanes[r] = fold_pair_zmm(lanes_u8i8_zmm(_mm512_setzero_si512(), q, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs + 64 * s, sp));
+            }
+#else
             #pragma GCC unroll 2
             for (int j = 2 * s; j < 2 * s + 2; j++) {
                 __m256i q = k4_sub_q_avx2(x[b].qs, NULL, j), sj = scale_k4_avx2(sc16, j);
@@ -3973,6 +4056,7 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
                 for (int r = 0; r < R; r++)
                     lanes[r] = k4_sub_avx2(lanes[r], q, sj, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j);
             }
+#endif
             if (gemm) {
                 si[s] = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);   /* [row 0 .. row 3] of pair s */
                 #pragma GCC unroll 4
@@ -4020,9 +4104,13 @@ static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a,
             const BlockQ4_K *k = &x[b0 + i];
             __m128i scm = scales_k4_avx2(k->scales);
             __m256i sc16 = scales16_k4_avx2(scm);
+#if ZMM
+            k4_block_zmm(k->qs, NULL, sc16, &y[b0 + i], 0, 1, 0, &lanes[i]);
+#else
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++)
                 lanes[i] = k4_sub_avx2(lanes[i], k4_sub_q_avx2(k->qs, NULL, j), scale_k4_avx2(sc16, j), y[b0 + i].qs, j);
+#endif
             mins[i] = k4_mins8_avx2(k4_mins16_avx2(scm), &y[b0 + i]);
         }
         int32_t sumi[4], summ[4];
@@ -4056,19 +4144,45 @@ static inline SIMD_INLINE __m256i scales_q6_avx2(__m256i s8, int k) {
  * its first 16 elements take scale 2c, the last 16 scale 2c+1 (int16 lanes 0..7 and 8..15 of madd) */
 static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
     const BlockQ6_K *x = w;
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
     __m256 acc[MAX_ROWS];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         const int8_t *sc = x[b].scales;
         __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)), lane[MAX_ROWS];
-        __m256i s2 = _mm256_permute4x64_epi64(s16, 0x44), s2h = _mm256_permute4x64_epi64(s16, 0xee);   /* sc 0..7 | 0..7, 8..15 | 8..15 */
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {   /* the offset: lane l = -32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
             const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
             lane[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), s16), 5));
         }
+#if ZMM
+        /* chunks 2p, 2p+1 (p = 2 half + j): ql[64 half ..] is both chunks' low nibbles (j = 0) or
+         * high nibbles (j = 1), qh[32 half ..] their high bits at shifts 4|2 (left, j = 0), 0|2 (right) */
+        const __m512i m4z = _mm512_set1_epi8(15), m2z = _mm512_set1_epi8(0x30), s512 = _mm512_castsi256_si512(s16);
+        __m512i lz[MAX_ROWS];
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) lz[r] = _mm512_zextsi256_si512(lane[r]);
+        #pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) {
+            __m512i l = _mm512_loadu_si512((const void *)(x[b].ql + 64 * half)), h = twice_zmm(x[b].qh + 32 * half);
+            __m512i u[2] = {_mm512_or_si512(_mm512_and_si512(l, m4z), _mm512_and_si512(_mm512_sllv_epi16(h, halves16_zmm(4, 2)), m2z)),
+                            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4z), _mm512_and_si512(_mm512_srlv_epi16(h, halves16_zmm(0, 2)), m2z))};
+            #pragma GCC unroll 2
+            for (int j = 0; j < 2; j++) {
+                int p = 2 * half + j;   /* scales 4p, 4p+1 (chunk 2p's halves), 4p+2, 4p+3 (chunk 2p+1's) per 128 bits */
+                __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(4 * p + 1)), _mm_set1_epi16((short)(4 * p)))),
+                                                 _mm256_set_m128i(_mm_set1_epi16((short)(4 * p + 3)), _mm_set1_epi16((short)(4 * p + 2))), 1);
+                __m512i sp = _mm512_permutexvar_epi16(idx, s512);
+                #pragma GCC unroll 8
+                for (int r = 0; r < R; r++)
+                    lz[r] = lanes_u8i8_zmm(lz[r], u[j], ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs + 64 * p, sp);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) lane[r] = fold_pair_zmm(lz[r]);
+#else
+        const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+        __m256i s2 = _mm256_permute4x64_epi64(s16, 0x44), s2h = _mm256_permute4x64_epi64(s16, 0xee);   /* sc 0..7 | 0..7, 8..15 | 8..15 */
         #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             int half = c / 4, k = c % 4;
@@ -4078,20 +4192,21 @@ static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size
             __m256i hi = _mm256_and_si256(k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2) : k == 2 ? h : _mm256_srli_epi16(h, 2), m2);
             __m256i u = _mm256_or_si256(lo, hi);
             __m256i s = scales_q6_avx2(c < 4 ? s2 : s2h, c % 4);
-            #pragma GCC unroll 4
+            #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
                 const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
                 lane[r] = lanes_u8i8_avx2(lane[r], u, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s);
             }
         }
+#endif
         float dw = f16c(x[b].d);
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lane[r]), acc[r]);
         }
     }
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
@@ -4220,6 +4335,20 @@ static inline SIMD_INLINE void rows_upto_four_avx2(KRowsFn *k, const void *w, co
     default: k(w, a, stride, 4, n, out); break;
     }
 }
+/* R <= 8 rows in one call, for the kernels whose eight rows' accumulators fit AVX-512's 32 registers */
+static inline SIMD_INLINE void rows_upto_eight_avx2(KRowsFn *k, const void *w, const void *a, size_t stride, int R, int64_t n,
+                                                    float *out) {
+    switch (R) {
+    case 1: k(w, a, stride, 1, n, out); break;
+    case 2: k(w, a, stride, 2, n, out); break;
+    case 3: k(w, a, stride, 3, n, out); break;
+    case 4: k(w, a, stride, 4, n, out); break;
+    case 5: k(w, a, stride, 5, n, out); break;
+    case 6: k(w, a, stride, 6, n, out); break;
+    case 7: k(w, a, stride, 7, n, out); break;
+    default: k(w, a, stride, 8, n, out); break;
+    }
+}
 static inline SIMD_INLINE void rows_by_four_avx2(KRowsFn *k, const void *w, const void *a, size_t stride, int R, int64_t n,
                                                  float *out) {
     if (R > 4) {   /* four, then the rest */
@@ -4231,7 +4360,8 @@ static inline SIMD_INLINE void rows_by_four_avx2(KRowsFn *k, const void *w, cons
 }
 
 SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    rows_by_four_avx2(q4_K_rows_avx2, w, a, stride, R, n, out);
+    if (ZMM) rows_upto_eight_avx2(q4_K_rows_avx2, w, a, stride, R, n, out);
+    else rows_by_four_avx2(q4_K_rows_avx2, w, a, stride, R, n, out);
 }
 SIMD static void rows_q4_K_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     rows_by_four_avx2(q4_K_8x8_gemv_rows_avx2, w, a, stride, R, n, out);
@@ -4240,10 +4370,12 @@ SIMD static void rows_q4_K_8x8_gemm_avx2(const void *w, const void *a, size_t st
     rows_by_four_avx2(q4_K_8x8_gemm_rows_avx2, w, a, stride, R, n, out);
 }
 SIMD static void rows_q5_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    rows_by_four_avx2(q5_K_rows_avx2, w, a, stride, R, n, out);
+    if (ZMM) rows_upto_eight_avx2(q5_K_rows_avx2, w, a, stride, R, n, out);
+    else rows_by_four_avx2(q5_K_rows_avx2, w, a, stride, R, n, out);
 }
 SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    rows_by_four_avx2(q6_K_rows_avx2, w, a, stride, R, n, out);
+    if (ZMM) rows_upto_eight_avx2(q6_K_rows_avx2, w, a, stride, R, n, out);
+    else rows_by_four_avx2(q6_K_rows_avx2, w, a, stride, R, n, out);
 }
 
 /* single rows */
@@ -4579,6 +4711,7 @@ struct Pool {
     _Atomic int busy;
     _Atomic int sleepers;        /* workers waiting on `start` */
     _Atomic int caller_sleeps;   /* thread 0 waiting on `done` */
+    void (*observe)(TaskFn fn, void *arg, bool done);   /* test/bench.c's stage profile: called as each task starts and ends */
 };
 typedef struct { Pool *pool; int ith; } Worker;
 
@@ -4634,8 +4767,8 @@ static Pool *pool_new(int n_threads) {
 
 static void pool_use(Pool *p, int n_threads) { p->active = n_threads; }
 
-static void pool_run(Pool *p, TaskFn fn, void *arg) {
-    if (p->n_threads == 1 || p->active == 1) { fn(arg, 0, 1); return; }
+/* fn on the active threads, the caller as thread 0: wake the workers, run, wait for them */
+static void pool_fan_out(Pool *p, TaskFn fn, void *arg) {
     p->fn = fn;
     p->arg = arg;
     atomic_store(&p->busy, p->n_threads - 1);
@@ -4654,6 +4787,13 @@ static void pool_run(Pool *p, TaskFn fn, void *arg) {
         atomic_store(&p->caller_sleeps, 0);
         pthread_mutex_unlock(&p->mu);
     }
+}
+
+static void pool_run(Pool *p, TaskFn fn, void *arg) {
+    if (p->observe) p->observe(fn, arg, false);
+    if (p->n_threads == 1 || p->active == 1) fn(arg, 0, 1);
+    else pool_fan_out(p, fn, arg);
+    if (p->observe) p->observe(fn, arg, true);
 }
 
 /* Work items (section 7): a shared counter of claimed items and one of finished items. */

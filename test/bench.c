@@ -1,6 +1,6 @@
 /* bench.c — clover.c vs llama.cpp speed on the same GGUF with the same threads (make bench).
  *
- *   build/bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY]
+ *   build/bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY] [-s 1] [-c cpu]
  *
  * One process holds both programs: clover.c itself (included with TESTING defined, as test/unit.c
  * does) and llama.cpp's prebuilt library (as test/ref.c drives it). Each repetition runs clover
@@ -15,7 +15,17 @@
  * sees the same machine as the programs; their median) and the fraction of it that decoding
  * reaches: bytes of weights one decode step reads (every matrix, the n_used experts of
  * each expert tensor, one embedding row) over the median step time.
- * Both use an F16 KV cache and llama.cpp's flash attention is off (clover's attention is exact).
+ * clover uses an F16 KV cache; llama.cpp runs with its own defaults (F16 cache, flash attention
+ * auto, which its CPU backend turns on).
+ *
+ * Then clover's stage tables: where the time of a decode step and of the verify batch goes (every
+ * task of the thread pool timed and named: each matrix family, the experts, attention, the delta
+ * rule, ...; weight bytes and GB/s per stage; the serial time between tasks; the cost of waking
+ * the threads), and the verify's own cost: the weight bytes it must read (every dense matrix
+ * once, the union of the experts its rows chose) over the bandwidth, and its compute floor (its
+ * products at in-cache kernel speed, plus the measured time of the stages that read no weights).
+ * -s 1: the stage tables only (no llama.cpp). -c cpu: time them in the calling thread's CPU time,
+ * which with -t 1 leaves out the time spent waiting for a CPU on a machine shared with other work.
  * The last line is one machine-readable summary: `BENCH key=value ...`. */
 #define TESTING
 #pragma GCC diagnostic ignored "-Wunused-function"   /* clover.c's command-line half is not used here */
@@ -76,6 +86,17 @@ static Times llama_run(struct llama_context *c, const int *ids, int P, int N, in
     return t;
 }
 
+/* The clock of the stage tables: wall time, or with -c cpu the calling thread's CPU time (on a
+ * machine shared with other work, with -t 1, this leaves out the time the thread waited for a CPU). */
+static bool cpu_clock;
+
+static double stage_clock(void) {
+    if (!cpu_clock) return now_seconds();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* --- memory bandwidth and bytes per decode step ----------------------------------------------- */
 typedef struct { const uint64_t *p; size_t n; uint64_t sum; } StreamTask;
 
@@ -91,9 +112,9 @@ static double memory_bandwidth(Pool *pool, uint64_t *p, size_t n) {   /* bytes/s
     double best = 0;
     for (int r = 0; r < 3; r++) {
         StreamTask st = {p, n, 0};
-        double t0 = now_seconds();
+        double t0 = stage_clock();
         pool_run(pool, stream_task, &st);
-        double bw = n * 8.0 / (now_seconds() - t0);
+        double bw = n * 8.0 / (stage_clock() - t0);
         if (st.sum == 1) fatal("impossible");   /* keeps the reads */
         if (bw > best) best = bw;
     }
@@ -114,6 +135,175 @@ static double decode_bytes(const Model *m) {
     return bytes;
 }
 
+/* --- where a pass's time goes: every task of the pool timed by its observer ------------------ */
+typedef struct { char name[40]; int calls; double seconds, bytes; } Stage;
+static Stage stages[64];
+static int n_stages;
+
+static Stage *stage(const char *name) {
+    for (int i = 0; i < n_stages; i++)
+        if (!strcmp(stages[i].name, name)) return &stages[i];
+    if (n_stages == 64) fatal("bench: too many stages");
+    Stage *s = &stages[n_stages++];
+    *s = (Stage){0};
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return s;
+}
+
+static double mat_bytes(const Mat *w) { return (double)w->n_out * w->row_bytes; }
+
+/* A matrix's family: its tensor name without "blk.N." and ".weight". */
+static void mat_family(const Mat *w, char *name, size_t size) {
+    const char *p = w->t->name.ptr, *end = p + w->t->name.len;
+    if (end - p > 4 && !memcmp(p, "blk.", 4)) {
+        p += 4;
+        while (p < end && *p != '.') p++;
+        p++;
+    }
+    if (end - p > 7 && !memcmp(end - 7, ".weight", 7)) end -= 7;
+    snprintf(name, size, "%.*s", (int)(end - p), p);
+}
+
+/* The products a pass asked for, when `recording`: each a matrix times T activation rows. */
+typedef struct { Mat w; int T; bool batch; } Product;
+static Product products[8192];
+static int n_products;
+static bool recording;
+
+static void record(const Mat *w, int T, bool batch) {
+    if (recording && n_products < (int)(sizeof products / sizeof *products)) products[n_products++] = (Product){*w, T, batch};
+}
+
+/* The stage a task belongs to, and the weight bytes it reads. */
+static void observe(TaskFn fn, void *arg, bool done) {
+    static double t0;
+    if (!done) {
+        t0 = stage_clock();
+        return;
+    }
+    double seconds = stage_clock() - t0;
+    char name[40];
+    double bytes = 0;
+    if (fn == matmul_task) {
+        const MatmulTask *mt = arg;
+        mat_family(mt->w, name, sizeof name);
+        bytes = mat_bytes(mt->w);
+        record(mt->w, mt->T, mt->batch);
+    } else if (fn == ffn_task) {
+        const FfnTask *f = arg;
+        snprintf(name, sizeof name, f->expert ? "experts (up, gate, down)" : "shared expert");
+        for (int g = 0; g < f->n_groups; g++) {   /* each expert the rows chose, read once */
+            const Mat *m[3] = {f->up, f->gate, f->down};
+            for (int k = 0; k < 3; k++) {
+                Mat w = ffn_mat(f, m[k], g);
+                bytes += mat_bytes(&w);
+                record(&w, f->first[g + 1] - f->first[g], f->batch);
+            }
+        }
+    } else if (fn == gdn_conv_task) snprintf(name, sizeof name, "gdn conv, silu, l2 norm");
+    else if (fn == gdn_scan_task) snprintf(name, sizeof name, "gdn delta rule");
+    else if (fn == gdn_gated_norm_task) snprintf(name, sizeof name, "gdn gated norm");
+    else if (fn == attn_task) snprintf(name, sizeof name, "attention (scores, softmax, V)");
+    else if (fn == route_task) snprintf(name, sizeof name, "router softmax, top-k");
+    else if (fn == moe_sum_task) snprintf(name, sizeof name, "expert weighted sum");
+    else snprintf(name, sizeof name, "other task");
+    Stage *s = stage(name);
+    s->calls++;
+    s->seconds += seconds;
+    s->bytes += bytes;
+}
+
+static void empty_task(void *arg, int ith, int nth) { (void)arg, (void)ith, (void)nth; }
+
+/* Seconds of one pool_run of a task that does nothing: waking the workers and waiting for them. */
+static double pool_overhead(Pool *pool) {
+    int n = 20000;
+    double t0 = now_seconds();
+    for (int i = 0; i < n; i++) pool_run(pool, empty_task, NULL);
+    return (now_seconds() - t0) / n;
+}
+
+/* The stages of `passes` passes that took `total` seconds, per pass: calls, time, weight bytes. */
+static void print_stages(const char *what, int passes, double total, double bw, double overhead) {
+    double timed = 0, bytes = 0;
+    int calls = 0;
+    for (int i = 0; i < n_stages; i++) timed += stages[i].seconds, bytes += stages[i].bytes, calls += stages[i].calls;
+    printf("%s: %.2f ms, %.0f MB of weights (%.2f ms at %.1f GB/s), %d tasks; per stage:\n", what, 1e3 * total / passes,
+           bytes / passes / 1e6, 1e3 * bytes / passes / bw, bw / 1e9, calls / passes);
+    printf("  %-32s %6s %9s %6s %9s %8s %7s\n", "stage", "tasks", "ms", "%", "MB", "GB/s", "of bw");
+    for (int i = 0; i < n_stages; i++) {
+        const Stage *s = &stages[i];
+        printf("  %-32s %6.1f %9.3f %5.1f%% %9.2f", s->name, (double)s->calls / passes, 1e3 * s->seconds / passes,
+               100 * s->seconds / total, s->bytes / passes / 1e6);
+        if (s->bytes > 0) printf(" %8.1f %6.0f%%", s->bytes / s->seconds / 1e9, 100 * s->bytes / s->seconds / bw);
+        printf("\n");
+    }
+    printf("  %-32s %6s %9.3f %5.1f%%   (norms, residuals, gates, embedding: serial)\n", "between tasks", "",
+           1e3 * (total - timed) / passes, 100 * (total - timed) / total);
+    printf("  %-32s %6s %9.3f %5.1f%%   (%.1f us per task with nothing to do, included above)\n", "pool wake-up and join", "",
+           1e3 * overhead * calls / passes, 100 * overhead * calls / total, 1e6 * overhead);
+}
+
+/* The compute floor of the recorded products: each one's kernels timed on a slice of its matrix
+ * small enough to stay in cache (the best of 3), scaled to the whole matrix, shared by nth threads. */
+static double compute_floor(Ctx *ctx, int nth) {
+    Scratch *s = &ctx->sc;
+    static float y[TILE_T * 4096];
+    double total = 0;
+    for (int i = 0; i < n_products; i++) {
+        const Product *p = &products[i];
+        size_t stride = rounded_bytes(p->w.type, p->w.n_in);
+        int64_t rows = min64(p->w.n_out, ((int64_t)(1 << 16) / (int64_t)p->w.row_bytes + TILE_O) / TILE_O * TILE_O);
+        rows = min64(rows, (int64_t)(sizeof y / sizeof *y) / p->T);
+        memset(s->xq, 0, stride * p->T);   /* zeros: no denormals in the float kernels */
+        double best = INFINITY;
+        for (int r = 0; r < 4; r++) {   /* the first warms the cache */
+            double t0 = stage_clock();
+            matmul_rows(&p->w, p->batch, s->xq, stride, p->T, y, (size_t)rows, 0, rows, s->pack);
+            double t = stage_clock() - t0;
+            if (r > 0 && t < best) best = t;
+        }
+        total += best * (double)p->w.n_out / rows;
+    }
+    return total / nth;
+}
+
+/* What a verify batch must cost: the weight bytes it reads (every dense matrix once, the union of
+ * the experts its rows chose) and its compute floor (its products at in-cache kernel speed, plus
+ * the measured time of everything that reads no weights). */
+typedef struct { double bytes, floor; } VerifyCost;
+
+/* The stage tables of N decode steps after a P-token prompt, and of the V-row verify after them
+ * (the same tokens and state as clover_run's, so the same routing). */
+static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *logits, double bw, int nth) {
+    double overhead = pool_overhead(ctx->pool);
+    clover_reset(ctx);
+    prefill(ctx, ids, P, logits, NULL);
+    ctx->pool->observe = observe;
+    n_stages = 0;
+    double t0 = stage_clock();
+    for (int i = 0; i < N; i++) forward_causal(ctx, ids + P + i, 1, logits, 1);
+    print_stages("decode step", N, stage_clock() - t0, bw, overhead);
+    n_stages = n_products = 0;
+    recording = true;
+    t0 = stage_clock();
+    forward_causal(ctx, ids + P + N, V, logits, V);
+    double total = stage_clock() - t0;
+    recording = false;
+    ctx->pool->observe = NULL;
+    print_stages("verify batch", 1, total, bw, overhead);
+    VerifyCost vc = {0, 0};
+    double weights_time = 0;
+    for (int i = 0; i < n_stages; i++)
+        if (stages[i].bytes > 0) vc.bytes += stages[i].bytes, weights_time += stages[i].seconds;
+    double kernels = compute_floor(ctx, nth);
+    vc.floor = kernels + (total - weights_time);
+    printf("  its cost: %.0f MB of weights = %.2f ms at %.1f GB/s; compute floor %.2f ms (%d products at in-cache kernel "
+           "speed on %d threads %.2f ms, the rest as measured %.2f ms)\n", vc.bytes / 1e6, 1e3 * vc.bytes / bw, bw / 1e9,
+           1e3 * vc.floor, n_products, nth, 1e3 * kernels, 1e3 * (total - weights_time));
+    return vc;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -126,9 +316,9 @@ static double median(double *x, int n) {
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int threads = 2, reps = 5, P = 512, N = 64, V = 16;
+    int threads = 2, reps = 5, P = 512, N = 64, V = 16, stages_only = 0;
     for (int i = 1; i < argc; i++) {
-        if (i + 1 >= argc) fatal("usage: bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY]");
+        if (i + 1 >= argc) fatal("usage: bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY] [-s 1] [-c cpu]");
         const char *o = argv[i], *v = argv[++i];
         if (!strcmp(o, "-m")) path = v;
         else if (!strcmp(o, "-t")) threads = atoi(v);
@@ -136,6 +326,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "-p")) P = atoi(v);
         else if (!strcmp(o, "-n")) N = atoi(v);
         else if (!strcmp(o, "-v")) V = atoi(v);
+        else if (!strcmp(o, "-s")) stages_only = atoi(v);
+        else if (!strcmp(o, "-c")) cpu_clock = !strcmp(v, "cpu");
         else fatal("unknown option %s", o);
     }
     if (!path || threads < 1 || reps < 1 || P < 2 || N < 1 || V < 1) fatal("bench: bad arguments");
@@ -152,6 +344,18 @@ int main(int argc, char **argv) {
     state_init(&ctx.st, &m, n_ctx, T_F16, T_F16);
     scratch_init(&ctx.sc, c, cap, n_ctx, threads);
     float *logits = xmalloc((size_t)cap * c->n_vocab * sizeof(float));
+    memset(logits, 0, (size_t)cap * c->n_vocab * sizeof(float));   /* its pages mapped now, not in a timed pass */
+    int *ids = xmalloc((size_t)(P + N + V) * sizeof(int));
+    uint64_t rng = 42;
+    for (int i = 0; i < P + N + V; i++) ids[i] = (int)(random_uniform(&rng) * (c->n_vocab - 1));
+    size_t n_stream = (size_t)1 << 27;   /* 1 GiB of uint64 for memory_bandwidth */
+    uint64_t *stream = xmalloc(n_stream * 8);
+    for (size_t i = 0; i < n_stream; i++) stream[i] = i;
+    if (cpu_clock && !stages_only) fatal("bench: -c cpu times the stage tables only (-s 1)");
+    if (stages_only) {   /* -s 1: clover's stage tables only */
+        profile(&ctx, ids, P, N, V, logits, memory_bandwidth(ctx.pool, stream, n_stream), threads);
+        return 0;
+    }
 
     llama_log_set(quiet_log, NULL);
     llama_backend_init();
@@ -167,23 +371,15 @@ int main(int argc, char **argv) {
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_batch = cp.n_ubatch = (uint32_t)cap;
     cp.n_seq_max = 1;
-    cp.n_threads = cp.n_threads_batch = threads;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = cp.type_v = GGML_TYPE_F16;
+    cp.n_threads = cp.n_threads_batch = threads;   /* the rest llama.cpp's defaults: flash attention auto, F16 cache */
     cp.no_perf = true;
     struct llama_context *lc = llama_init_from_model(lm, cp);
     if (!lc) fatal("llama.cpp cannot make a context of %d", n_ctx);
 
-    int *ids = xmalloc((size_t)(P + N + V) * sizeof(int));
-    uint64_t rng = 42;
-    for (int i = 0; i < P + N + V; i++) ids[i] = (int)(random_uniform(&rng) * (c->n_vocab - 1));
 
     printf("model %s: %d layers, vocabulary %d, %d threads; prompt %d, decode %d, verify %d rows\n", path, c->n_layer,
            c->n_vocab, threads, P, N, V);
     printf("%-4s %-10s %12s %12s %12s %12s\n", "rep", "program", "prefill t/s", "decode t/s", "verify ms", "verify/step");
-    size_t n_stream = (size_t)1 << 27;   /* 1 GiB of uint64 for memory_bandwidth */
-    uint64_t *stream = xmalloc(n_stream * 8);
-    for (size_t i = 0; i < n_stream; i++) stream[i] = i;
     double *bws = xmalloc(reps * sizeof(double));
     double *cr[3], *lr[3], *ratio[4];
     for (int k = 0; k < 3; k++) cr[k] = xmalloc(reps * sizeof(double)), lr[k] = xmalloc(reps * sizeof(double));
@@ -215,6 +411,7 @@ int main(int argc, char **argv) {
     }
     free(stream);
     double bw = median(bws, reps), bytes = decode_bytes(&m);
+    VerifyCost vc = profile(&ctx, ids, P, N, V, logits, bw, threads);
     double c_pre = median(cr[0], reps), c_dec = median(cr[1], reps), c_ver = median(cr[2], reps);
     double l_pre = median(lr[0], reps), l_dec = median(lr[1], reps), l_ver = median(lr[2], reps);
     double r_pre = median(ratio[0], reps), r_dec = median(ratio[1], reps);
@@ -224,13 +421,17 @@ int main(int argc, char **argv) {
     printf("  decode  %d tokens: clover %.2f t/s, llama.cpp %.2f t/s, ratio %.2fx\n", N, c_dec, l_dec, r_dec);
     printf("  verify  %d rows:   clover %.1f ms = %.2f steps, llama.cpp %.1f ms = %.2f steps\n", V, 1e3 * c_ver, c_vs,
            1e3 * l_ver, l_vs);
+    double v_bytes = vc.bytes / bw, v_cost = v_bytes > vc.floor ? v_bytes : vc.floor;
+    printf("  verify's cost: %.0f MB of weights = %.1f ms at the bandwidth, compute floor %.1f ms; clover takes %.2fx the "
+           "larger\n", vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
     printf("  memory bandwidth %.1f GB/s (%d threads); a decode step reads %.0f MB of weights: clover reaches %.0f%%, "
            "llama.cpp %.0f%%\n", bw / 1e9, threads, bytes / 1e6, 100 * bytes * c_dec / bw, 100 * bytes * l_dec / bw);
     printf("BENCH prefill_clover=%.2f prefill_llama=%.2f prefill_ratio=%.2f decode_clover=%.2f decode_llama=%.2f "
            "decode_ratio=%.2f verify_clover_ms=%.1f verify_llama_ms=%.1f verify_steps_clover=%.2f verify_steps_llama=%.2f "
-           "bandwidth_gbs=%.1f decode_mb=%.0f decode_bw_clover=%.2f decode_bw_llama=%.2f\n",
+           "bandwidth_gbs=%.1f decode_mb=%.0f decode_bw_clover=%.2f decode_bw_llama=%.2f verify_mb=%.0f verify_bytes_ms=%.1f "
+           "verify_floor_ms=%.1f verify_vs_cost=%.2f\n",
            c_pre, l_pre, r_pre, c_dec, l_dec, r_dec, 1e3 * c_ver, 1e3 * l_ver, c_vs, l_vs, bw / 1e9, bytes / 1e6,
-           bytes * c_dec / bw, bytes * l_dec / bw);
+           bytes * c_dec / bw, bytes * l_dec / bw, vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
     llama_free(lc);
     llama_model_free(lm);
     llama_backend_free();
