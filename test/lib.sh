@@ -1,6 +1,7 @@
 # test/lib.sh — what the groups of test/groups/ share: the tools, the check protocol, the models and
 # prompts, and the comparisons against llama.cpp. Sourced by test/run.sh (see there), not run alone.
 
+# shellcheck disable=SC2034  # the variables below are for the groups
 CLOVER=${CLOVER:-./clover}     # CLOVER=./clover-cuda test/run.sh tests the CUDA build
 GEN=build/gen
 REF=${REF:-build/ref}

@@ -37,7 +37,7 @@ gpu_logits() {
 # the others (the emulation runs ~10 rows a second). Counted but not run when GPU_ORDERS leaves
 # ORDER out.
 order_checks() {
-    local ORDER=$1 on= all= t kv n tag ns m mm flags args want
+    local ORDER=$1 on="" all="" t kv n tag ns m mm flags args want
     [[ " $GPU_ORDERS " == *" $ORDER "* ]] || on=off
     [ "$ORDER" = forward ] && all=1
     # logits, every weight type, and the f16/bf16 caches (their rounding of q and p takes the F16 /

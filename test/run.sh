@@ -26,7 +26,8 @@
 #                                   detected, the prompts are tokenized by clover (group tokenizer
 #                                   checks it against llama.cpp); groups that call build/ref or
 #                                   build/unit fail there
-#   EMU=..., GPU_ORDERS="forward"   the GPU build the gpu groups run, and gpu_forward's thread orders
+#   REF=..., EMU=...                other builds of build/ref and of the GPU side (build/clover-emu)
+#   GPU_ORDERS="forward"            the emulation's thread orders that gpu_forward and gpu_orders run
 #   JOBS=1                          one group at a time (its lines as they come)
 #
 # llama.cpp's CPU backend comes in variants (haswell, icelake, zen4, sapphirerapids, ...) whose
@@ -95,7 +96,7 @@ mkdir -p "$SHARED"
 # run_group NAME: the group's checks, in this (sub)shell; its tally "passed failed seconds" into
 # $RUN/NAME.tally. Checks asked for by id that the group does not have fail.
 run_group() {
-    GROUP=$1 TMP=$RUN/$1 CHECK_N=0 CHECK_OPEN= N_PASS=0 N_FAIL=0 WANT=${WANT_GROUP[$1]} WANT_ALL=
+    GROUP=$1 TMP=$RUN/$1 CHECK_N=0 CHECK_OPEN="" N_PASS=0 N_FAIL=0 WANT=${WANT_GROUP[$1]} WANT_ALL=""
     [ "$WANT" != all ] || WANT_ALL=1
     mkdir -p "$TMP" || return 1
     local t0 n

@@ -51,9 +51,9 @@ fi
 for args in "-ngl 2|splitting" "-ngl 99 -c 1073741824|smaller -c or -ub"; do
     flags=${args%%|*} want=${args#*|}
     check "refused: $flags" && have_emu || continue
+    # shellcheck disable=SC2086
     if ! m=$(model q8_0 1 --ctx 1073741824); then
         fail "cannot generate the model"
-    # shellcheck disable=SC2086
     elif ! $TO "$EMU" -m "$m" -p hello -n 4 $flags > /dev/null 2> "$TMP/err" &&
        [ "$(grep -c '^clover: error:' "$TMP/err")" -eq 1 ] && grep -q -- "$want" "$TMP/err"; then
         pass "$(grep '^clover: error' "$TMP/err" | cut -c1-120)"
