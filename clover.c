@@ -1502,6 +1502,12 @@ enum { MAX_ROWS = 8 };   /* activation rows one multi-row kernel call takes (see
 #else
 #define VNNI 0
 #endif
+/* ... and AVX-512 BW too: the K-quant kernels' 512-bit form (section 12) */
+#if VNNI && defined(__AVX512BW__)
+#define ZMM 1
+#else
+#define ZMM 0
+#endif
 enum { PACK_OFFSET = VNNI ? 128 : 0 };
 typedef struct { float d[MAX_ROWS]; int8_t qs[MAX_ROWS][32]; } BlockQ8_0x8;
 
@@ -3699,7 +3705,8 @@ static inline SIMD_INLINE __m256i lanes_i8_avx2(__m256i qa, __m256i q, __m256i a
 
 /* acc plus 8 int32 lanes from 32 unsigned q (0..63), 32 signed a and an int16 scale s per pair of
  * products: lane l += sum over elements 4l..4l+3 of s q a (no pair sum of maddubs can saturate);
- * with AVX512-VNNI the scaling madd and the add are one vpdpwssd */
+ * with AVX512-VNNI the scaling madd and the add are one vpdpwssd (the 512-bit builds: below) */
+#if !ZMM
 static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i acc, __m256i q, __m256i a, __m256i s) {
 #if VNNI
     return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(q, a), s);
@@ -3707,14 +3714,14 @@ static inline SIMD_INLINE __m256i lanes_u8i8_avx2(__m256i acc, __m256i q, __m256
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), s));
 #endif
 }
+#endif
 
 /* Where the build targets AVX-512 (BW and VNNI), the K-quant kernels put two 32-element chunks of a
  * block side by side in one 512-bit register: chunk 2p's lanes in the low half, chunk 2p+1's in the
  * high half, the halves added at the end of the block. Integer sums are exact in any grouping, so
  * each block's 8 lanes, and every float operation after them, are those of the 256-bit code: the
  * same bits from half the multiply instructions. */
-#if defined(__x86_64__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define ZMM 1
+#if ZMM
 /* lanes_u8i8_avx2 on a pair of chunks; a: the pair's 64 activation bytes */
 static inline SIMD_INLINE __m512i lanes_u8i8_zmm(__m512i acc, __m512i q, const int8_t *a, __m512i s) {
     return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)a)), s);
@@ -3727,8 +3734,6 @@ static inline SIMD_INLINE __m512i halves16_zmm(short lo, short hi) {
 }
 /* 32 bytes in both halves */
 static inline SIMD_INLINE __m512i twice_zmm(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
-#else
-#define ZMM 0
 #endif
 
 /* The quantized kernels take R <= MAX_ROWS activation rows at once (a, a + stride, ..., or for Q8_0
@@ -3886,8 +3891,9 @@ static inline SIMD_INLINE __m128i scales_k4_avx2(const uint8_t *s) {
     return _mm_or_si128(lo, hi);
 }
 
-/* The eight scales as int16 in both 128-bit halves, and shuffles that broadcast scale j */
+/* The eight scales as int16 in both 128-bit halves, and (256-bit code) shuffles that broadcast scale j */
 static inline SIMD_INLINE __m256i scales16_k4_avx2(__m128i scm) { return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm)); }
+#if !ZMM
 static inline SIMD_INLINE __m256i scale_k4_avx2(__m256i sc16, int j) { return _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 * (2 * j + 1) + 2 * j))); }
 
 /* Sub-block j (32 unsigned bytes) of a Q4_K/Q5_K block (unpack_q4_K, unpack_q5_K): the low (j even)
@@ -3904,6 +3910,7 @@ static inline SIMD_INLINE __m256i k4_sub_q_avx2(const uint8_t *qs, const uint8_t
 static inline SIMD_INLINE __m256i k4_sub_avx2(__m256i acc, __m256i q, __m256i s, const int8_t *a, int j) {
     return lanes_u8i8_avx2(acc, q, _mm256_loadu_si256((const __m256i *)(a + 32 * j)), s);
 }
+#endif
 
 #if ZMM
 /* Sub-blocks 2p and 2p+1 in the two halves: the low and the high nibbles of qs[32p ..] (plus bits
@@ -4133,12 +4140,14 @@ static inline SIMD_INLINE void q4_K_8x8_gemm_rows_avx2(const void *w, const void
     q4_K_8x8_rows_avx2(w, a, stride, R, true, n, out);
 }
 
+#if !ZMM
 /* Scales 2k and 2k+1 of a group of eight int16 scales (in both halves of s8), as int16 in the
  * low and the high 128 bits: bytes 4k, 4k+1 and 4k+2, 4k+3 of each half */
 static inline SIMD_INLINE __m256i scales_q6_avx2(__m256i s8, int k) {
     return _mm256_shuffle_epi8(s8, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (4 * k + 3) + 4 * k + 2)),
                                                      _mm_set1_epi16((short)(0x0100 * (4 * k + 1) + 4 * k))));
 }
+#endif
 
 /* dot_q6_K: chunk c (32 elements) of u = q + 32 is a nibble of ql with two bits of qh above it;
  * its first 16 elements take scale 2c, the last 16 scale 2c+1 (int16 lanes 0..7 and 8..15 of madd) */

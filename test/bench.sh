@@ -7,8 +7,10 @@
 # 32768, where the layers rather than the output head dominate the bytes read per token), build/gen
 # writes a 4-layer slice with every per-layer shape of the 35B model (2-5 GB, in $BENCH_DIR or /tmp,
 # deleted after use) and build/bench measures prefill (512-token prompt), decode (64 tokens) and one
-# 16-row verify batch, alternating clover and llama.cpp run by run (medians). Ends with a markdown
-# table of the medians, as README's "Speed" section shows it. llama.cpp runs the CPU variant it picks
+# 16-row verify batch, alternating clover and llama.cpp run by run (medians of each figure and of the
+# per-run ratios; llama.cpp at its own defaults: flash attention auto, F16 cache), then clover's stage
+# tables and the verify's byte cost and compute floor (test/bench.c). Ends with a markdown table of the
+# medians, as README's "Speed" section shows it. llama.cpp runs the CPU variant it picks
 # itself (the best this CPU runs; LLAMA_CPU_VARIANT=NAME forces one), named in the table's heading.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,13 +35,13 @@ for type in q4_k_m q8_0; do
         line=$(grep '^BENCH ' "$DIR/out.txt") || exit 1
         declare -A v=()
         for kv in ${line#BENCH }; do v[${kv%%=*}]=${kv#*=}; done
-        rows+=("| $type | $vocab | ${v[prefill_clover]} / ${v[prefill_llama]} = **${v[prefill_ratio]}x** | ${v[decode_clover]} / ${v[decode_llama]} = **${v[decode_ratio]}x** | ${v[verify_clover_ms]} ms = ${v[verify_steps_clover]} steps / ${v[verify_llama_ms]} ms = ${v[verify_steps_llama]} steps | ${v[decode_mb]} MB, ${v[bandwidth_gbs]} GB/s: ${v[decode_bw_clover]} / ${v[decode_bw_llama]} |")
+        rows+=("| $type | $vocab | ${v[prefill_clover]} / ${v[prefill_llama]} = **${v[prefill_ratio]}x** | ${v[decode_clover]} / ${v[decode_llama]} = **${v[decode_ratio]}x** | ${v[verify_clover_ms]} ms = ${v[verify_steps_clover]} steps / ${v[verify_llama_ms]} ms = ${v[verify_steps_llama]} steps | ${v[decode_mb]} MB, ${v[bandwidth_gbs]} GB/s: ${v[decode_bw_clover]} / ${v[decode_bw_llama]} | ${v[verify_mb]} MB = ${v[verify_bytes_ms]} ms, floor ${v[verify_floor_ms]} ms: **${v[verify_vs_cost]}x** |")
         unset v
     done
 done
 echo
 echo "$(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads, llama.cpp's CPU variant ${variant:-?}, medians of $REPS runs (clover / llama.cpp):"
 echo
-echo "| weights | vocabulary | prefill t/s (512) | decode t/s (64) | 16-row verify (cost in decode steps) | bytes/step, bandwidth: fraction reached |"
-echo "|---|---|---|---|---|---|"
+echo "| weights | vocabulary | prefill t/s (512) | decode t/s (64) | 16-row verify (cost in decode steps) | bytes/step, bandwidth: fraction reached | clover's verify vs its cost (bytes at the bandwidth, compute floor: the larger) |"
+echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
