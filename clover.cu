@@ -12,8 +12,11 @@
 // (rmsnorm, l2norm, rope, softmax, silu_row, argmax); 8. Gated DeltaNet; 9. gated attention; 10. MoE;
 // 11. the model, state and scratch on the device; 12. the forward pass; 13. --check-ops.
 //
-// Every kernel is the plain port of its CPU twin, named after it (rmsnorm -> rmsnorm_kernel, launched
-// by rmsnorm_gpu with the CPU function's arguments plus the number of rows T). Numerics:
+// Every kernel is named after the CPU twin it computes (rmsnorm -> rmsnorm_kernel, launched by
+// rmsnorm_gpu with the CPU function's arguments plus the number of rows T; a fused kernel names each
+// twin). The CPU function is the definition, the kernel its fast form for the device: wide loads,
+// several lanes a weight block, integer dots, and as few launches as a step allows (a decode step's
+// layer is 12-13 graph nodes: section 12). Numerics:
 //   - activation rounding is byte-identical to the CPU's (same NaN and tie rules);
 //   - matmul's integer block sums equal the CPU's; the float order differs from the CPU's SIMD lanes
 //     (documented at matmul_kernel) and is the same for every row of a batch, so a row's result does
@@ -334,6 +337,20 @@ __global__ void quantize_bf16_kernel(const float *x, uint16_t *y, int64_t n) {
     if (i < n) y[i] = fp32_to_bf16(x[i]);
 }
 
+// A row of n values xn (this block's, as the threads wrote it: a barrier first) rounded to dot type dt
+// (F32: nothing), a warp a block of 32 or 256 (round_block_q8_0 / _q8_K), or a thread a value
+__device__ void round_row_block(const float *xn, int n, uint32_t dt, uint8_t *xq) {
+    if (dt == T_F32) return;
+    __syncthreads();   // every thread's values of xn written
+    int warp = threadIdx.x / WARP;
+    if (dt == T_Q8_0)
+        for (int b = warp; b < n / 32; b += BLOCK / WARP) round_block_q8_0(xn + 32 * b, xq, n, b);
+    else if (dt == T_Q8_K)
+        for (int b = warp; b < n / 256; b += BLOCK / WARP) round_block_q8_K(xn + 256 * b, xq, n, b);
+    else
+        for (int i = threadIdx.x; i < n; i += BLOCK) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
+}
+
 // Round T rows of n activations (x, device) to the dot type of weights of type wtype (y, device; rows
 // act_bytes(dot_type(wtype), n) apart, in the split layout of section 3). Twin: quantize_row, row by row.
 static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n, int T) {
@@ -635,11 +652,51 @@ __device__ void pick(const MatList &L, unsigned b, Mat &m, float *&y, unsigned &
         if (k < L.n && b >= L.first[k]) m = L.m[k], y = L.y[k], b0 = L.first[k];
 }
 
+// An activation row as a matvec block reads it: row r of the rounded rows x (x_bytes apart); or,
+// where x is NULL, row r of the float rows xf (n each) rounded to dot type dt by the block itself
+// into xs, its shared memory (round_row_block: quantize_row's bits). Every block that reads the row
+// rounds it again, a few hundred loads from L2, which costs less than a launch of its own (a graph
+// node, ~2 us): the decode step's inputs that no norm rounded come this way. Every thread of the
+// block calls it (a barrier).
+enum { MAX_ROUNDED = 8192 };   // bytes of a row rounded in shared memory: act_bytes(dt, n) at most
+__device__ const uint8_t *block_input(const uint8_t *x, size_t x_bytes, const float *xf, int64_t n, uint32_t dt, int64_t r, uint8_t *xs) {
+    if (x) return x + r * x_bytes;
+    round_row_block(xf + r * n, (int)n, dt, xs);
+    __syncthreads();
+    return xs;
+}
+
+// F32 matrices that ride along in a launch of another kernel (a decode step's row): extra blocks at
+// the end of its grid compute their rows as matvec_kernel<DotF32> would alone (the same row_dot, the
+// same bits), from the float row x. A GDN layer's alpha and beta ride with its q/k/v and gate
+// projections, the router and the shared expert's gate with the shared expert's gate and up: a launch
+// less each (a graph node, ~2 us), and their few blocks no longer wait for HBM on their own.
+struct Rider { MatList L; const float *x; int lpr; };
+
+__device__ void ride(const Rider &rd, unsigned b) {
+    Mat m;
+    float *y;
+    unsigned b0;
+    pick(rd.L, b, m, y, b0);
+    int64_t o = (int64_t)(b - b0) * (BLOCK / rd.lpr) + threadIdx.x / rd.lpr;
+    bool active = o < m.n_out;
+    float v = row_dot<DotF32>(m, o, (const uint8_t *)rd.x, rd.lpr, active);
+    if (active && threadIdx.x % rd.lpr == 0) y[o] = v;
+}
+
 // One activation row per job: job j multiplies expert ids[j]'s matrix (ids NULL: the matrices of L)
-// by rounded row x + (j / in_div) * x_bytes into y + j * n_out; ids[j] < 0: zeros. Blocks of BLOCK
-// threads take BLOCK / lpr rows (a warp 32 / lpr), grid L's row blocks x jobs in x alone (jobs may
-// pass 65,535).
-template <typename D> __global__ void matvec_kernel(MatList L, const int *ids, const uint8_t *x, size_t x_bytes, int in_div, int lpr) {
+// by activation row j / in_div (block_input: rounded rows x, or floats xf rounded here to dt) into
+// y + j * n_out; ids[j] < 0: zeros. Blocks of BLOCK threads take BLOCK / lpr rows (a warp 32 / lpr),
+// grid L's row blocks x jobs in x alone (jobs may pass 65,535), then rd's blocks.
+template <typename D>
+__global__ void matvec_kernel(MatList L, const int *ids, const uint8_t *x, size_t x_bytes, const float *xf, uint32_t dt, int in_div, int lpr,
+                              Rider rd) {
+    __shared__ Vec16 xs[MAX_ROUNDED / 16];
+    unsigned own = gridDim.x - rd.L.first[rd.L.n];
+    if (blockIdx.x >= own) {   // the whole block
+        ride(rd, blockIdx.x - own);
+        return;
+    }
     unsigned blocks = L.first[L.n], b = blockIdx.x % blocks, b0;
     int64_t job = blockIdx.x / blocks;
     Mat m;
@@ -652,7 +709,8 @@ template <typename D> __global__ void matvec_kernel(MatList L, const int *ids, c
         if (writer) y[at] = 0;
         return;
     }
-    float v = row_dot<D>(m, e * m.n_out + o, x + job / in_div * x_bytes, lpr, active);
+    const uint8_t *xr = block_input(x, x_bytes, xf, m.n_in, dt, job / in_div, (uint8_t *)xs);
+    float v = row_dot<D>(m, e * m.n_out + o, xr, lpr, active);
     if (writer) y[at] = v;
 }
 
@@ -702,12 +760,37 @@ template <typename F> static void by_type(uint32_t t, const char *what, F f) {
     }
 }
 
+// The F32 matrices w[0..n-1] (n <= MAX_MATS, one row length) as riders reading float row x; n = 0: none
+static Rider riders(const Mat *const w[], int n, const float *x, float *const y[]) {
+    Rider rd = {};
+    rd.x = x, rd.L.n = n, rd.lpr = n ? lanes_per_row(DotF32::LPB, w[0]->n_in / DotF32::UNIT) : WARP;
+    for (int i = 0; i < n; i++) {
+        if (w[i]->type != T_F32 || w[i]->n_in != w[0]->n_in) {
+            fprintf(stderr, "clover: error: internal: riders of another type than F32 or of different widths\n");
+            exit(1);
+        }
+        rd.L.m[i] = *w[i], rd.L.y[i] = y[i];
+        rd.L.first[i + 1] = rd.L.first[i] + blocks_for(w[i]->n_out, BLOCK / rd.lpr);
+    }
+    return rd;
+}
+
+// Whether matvec blocks may round an input row of n values to dot type dt themselves (block_input)
+static bool rounds_in_block(uint32_t dt, int64_t n) { return dt != T_F32 && act_bytes(dt, n) <= MAX_ROUNDED; }
+
 // y_i[t][o] = W_i x_t for n <= MAX_MATS matrices of one type and row length and T activation rows already rounded to their dot type
 // (quantize_row_gpu), in one launch: one row (a decode step) by matvec_kernel, more by matmul_kernel;
-// the same bits for a row either way. Twin: matmul with dot_fn(wtype, false), for each W_i.
-static void matmuls_gpu(const Mat *const w[], int n, const void *xq, int T, float *const y[]) {
-    size_t xb = act_bytes(dot_type(w[0]->type), w[0]->n_in);
+// the same bits for a row either way. xq NULL (T = 1, rounds_in_block): the float row xf, which each
+// block rounds itself. rd: F32 riders (T = 1; riders(..., 0, ...): none). Twin: matmul with
+// dot_fn(wtype, false), for each W_i.
+static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float *xf, int T, float *const y[], Rider rd) {
+    uint32_t dt = dot_type(w[0]->type);
+    size_t xb = act_bytes(dt, w[0]->n_in);
     const uint8_t *x = (const uint8_t *)xq;
+    if ((!x && !rounds_in_block(dt, w[0]->n_in)) || (T != 1 && (!x || rd.L.n))) {
+        fprintf(stderr, "clover: error: internal: matmuls_gpu of unrounded rows or riders in a batch\n");
+        exit(1);
+    }
     by_type(w[0]->type, "matmul_gpu", [&](auto d) {
         using D = decltype(d);
         int lpr = lanes_per_row(D::LPB, w[0]->n_in / D::UNIT);
@@ -722,8 +805,8 @@ static void matmuls_gpu(const Mat *const w[], int n, const void *xq, int T, floa
             L.first[i + 1] = L.first[i] + blocks_for(w[i]->n_out, BLOCK / lpr);
         }
         if (T == 1) {
-            cudaLaunchConfig_t c = launch_config(L.first[n], BLOCK);
-            CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, 1, lpr));
+            cudaLaunchConfig_t c = launch_config(L.first[n] + rd.L.first[rd.L.n], BLOCK);
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, xf, dt, 1, lpr, rd));
         } else {
             cudaLaunchConfig_t c = launch_config(dim3(L.first[n], blocks_for(T, MAX_ROWS)), BLOCK);
             CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, L, x, xb, T, lpr));
@@ -732,12 +815,14 @@ static void matmuls_gpu(const Mat *const w[], int n, const void *xq, int T, floa
 }
 
 // y[t][o] = W x_t for one matrix
-static void matmul_gpu(const Mat *w, const void *xq, int T, float *y) { matmuls_gpu(&w, 1, xq, T, &y); }
+static void matmul_gpu(const Mat *w, const void *xq, int T, float *y) { matmuls_gpu(&w, 1, xq, nullptr, T, &y, Rider{}); }
 
 // y[p] = W_{ids[p]} xq[p / in_div] for n_pairs pairs (see matvec_kernel); in_div: n_used for gate/up
-// (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n_in] experts.
-static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div, const void *xq, float *y) {
-    size_t xb = act_bytes(dot_type(w->type), w->n_in);
+// (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n_in] experts. xq
+// NULL (rounds_in_block): the float rows xf, each block rounding the row it reads.
+static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div, const void *xq, const float *xf, float *y) {
+    uint32_t dt = dot_type(w->type);
+    size_t xb = act_bytes(dt, w->n_in);
     const uint8_t *x = (const uint8_t *)xq;
     by_type(w->type, "matmul_id_gpu", [&](auto d) {
         using D = decltype(d);
@@ -745,7 +830,7 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
         MatList L = {};
         L.n = 1, L.m[0] = *w, L.y[0] = y, L.first[1] = blocks_for(w->n_out, BLOCK / lpr);
         cudaLaunchConfig_t c = launch_config(L.first[1] * (unsigned)n_pairs, BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, ids, x, xb, in_div, lpr));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, ids, x, xb, xf, dt, in_div, lpr, Rider{}));
     });
 }
 
@@ -760,20 +845,6 @@ __device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n,
     ss = block_sum(ss);
     float scale = 1.0f / sqrtf((float)(ss / n) + eps);
     for (int i = threadIdx.x; i < n; i += BLOCK) yr[i] = xr[i] * scale * w[i];
-}
-
-// A row of n values xn (this block's, as the threads wrote it: a barrier first) rounded to dot type dt
-// (F32: nothing), a warp a block of 32 or 256 (round_block_q8_0 / _q8_K), or a thread a value
-__device__ void round_row_block(const float *xn, int n, uint32_t dt, uint8_t *xq) {
-    if (dt == T_F32) return;
-    __syncthreads();   // every thread's values of xn written
-    int warp = threadIdx.x / WARP;
-    if (dt == T_Q8_0)
-        for (int b = warp; b < n / 32; b += BLOCK / WARP) round_block_q8_0(xn + 32 * b, xq, n, b);
-    else if (dt == T_Q8_K)
-        for (int b = warp; b < n / 256; b += BLOCK / WARP) round_block_q8_K(xn + 256 * b, xq, n, b);
-    else
-        for (int i = threadIdx.x; i < n; i += BLOCK) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
 }
 
 // Twins: rmsnorm, then quantize_row of its output to dot type dt (F32: no rounding), one row by the
@@ -966,77 +1037,88 @@ __host__ __device__ float softplus(float x) { return x > 20.0f ? x : logf(1.0f +
 
 // Twin: gdn_gates. Per (row t, value head h), i = t*H + h: beta_i = sigmoid(beta_logit_i),
 // g_i = softplus(alpha_i + dt_h) * a_h (a < 0: g is a log-decay). The device's expf / logf may
-// differ from libm's in the last bits. One element per thread.
-__global__ void gdn_gates_kernel(const float *a, const float *dt, const float *alpha, const float *beta_logit, int64_t n, int H,
-                                 float *g, float *beta) {
+// differ from libm's in the last bits. The gates of a pass: its inputs (a, dt per head; alpha,
+// beta_logit per row and head) and outputs (g, beta), computed by gdn_conv_kernel on the way (the
+// forward scan's) or by gdn_gates_kernel (the preview's reverse scan's).
+struct Gates { const float *a, *dt, *alpha, *beta_logit; float *g, *beta; int H; };
+
+__device__ void gate_element(const Gates &gt, int64_t i) {
+    int h = (int)(i % gt.H);
+    gt.beta[i] = sigmoid(gt.beta_logit[i]);
+    gt.g[i] = softplus(gt.alpha[i] + gt.dt[h]) * gt.a[h];
+}
+
+// One element per thread
+__global__ void gdn_gates_kernel(Gates gt, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
-    if (i >= n) return;
-    int h = (int)(i % H);
-    beta[i] = sigmoid(beta_logit[i]);
-    g[i] = softplus(alpha[i] + dt[h]) * a[h];
+    if (i < n) gate_element(gt, i);
 }
 
 static void gdn_gates_gpu(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta) {
     int64_t n = (int64_t)T * H;
     cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gates_kernel, a, dt, alpha, beta_logit, n, H, g, beta));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gates_kernel, Gates{a, dt, alpha, beta_logit, g, beta, H}, n));
 }
 
+enum { MAX_CONV = 8 };   // d_conv, the conv's taps: a window of X rows in registers
+
 // Twins: gdn_conv (gdn_conv_avx2: the same bits), gdn_conv_right (the preview's right taps, where wr
-// is not NULL) and gdn_qk_norm, in one launch. Block (row t, head block b of d channels), thread per
-// channel c (c, c+BLOCK, ...): over X = [ring | u], the ring's K-1 rows (oldest first) then the T rows u,
+// is not NULL), gdn_qk_norm, and where asked gdn_ring_push (push) and gdn_gates (gt not NULL), in one
+// launch. Block b: head block b of d <= BLOCK channels, thread i its channel c = b*d + i, the rows t
+// in order, the window of X = [ring | u] (the ring's K-1 rows, oldest first, then the T rows u) that
+// row t reads, X[t .. t+K-1][c], in registers:
 //   y_t[c] = sum_j wc[c][j] X[t+j][c]                     fmaf in j order from 0, as the CPU
 //   y_t[c] += sum_{e=1..K-1, t+e<T} wr[c][e-1] u_{t+e}[c]  e in order, a product then a sum each
 //   y_t[c] = silu(y_t[c]);  for the q and k heads (b < n_qk): y <- y / max(||y||, eps)
 // the squares summed in double by block_sum (only that order differs from the CPU's). raw
-// (--dump-tensors' conv_output_raw): y_t[c] the sums alone, before the SiLU and the norms.
-__global__ void gdn_conv_kernel(const float *wc, const float *wr, int K, int C, const float *ring, const float *u, int T, int d, int n_qk,
-                                float eps, bool raw, float *y) {
-    int nb = C / d, t = blockIdx.x / nb, b = blockIdx.x % nb, R = K - 1;
-    float *yh = y + (int64_t)t * C + (int64_t)b * d;
-    double ss = 0;
-    for (int i = threadIdx.x; i < d; i += BLOCK) {
-        int c = b * d + i;
+// (--dump-tensors' conv_output_raw): y_t[c] the sums alone, before the SiLU and the norms. push:
+// then the ring becomes X's last K-1 rows, the window left after row T-1, by the thread that read
+// the channel (no race: a channel is one thread's). gt: the T x H gates too, by the blocks' threads
+// in turn (they read nothing of the conv's). Fusing these saves two launches a layer and step.
+__global__ void gdn_conv_kernel(const float *wc, const float *wr, int K, int C, float *ring, const float *u, int T, int d, int n_qk, float eps,
+                                bool raw, bool push, float *y, Gates gt) {
+    int b = blockIdx.x, i = threadIdx.x, c = b * d + i, R = K - 1;
+    bool on = i < d;
+    if (gt.g)
+        for (int64_t e = (int64_t)b * BLOCK + i; e < (int64_t)T * gt.H; e += (int64_t)gridDim.x * BLOCK) gate_element(gt, e);
+    float win[MAX_CONV];   // win[j] = X[t + j][c] for the row t at hand
+#pragma unroll
+    for (int j = 0; j < MAX_CONV; j++) win[j] = on && j < R ? ring[(int64_t)j * C + c] : 0;
+    for (int t = 0; t < T; t++) {
+#pragma unroll
+        for (int j = 0; j < MAX_CONV; j++)
+            if (j == R) win[j] = on ? u[(int64_t)t * C + c] : 0;   // X row t + R
         float s = 0;
-        for (int j = 0; j < K; j++) {
-            int r = t + j;   // row of X
-            float x = r < R ? ring[(int64_t)r * C + c] : u[(int64_t)(r - R) * C + c];
-            s = fmaf(x, wc[(int64_t)c * K + j], s);
-        }
-        if (wr)
+#pragma unroll
+        for (int j = 0; j < MAX_CONV; j++)
+            if (j < K) s = fmaf(win[j], on ? wc[(int64_t)c * K + j] : 0, s);
+        if (wr && on)
             for (int e = 1; e <= R && t + e < T; e++) s += wr[(int64_t)c * R + e - 1] * u[(int64_t)(t + e) * C + c];
         float v = raw ? s : silu(s);
-        yh[i] = v;
-        ss += (double)(v * v);
+        if (!raw && b < n_qk) {   // the whole block: a q or k head
+            double ss = block_sum(on ? (double)(v * v) : 0.0);
+            v *= 1.0f / fmaxf(sqrtf((float)ss), eps);
+        }
+        if (on) y[(int64_t)t * C + c] = v;
+#pragma unroll
+        for (int j = 0; j + 1 < MAX_CONV; j++) win[j] = win[j + 1];
     }
-    if (raw || b >= n_qk) return;   // a v head (or raw): the whole block leaves
-    ss = block_sum(ss);
-    float scale = 1.0f / fmaxf(sqrtf((float)ss), eps);
-    for (int i = threadIdx.x; i < d; i += BLOCK) yh[i] *= scale;
+    if (push && on)
+#pragma unroll
+        for (int r = 0; r < MAX_CONV; r++)   // (compile-time indices: win stays in registers)
+            if (r < R) ring[(int64_t)r * C + c] = win[r];   // X rows T .. T+K-2
 }
 
-// T rows of C = n heads of d channels, the first n_qk heads q and k; wr NULL: no right taps
-static void gdn_conv_gpu(const float *wc, const float *wr, int K, int C, const float *ring, const float *u, int T, int d, int n_qk, float eps,
-                         bool raw, float *y) {
-    cudaLaunchConfig_t c = launch_config((unsigned)(T * (C / d)), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_conv_kernel, wc, wr, K, C, ring, u, T, d, n_qk, eps, raw, y));
-}
-
-// Twin: gdn_ring_push. The ring (R = K-1 rows of C) becomes rows T..T+R-1 of X = [ring | u]. One
-// thread per channel, rows r = 0..R-1 in order: row r reads X row T + r > r, which this thread has
-// not overwritten yet (the CPU's memmove, done in place without a race between threads).
-__global__ void gdn_ring_push_kernel(float *ring, const float *u, int T, int K, int C) {
-    int c = blockIdx.x * BLOCK + threadIdx.x, R = K - 1;
-    if (c >= C) return;
-    for (int r = 0; r < R; r++) {
-        int x = T + r;   // row of X
-        ring[(int64_t)r * C + c] = x < R ? ring[(int64_t)x * C + c] : u[(int64_t)(x - R) * C + c];
+// T rows of C = C/d heads of d channels, the first n_qk heads q and k; wr NULL: no right taps; gt:
+// the gates to compute on the way (g NULL: none)
+static void gdn_conv_gpu(const float *wc, const float *wr, int K, int C, float *ring, const float *u, int T, int d, int n_qk, float eps,
+                         bool raw, bool push, float *y, Gates gt) {
+    if (K > MAX_CONV || d > BLOCK) {
+        fprintf(stderr, "clover: error: gdn_conv_gpu: %d conv taps or state size %d, over %d or %d\n", K, d, MAX_CONV, BLOCK);
+        exit(1);
     }
-}
-
-static void gdn_ring_push_gpu(float *ring, const float *u, int T, int K, int C) {
-    cudaLaunchConfig_t c = launch_config(blocks_for(C, BLOCK), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_ring_push_kernel, ring, u, T, K, C));
+    cudaLaunchConfig_t c = launch_config((unsigned)(C / d), BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_conv_kernel, wc, wr, K, C, ring, u, T, d, n_qk, eps, raw, push, y, gt));
 }
 
 enum { MAX_DSTATE = 256, SPL = MAX_DSTATE / WARP };   // the delta rule: state values a lane holds
@@ -1524,32 +1606,42 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
 // Gate, up and SwiGLU in one launch, for gate and up matrices of one type: the fused twin of
 // matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is row_dot's,
 // then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p] (ids NULL: the one
-// matrix, the shared expert), t = p / in_div; ids[p] < 0: h row p is 0 (= silu(0) * 0). Blocks and
-// grid as matvec_kernel's; the gate row then the up row, by the same lanes.
+// matrix, the shared expert), t = p / in_div; ids[p] < 0: h row p is 0 (= silu(0) * 0). The input
+// as matvec_kernel's (block_input: rounded rows x, or floats xf rounded by each block to dt). Blocks
+// and grid as matvec_kernel's; the gate row then the up row, by the same lanes.
 template <typename D>
-__global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *xg, const uint8_t *xu, size_t x_bytes, int lpr,
-                                 int64_t row_blocks, float *h) {
+__global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, const float *xf, uint32_t dt, int lpr,
+                                 int64_t row_blocks, float *h, Rider rd) {
+    __shared__ Vec16 xs[MAX_ROUNDED / 16];
+    unsigned own = gridDim.x - rd.L.first[rd.L.n];
+    if (blockIdx.x >= own) {   // the whole block: a rider's (then rd's blocks, as in matvec_kernel)
+        ride(rd, blockIdx.x - own);
+        return;
+    }
     int64_t job = blockIdx.x / row_blocks, o = blockIdx.x % row_blocks * (BLOCK / lpr) + threadIdx.x / lpr;
     int e = ids ? ids[job] : 0;
     bool active = o < G.n_out;
     float g = 0, u = 0;
     if (e >= 0) {   // the whole block (one job)
-        size_t in = (size_t)(job / in_div) * x_bytes;
-        g = row_dot<D>(G, e * G.n_out + o, xg + in, lpr, active);
-        u = row_dot<D>(U, e * U.n_out + o, xu + in, lpr, active);
+        const uint8_t *xr = block_input(x, x_bytes, xf, G.n_in, dt, job / in_div, (uint8_t *)xs);
+        g = row_dot<D>(G, e * G.n_out + o, xr, lpr, active);
+        u = row_dot<D>(U, e * U.n_out + o, xr, lpr, active);
     }
     if (active && threadIdx.x % lpr == 0) h[job * G.n_out + o] = silu(g) * u;
 }
 
-static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, const void *xg, const void *xu, float *h) {
-    size_t xb = act_bytes(dot_type(G->type), G->n_in);
-    const uint8_t *ag = (const uint8_t *)xg, *au = (const uint8_t *)xu;
+// xq NULL (rounds_in_block): the float rows xf, each block rounding the row it reads; rd: F32 riders
+// (one row: n_pairs 1)
+static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, const void *xq, const float *xf, float *h, Rider rd) {
+    uint32_t dt = dot_type(G->type);
+    size_t xb = act_bytes(dt, G->n_in);
+    const uint8_t *ax = (const uint8_t *)xq;
     by_type(G->type, "swiglu_id_gpu", [&](auto d) {
         using D = decltype(d);
         int lpr = lanes_per_row(D::LPB, G->n_in / D::UNIT);
         unsigned rb = blocks_for(G->n_out, BLOCK / lpr);
-        cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs, BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ag, au, xb, lpr, (int64_t)rb, h));
+        cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs + rd.L.first[rd.L.n], BLOCK);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ax, xb, xf, dt, lpr, (int64_t)rb, h, rd));
     });
 }
 
@@ -1665,7 +1757,7 @@ struct Scratch {
     float *qg, *kr, *vr, *ao, *ao_gated, *att;   // att: attention's partial results (attention_gpu)
     float *router_logits, *probs, *w;
     int *sel;
-    float *ge, *ue, *he, *ye, *sh, *sh_logit, *mix;
+    float *ge, *ue, *he, *ye, *hs, *sh, *sh_logit, *mix;   // hs: the shared expert's SwiGLU
     uint8_t *xq, *xq2;
     float *S, *S_rev, *beta_rev_logit, *alpha_rev, *beta_rev, *g_rev, *o_rev;
     uint8_t *coreset;
@@ -1742,7 +1834,7 @@ static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_
     }
     double T = cap, K = c->n_expert_used, ff = (double)widest_ff(c), maxin = (double)widest_input(c);
     double per_row = 4.0 * c->n_embd + 2.0 * c->conv_dim + 4.0 * c->value_dim + 8.0 * c->n_v_heads + 4.0 * c->n_head * c->head_dim +
-                     2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + 1 + c->n_vocab +
+                     2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + c->n_ff_shexp + 1 + c->n_vocab +
                      (double)attention_part_floats(1, c->n_head, c->head_dim);
     p.scratch = 4 * (T * per_row + 2 * S) + 4 * (T * K * maxin + T * maxin) + c->n_expert;
     return p;
@@ -1896,6 +1988,7 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     s->router_logits = dev_floats(T * c->n_expert), s->probs = dev_floats(T * c->n_expert);
     s->w = dev_floats(T * K), s->sel = (int *)dev_alloc(T * K * sizeof(int));
     s->ge = dev_floats(T * K * ff), s->ue = dev_floats(T * K * ff), s->he = dev_floats(T * K * ff), s->ye = dev_floats(T * K * E);
+    s->hs = dev_floats(T * c->n_ff_shexp);
     s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
     s->S = dev_floats(S), s->S_rev = dev_floats(S);
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
@@ -2031,7 +2124,7 @@ static void dump_gdn_conv(Gpu *gpu, int il, int T) {
     for (int ch = 0; ch < C; ch++)
         for (int j = 0; j < R + T; j++) in[(size_t)ch * (R + T) + j] = j < R ? ring[(size_t)j * C + ch] : u[(size_t)(j - R) * C + ch];
     dump_h(gpu, "conv_input", il, in, false, 1, 1, C, R + T);
-    gdn_conv_gpu(gpu->layers[il].conv, nullptr, c->d_conv, C, gpu->st.ring[il], s->qkv, T, d, 2 * c->n_k_heads, c->eps, true, s->conv);
+    gdn_conv_gpu(gpu->layers[il].conv, nullptr, c->d_conv, C, gpu->st.ring[il], s->qkv, T, d, 2 * c->n_k_heads, c->eps, true, false, s->conv, Gates{});
     dump(gpu, "conv_output_raw", il, s->conv, T, C);
     float *y = fetch(gpu, 1, s->conv, (size_t)T * C);
     for (size_t i = 0; i < (size_t)T * C; i++) y[i] = silu(y[i]);
@@ -2107,7 +2200,7 @@ static void dump_shared_expert(Gpu *gpu, int il, int T) {
     int F = gpu->c.n_ff_shexp, E = gpu->c.n_embd;
     dump(gpu, "ffn_gate", il, s->ge, T, F);
     dump(gpu, "ffn_up", il, s->ue, T, F);
-    dump(gpu, "ffn_swiglu", il, s->he, T, F);
+    dump(gpu, "ffn_swiglu", il, s->hs, T, F);
     dump(gpu, "ffn_shexp", il, s->sh, T, E);
     dump(gpu, "shared_expert_gate", il, s->sh_logit, T, 1);
     float *g = fetch(gpu, 1, s->sh_logit, (size_t)T), *y = fetch(gpu, 2, s->sh, (size_t)T * E);
@@ -2123,22 +2216,32 @@ static void dump_shared_expert(Gpu *gpu, int il, int T) {
 struct Input { const float *x; const void *xq; uint32_t dt; };
 
 // in as a matmul with weights of type wtype reads it: x itself for F32, the input's rounding where it
-// has this dot type, else rounded now into sc.xq2 (which no Input holds)
-static const void *rounded(Gpu *gpu, Input in, uint32_t wtype, int64_t n, int T) {
+// has this dot type; else, for a kernel of one row a job (by_block: matvec_kernel, swiglu_id_kernel)
+// where the row fits, NULL: each block rounds the floats in.x itself (block_input), no launch; else
+// rounded now into sc.xq2 (which no Input holds).
+static const void *rounded(Gpu *gpu, Input in, uint32_t wtype, int64_t n, int T, bool by_block) {
     uint32_t dt = dot_type(wtype);
     if (dt == T_F32) return in.x;
     if (in.xq && in.dt == dt) return in.xq;
+    if (by_block && rounds_in_block(dt, n)) return nullptr;
     quantize_row_gpu(wtype, in.x, gpu->sc.xq2, n, T);
     return gpu->sc.xq2;
 }
 
 // y_i = W_i x[t] for the n matrices that read one input (T rows), in order: one launch for each run of
 // matrices of one type (a GDN layer's projections, attention's q, k and v, the router and the shared
-// expert's gate), the input rounded once a run at most. clover.c's matmul, for each of them.
+// expert's gate), the input rounded once a run at most (a decode step's row: by the blocks).
+// clover.c's matmul, for each of them.
+// A decode step's trailing run of F32 matrices (a GDN layer's beta and alpha) rides with the run
+// before it (riders).
 static void matmuls(Gpu *gpu, Input in, int T, int n, const Mat *const w[], float *const y[]) {
-    for (int i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && w[j]->type == w[i]->type; j++) {}
-        matmuls_gpu(w + i, j - i, rounded(gpu, in, w[i]->type, w[i]->n_in, T), T, y + i);
+    int k = n;   // w[k..n-1]: the riders
+    while (T == 1 && k > 0 && w[k - 1]->type == T_F32) k--;
+    if (k == 0) k = n;   // all F32: nothing to ride with
+    for (int i = 0, j; i < k; i = j) {
+        for (j = i + 1; j < k && w[j]->type == w[i]->type; j++) {}
+        Rider rd = riders(w + k, j == k ? n - k : 0, in.x, y + k);
+        matmuls_gpu(w + i, j - i, rounded(gpu, in, w[i]->type, w[i]->n_in, T, T == 1), in.x, T, y + i, rd);
     }
 }
 
@@ -2150,26 +2253,26 @@ static void copy_floats(float *dst, const float *src, size_t n) {
 
 // --- Gated DeltaNet ------------------------------------------------------------------------------
 // The recurrent part for T rows of pre-conv input u: the conv over [ring | u], SiLU and the q/k L2
-// norms, the ring advanced, the delta rule from S (clover.c's gdn_advance; also the rollback's replay).
-static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g, const float *beta) {
+// norms, the ring advanced (and the gates gt computed, where given: they are g and beta), then the
+// delta rule from S (clover.c's gdn_advance; also the rollback's replay, with the logged gates).
+static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g, const float *beta, Gates gt) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     float *ring = gpu->st.ring[il];
-    gdn_conv_gpu(gpu->layers[il].conv, nullptr, c->d_conv, c->conv_dim, ring, u, T, c->d_state, 2 * c->n_k_heads, c->eps, false, s->conv);
-    gdn_ring_push_gpu(ring, u, T, c->d_conv, c->conv_dim);
+    gdn_conv_gpu(gpu->layers[il].conv, nullptr, c->d_conv, c->conv_dim, ring, u, T, c->d_state, 2 * c->n_k_heads, c->eps, false, true, s->conv, gt);
     delta_rule_gpu(gpu->st.S[il], s->conv, g, beta, s->o, T, false, c->n_v_heads, c->n_k_heads, c->d_state, c->conv_dim,
                    c->key_dim, c->value_dim);
 }
 
 // The preview mixer (spec S2.4), never writing the committed state: the causal conv plus the
-// right taps, a forward scan from a copy of S, and, where the layer has it, a reverse scan from zero
-// state mixed in per value head: o_t = o_fwd_t + gamma_h o_rev_t.
-static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in) {
+// right taps (and the gates gt), a forward scan from a copy of S, and, where the layer has it, a
+// reverse scan from zero state mixed in per value head: o_t = o_fwd_t + gamma_h o_rev_t.
+static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in, Gates gt) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int H = c->n_v_heads, d = c->d_state;
     copy_floats(s->S, gpu->st.S[il], S_floats(c));
-    gdn_conv_gpu(L->conv, L->conv_right, c->d_conv, c->conv_dim, gpu->st.ring[il], s->qkv, T, d, 2 * c->n_k_heads, c->eps, false, s->conv);
+    gdn_conv_gpu(L->conv, L->conv_right, c->d_conv, c->conv_dim, gpu->st.ring[il], s->qkv, T, d, 2 * c->n_k_heads, c->eps, false, false, s->conv, gt);
     delta_rule_gpu(s->S, s->conv, s->g, s->beta, s->o, T, false, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     if (!L->a_rev) return;
     const Mat *w[] = {&L->beta_rev, &L->alpha_rev};
@@ -2194,21 +2297,21 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     matmuls(gpu, in, T, 4, w, y);   // u = W_qkv a, z = W_gate a, W_beta a, W_alpha a
     dump3(gpu, "beta", il, s->beta_logit, T, H, 1);
     dump(gpu, "alpha", il, s->alpha, T, H);
-    gdn_gates_gpu(L->a, L->dt, s->alpha, s->beta_logit, T, H, s->g, s->beta);
     dump(gpu, "linear_attn_qkv_mixed", il, s->qkv, T, C);
     dump(gpu, "z", il, s->z, T, c->value_dim);
-    dump3(gpu, "beta_sigmoid", il, s->beta, T, H, 1);
     dump_a_softplus(gpu, il, T);
+    Gates gt = {L->a, L->dt, s->alpha, s->beta_logit, s->g, s->beta, H};   // g, beta: computed by the conv's launch
+    if (pass == CAUSAL) {
+        dump_gdn_conv(gpu, il, T);   // conv_input .. k_conv and state_predelta, from the ring before it moves
+        gdn_advance(gpu, il, T, s->qkv, s->g, s->beta, gt);
+    } else gdn_preview(gpu, L, il, T, in, gt);
+    dump3(gpu, "beta_sigmoid", il, s->beta, T, H, 1);
     dump(gpu, "gate", il, s->g, T, H);
     if (log) {
         copy_floats(gpu->st.log_u[il], s->qkv, (size_t)T * c->conv_dim);
         copy_floats(gpu->st.log_g[il], s->g, (size_t)T * H);
         copy_floats(gpu->st.log_beta[il], s->beta, (size_t)T * H);
     }
-    if (pass == CAUSAL) {
-        dump_gdn_conv(gpu, il, T);   // conv_input .. k_conv and state_predelta, from the ring before it moves
-        gdn_advance(gpu, il, T, s->qkv, s->g, s->beta);
-    } else gdn_preview(gpu, L, il, T, in);
     dump_slice(gpu, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
     dump_slice(gpu, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
     dump_slice(gpu, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
@@ -2262,33 +2365,35 @@ static void moe_experts(Gpu *gpu, const Layer *L, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
+    bool by_block = T <= MAX_ROWS;   // (a prefill's rows are rounded once, by a launch: each row has many blocks)
     if (L->gate_exps.type == L->up_exps.type && !gpu->dump) {   // h = silu(gate_e m) * up_e m in one launch (dumps: gate and up kept)
-        const void *x = rounded(gpu, in, L->up_exps.type, E, T);
-        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, x, x, s->he);
+        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T, by_block), in.x, s->he,
+                      Rider{});
     } else {   // (gate's rounding, if in xq2, is read before the next rounding there)
-        matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, rounded(gpu, in, L->gate_exps.type, E, T), s->ge);
-        matmul_id_gpu(&L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T), s->ue);
+        matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, rounded(gpu, in, L->gate_exps.type, E, T, by_block), in.x, s->ge);
+        matmul_id_gpu(&L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T, by_block), in.x, s->ue);
         swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
     }
-    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, rounded(gpu, {s->he, nullptr, 0}, L->down_exps.type, F, T * K), s->ye);
+    Input h = {s->he, nullptr, 0};
+    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, rounded(gpu, h, L->down_exps.type, F, T * K, by_block), s->he, s->ye);
 }
 
-// Shared expert: sh = down_sh(silu(gate_sh m) * up_sh m) (its gate sigmoid(g_sh . m) is applied by
-// moe_out_gpu, g_sh . m computed with the router)
-static void moe_shared(Gpu *gpu, const Layer *L, int T, Input in) {
+// Shared expert: sh = down_sh(hs), hs = silu(gate_sh m) * up_sh m (its gate sigmoid(g_sh . m) is
+// applied by moe_out_gpu, g_sh . m computed with the router). rd: the router and g_sh riding with the
+// gate and up (a decode step; then hs is made before the routing, by moe_layer); NULL: not so.
+static void moe_shared_up(Gpu *gpu, const Layer *L, int T, Input in, const Rider *rd) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int E = c->n_embd, F = c->n_ff_shexp;
     if (L->gate_shexp.type == L->up_shexp.type && !gpu->dump) {   // one launch (swiglu_id with one matrix; dumps: gate and up kept)
-        const void *x = rounded(gpu, in, L->up_shexp.type, E, T);
-        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, x, x, s->he);
+        const void *x = rounded(gpu, in, L->up_shexp.type, E, T, T <= MAX_ROWS);
+        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, x, in.x, s->hs, rd ? *rd : Rider{});
     } else {
         const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
         float *y[] = {s->ue, s->ge};
         matmuls(gpu, in, T, 2, w, y);
-        swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * F);
+        swiglu_gpu(s->ge, s->ue, s->hs, (int64_t)T * F);
     }
-    matmul(gpu, &L->down_shexp, s->he, T, s->sh);
 }
 
 // The MoE FFN on the normed input in: route each row to its experts (in the preview, within the
@@ -2300,7 +2405,12 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     int K = c->n_expert_used;
     const Mat *w[] = {&L->router, &L->shexp_gate};
     float *y[] = {s->router_logits, s->sh_logit};
-    matmuls(gpu, in, T, 2, w, y);   // W_router m, g_sh . m (one launch where both are F32)
+    // W_router m, g_sh . m: riding with the shared expert's gate and up in a decode step, else one launch where both are F32
+    bool ride = T == 1 && !gpu->dump && L->gate_shexp.type == L->up_shexp.type && L->router.type == T_F32 && L->shexp_gate.type == T_F32;
+    if (ride) {
+        Rider rd = riders(w, 2, in.x, y);
+        moe_shared_up(gpu, L, T, in, &rd);
+    } else matmuls(gpu, in, T, 2, w, y);
     dump(gpu, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
     bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
     route_gpu(s->router_logits, s->probs, nullptr, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, true, !use_coreset);
@@ -2313,7 +2423,8 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     dump(gpu, "ffn_moe_weights_norm", il, s->w, T, K);
     moe_experts(gpu, L, T, in);
     dump_experts(gpu, il, T);   // ffn_moe_gate, _up, _swiglu, _down, _weighted, by pair
-    moe_shared(gpu, L, T, in);
+    if (!ride) moe_shared_up(gpu, L, T, in, nullptr);
+    matmul(gpu, &L->down_shexp, s->hs, T, s->sh);
     dump_shared_expert(gpu, il, T);   // ffn_gate .. ffn_shexp_gated (moe_out_gpu, after, overwrites sh)
 }
 
@@ -2437,7 +2548,7 @@ extern "C" void gpu_rollback(Gpu *gpu, int rows) {
     State *st = &gpu->st;
     gdn_copy(gpu, st->ring, st->S, st->save_ring, st->save_S);
     for (int il = 0; il < gpu->c.n_layer; il++)
-        if (gpu->layers[il].recurrent) gdn_advance(gpu, il, rows, st->log_u[il], st->log_g[il], st->log_beta[il]);
+        if (gpu->layers[il].recurrent) gdn_advance(gpu, il, rows, st->log_u[il], st->log_g[il], st->log_beta[il], Gates{});
     CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
@@ -2656,6 +2767,7 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
         fill_exact_weights(wt, w, n, n_out);
     }
     Mat dm = upload_weights(wt, n, n_out, 1, w);
+    const Mat *dm_p = &dm;
     size_t xb = act_bytes(dt, n);
     for (int T : BATCHES) {
         float *x = (float *)xmalloc((size_t)(n * T) * 4), *want = (float *)xmalloc((size_t)(n_out * T) * 4);
@@ -2682,7 +2794,7 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
             const Mat *both[] = {&part, &dm};
             float *d2 = (float *)dev_alloc((size_t)(n_out * T) * 4), *dy2 = (float *)dev_alloc((size_t)(n_out * T) * 4), *ys[] = {d2, dy2};
             float *g2 = (float *)xmalloc((size_t)(n_out * T) * 4), *g1 = (float *)xmalloc((size_t)(part.n_out * T) * 4);
-            matmuls_gpu(both, 2, dxq, T, ys);
+            matmuls_gpu(both, 2, dxq, nullptr, T, ys, Rider{});
             host_copy(g2, dy2, (size_t)(n_out * T) * 4);
             host_copy(g1, d2, (size_t)(part.n_out * T) * 4);
             double differ = bytes_differ(g2, got, (size_t)(n_out * T) * 4);
@@ -2697,6 +2809,13 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
             matmul_gpu(&dm, (uint8_t *)dxq + (T - 1) * xb, 1, dy);
             host_copy(one, dy, (size_t)n_out * 4);
             snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d row %d = alone", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T, T - 1);
+            report(tl, op, bytes_differ(one, got + (T - 1) * n_out, (size_t)n_out * 4), 0, "bytes");
+        }
+        if (rounds_in_block(dt, n)) {   // row T-1 alone as floats, rounded by each block (block_input): the same bits
+            matmuls_gpu(&dm_p, 1, nullptr, dx + (T - 1) * n, 1, &dy, Rider{});
+            host_copy(one, dy, (size_t)n_out * 4);
+            snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d row %d rounded in the blocks = rounded first", type_name(wt), exact ? " exact" : "",
+                     (long long)n_out, (long long)n, T, T - 1);
             report(tl, op, bytes_differ(one, got + (T - 1) * n_out, (size_t)n_out * 4), 0, "bytes");
         }
         CUDA_CHECK(cudaFree(dx));
@@ -2867,7 +2986,7 @@ static void check_gdn_conv(Tally *tl, const GpuCheck *cpu, bool right) {
         cpu->gdn_conv(wc, K, C, ring, u, T, 0, C, want);
         if (right) cpu->gdn_conv_right(wr, K, C, u, T, want);
         for (int t = 0; t < T; t++) cpu->gdn_qk_norm(want + (int64_t)t * C, C, d, n_qk, cpu->eps);
-        gdn_conv_gpu(dw, right ? dwr : nullptr, K, C, dring, du, T, d, n_qk, cpu->eps, false, dy);
+        gdn_conv_gpu(dw, right ? dwr : nullptr, K, C, dring, du, T, d, n_qk, cpu->eps, false, false, dy, Gates{});
         host_copy(got, dy, (size_t)n * 4);
         char name[96];
         snprintf(name, sizeof name, "%s + qk_norm K=%d C=%d T=%d", right ? "gdn_conv + right" : "gdn_conv", K, C, T);
@@ -2877,22 +2996,38 @@ static void check_gdn_conv(Tally *tl, const GpuCheck *cpu, bool right) {
     }
 }
 
-// gdn_ring_push: T = 1 keeps part of the ring, larger T only rows of u; a copy, so equal bytes
-static void check_gdn_ring_push(Tally *tl, const GpuCheck *cpu) {
-    int K = cpu->d_conv, C = cpu->conv_dim;
+// The conv's launch of a causal step (gdn_advance's): the ring pushed (gdn_ring_push: T = 1 keeps
+// part of the ring, larger T only rows of u; a copy, so equal bytes) and the gates computed
+// (gdn_gates_gpu's bits) on the way, its rows the bits of the conv alone
+static void check_gdn_conv_push_gates(Tally *tl, const GpuCheck *cpu) {
+    int K = cpu->d_conv, C = cpu->conv_dim, d = cpu->d_state, n_qk = 2 * cpu->n_k_heads, H = cpu->n_v_heads;
     int64_t nr = (int64_t)(K - 1) * C;
     for (int T : BATCHES) {
-        float *ring = random_floats(nr, 1), *u = random_floats((int64_t)T * C, 1), *got = (float *)xmalloc((size_t)nr * 4);
-        float *dring = dev_copy_floats(ring, nr), *du = dev_copy_floats(u, (int64_t)T * C);
+        int64_t n = (int64_t)T * C, ng = (int64_t)T * H;
+        float *wc = random_floats((int64_t)C * K, 0.5f), *ring = random_floats(nr, 1), *u = random_floats(n, 1);
+        float *a = random_floats(H, 1), *dt = random_floats(H, 1), *alpha = random_floats(ng, 8), *logit = random_floats(ng, 3);
+        for (int h = 0; h < H; h++) a[h] = -expf(a[h]);
+        float *got_ring = (float *)xmalloc((size_t)nr * 4), *y0 = (float *)xmalloc((size_t)n * 4), *y1 = (float *)xmalloc((size_t)n * 4);
+        float *gates0 = (float *)xmalloc((size_t)ng * 8), *gates1 = (float *)xmalloc((size_t)ng * 8);
+        float *dw = dev_copy_floats(wc, (int64_t)C * K), *dring = dev_copy_floats(ring, nr), *du = dev_copy_floats(u, n), *dy = (float *)dev_alloc((size_t)n * 4);
+        float *da = dev_copy_floats(a, H), *ddt = dev_copy_floats(dt, H), *dalpha = dev_copy_floats(alpha, ng), *dlogit = dev_copy_floats(logit, ng);
+        float *dgates = (float *)dev_alloc((size_t)ng * 8);   // g, then beta
+        gdn_conv_gpu(dw, nullptr, K, C, dring, du, T, d, n_qk, cpu->eps, false, false, dy, Gates{});
+        host_copy(y0, dy, (size_t)n * 4);
+        gdn_gates_gpu(da, ddt, dalpha, dlogit, T, H, dgates, dgates + ng);
+        host_copy(gates0, dgates, (size_t)ng * 8);
+        CUDA_CHECK(cudaMemsetAsync(dgates, 0, (size_t)ng * 8, stream));
+        gdn_conv_gpu(dw, nullptr, K, C, dring, du, T, d, n_qk, cpu->eps, false, true, dy, Gates{da, ddt, dalpha, dlogit, dgates, dgates + ng, H});
+        host_copy(y1, dy, (size_t)n * 4);
+        host_copy(got_ring, dring, (size_t)nr * 4);
+        host_copy(gates1, dgates, (size_t)ng * 8);
         cpu->gdn_ring_push(ring, u, T, K, C);
-        gdn_ring_push_gpu(dring, du, T, K, C);
-        host_copy(got, dring, (size_t)nr * 4);
-        char name[96];
-        snprintf(name, sizeof name, "gdn_ring_push K=%d C=%d T=%d", K, C, T);
-        report(tl, name, bytes_differ(got, ring, (size_t)nr * 4), 0, "bytes");
-        CUDA_CHECK(cudaFree(dring));
-        CUDA_CHECK(cudaFree(du));
-        free(ring), free(u), free(got);
+        char name[128];
+        snprintf(name, sizeof name, "gdn_conv + ring push + gates K=%d C=%d H=%d T=%d = ring_push, gdn_gates, conv", K, C, H, T);
+        report(tl, name, bytes_differ(got_ring, ring, (size_t)nr * 4) + bytes_differ(y1, y0, (size_t)n * 4) + bytes_differ(gates1, gates0, (size_t)ng * 8), 0,
+               "bytes");
+        for (float *p : {dw, dring, du, dy, da, ddt, dalpha, dlogit, dgates}) CUDA_CHECK(cudaFree(p));
+        free(wc), free(ring), free(u), free(a), free(dt), free(alpha), free(logit), free(got_ring), free(y0), free(y1), free(gates0), free(gates1);
     }
 }
 
@@ -3240,11 +3375,20 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
         void *dxq = dev_alloc(xb * rows);
         quantize_row_gpu(wt, dx, dxq, n, rows);
-        matmul_id_gpu(&dm, dids, n_pairs, in_div, dxq, dy);
+        matmul_id_gpu(&dm, dids, n_pairs, in_div, dxq, nullptr, dy);
         host_copy(got, dy, (size_t)(n_out * n_pairs) * 4);
         char name[128];
         snprintf(name, sizeof name, "matmul_id %s %lldx%lld x%d pairs=%d/%d T=%d", type_name(wt), (long long)n_out, (long long)n, E, n_pairs, in_div, T);
         report(tl, name, rel_err(got, want, n_out * n_pairs), 1e-5, "rel");
+        if (rounds_in_block(dot_type(wt), n)) {   // the float rows, each block rounding its own (block_input): the same bits
+            float *dy2 = (float *)dev_alloc((size_t)(n_out * n_pairs) * 4), *got2 = (float *)xmalloc((size_t)(n_out * n_pairs) * 4);
+            matmul_id_gpu(&dm, dids, n_pairs, in_div, nullptr, dx, dy2);
+            host_copy(got2, dy2, (size_t)(n_out * n_pairs) * 4);
+            snprintf(name, sizeof name, "matmul_id %s %lldx%lld T=%d rounded in the blocks = rounded first", type_name(wt), (long long)n_out, (long long)n, T);
+            report(tl, name, bytes_differ(got2, got, (size_t)(n_out * n_pairs) * 4), 0, "bytes");
+            CUDA_CHECK(cudaFree(dy2));
+            free(got2);
+        }
         int e0 = ids[0];
         Mat de = expert(&dm, e0);
         matmul_gpu(&de, dxq, rows, dd);
@@ -3262,6 +3406,57 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
         free(ids), free(x), free(want), free(got), free(dense), free(xq);
     }
     CUDA_CHECK(cudaFree((void *)dm.data));
+}
+
+// Riders (F32 matrices computed by extra blocks of another launch): two of them, 37 and 5 rows, in a
+// matvec of expert 0 of up_exps and in the shared expert's form of swiglu_id: every output the bits
+// of its launch alone (the F32 matvec alone is checked against the CPU by check_matmul)
+static void check_riders(Tally *tl, const GpuCheck *cpu) {
+    const GpuMat *um = &cpu->up_exps;
+    int64_t n = um->n_in, F = um->n_out, rows[2] = {37, 5};
+    uint32_t wt = um->type;
+    Mat du = upload_weights(wt, n, F, cpu->n_expert, um->data), u0 = expert(&du, 0), rm[2];
+    float *wf[2], *dr[2], *dr1[2], *got[2], *want[2];
+    for (int i = 0; i < 2; i++) {
+        wf[i] = random_floats(n * rows[i], 1);
+        rm[i] = upload_weights(T_F32, n, rows[i], 1, wf[i]);
+        dr[i] = (float *)dev_alloc((size_t)rows[i] * 4), dr1[i] = (float *)dev_alloc((size_t)rows[i] * 4);
+        got[i] = (float *)xmalloc((size_t)rows[i] * 4), want[i] = (float *)xmalloc((size_t)rows[i] * 4);
+    }
+    const Mat *rp[] = {&rm[0], &rm[1]}, *up = &u0;
+    float *x = random_floats(n, 1), *dx = dev_copy_floats(x, n), *dy = (float *)dev_alloc((size_t)F * 4), *dy1 = (float *)dev_alloc((size_t)F * 4);
+    float *y = (float *)xmalloc((size_t)F * 4), *y1 = (float *)xmalloc((size_t)F * 4);
+    void *dxq = dev_alloc(act_bytes(dot_type(wt), n));
+    quantize_row_gpu(wt, dx, dxq, n, 1);
+    for (int form = 0; form < 2; form++) {   // 0: matvec, 1: swiglu_id of one matrix (gate = up = expert 0)
+        Rider rd = riders(rp, 2, dx, dr);
+        if (form == 0) {
+            matmuls_gpu(&up, 1, dxq, nullptr, 1, &dy, rd);
+            matmul_gpu(&u0, dxq, 1, dy1);
+        } else {
+            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, dxq, nullptr, dy, rd);
+            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, dxq, nullptr, dy1, Rider{});
+        }
+        for (int i = 0; i < 2; i++) matmul_gpu(&rm[i], dx, 1, dr1[i]);
+        host_copy(y, dy, (size_t)F * 4);
+        host_copy(y1, dy1, (size_t)F * 4);
+        double differ = bytes_differ(y, y1, (size_t)F * 4);
+        for (int i = 0; i < 2; i++) {
+            host_copy(got[i], dr[i], (size_t)rows[i] * 4);
+            host_copy(want[i], dr1[i], (size_t)rows[i] * 4);
+            differ += bytes_differ(got[i], want[i], (size_t)rows[i] * 4);
+        }
+        char name[128];
+        snprintf(name, sizeof name, "%s %s %lldx%lld + F32 riders 37x%lld, 5x%lld = each alone", form ? "swiglu_id" : "matvec", type_name(wt),
+                 (long long)F, (long long)n, (long long)n, (long long)n);
+        report(tl, name, differ, 0, "bytes");
+    }
+    for (int i = 0; i < 2; i++) {
+        for (void *p : {(void *)rm[i].data, (void *)dr[i], (void *)dr1[i]}) CUDA_CHECK(cudaFree(p));
+        free(wf[i]), free(got[i]), free(want[i]);
+    }
+    for (void *p : {(void *)du.data, (void *)dx, (void *)dy, (void *)dy1, dxq}) CUDA_CHECK(cudaFree(p));
+    free(x), free(y), free(y1);
 }
 
 // swiglu_id (gate, up and SwiGLU of the experts in one launch) against its plain twins on the GPU,
@@ -3285,18 +3480,24 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
         void *dxq = dev_alloc(xb * T);
         quantize_row_gpu(wt, dx, dxq, n, T);
-        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, dxq, dxq, dh);
+        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, dxq, nullptr, dh, Rider{});
         host_copy(got, dh, (size_t)(F * n_pairs) * 4);
-        matmul_id_gpu(&dg, dids, n_pairs, K, dxq, dgo);
-        matmul_id_gpu(&du, dids, n_pairs, K, dxq, duo);
+        matmul_id_gpu(&dg, dids, n_pairs, K, dxq, nullptr, dgo);
+        matmul_id_gpu(&du, dids, n_pairs, K, dxq, nullptr, duo);
         swiglu_gpu(dgo, duo, dh, F * n_pairs);
         host_copy(want, dh, (size_t)(F * n_pairs) * 4);
         char name[128];
         snprintf(name, sizeof name, "swiglu_id %s %lldx%lld x%d pairs=%d T=%d = matmul_id x2 + swiglu", type_name(wt), (long long)F, (long long)n, E, n_pairs, T);
         report(tl, name, bytes_differ(got, want, (size_t)(F * n_pairs) * 4), 0, "bytes");
+        if (rounds_in_block(dot_type(wt), n)) {   // the float rows, each block rounding its own (block_input)
+            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, nullptr, dx, dh, Rider{});
+            host_copy(want, dh, (size_t)(F * n_pairs) * 4);
+            snprintf(name, sizeof name, "swiglu_id %s %lldx%lld T=%d rounded in the blocks = rounded first", type_name(wt), (long long)F, (long long)n, T);
+            report(tl, name, bytes_differ(want, got, (size_t)(F * n_pairs) * 4), 0, "bytes");
+        }
         // one matrix (the shared expert's form: ids NULL, row t of h from row t of x) against matmul x2 + swiglu
         Mat g0 = expert(&dg, 1 % E), u0 = expert(&du, 1 % E);
-        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, dxq, dxq, dh);
+        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, dxq, nullptr, dh, Rider{});
         host_copy(got, dh, (size_t)(F * T) * 4);
         matmul_gpu(&g0, dxq, T, dgo);
         matmul_gpu(&u0, dxq, T, duo);
@@ -3429,7 +3630,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
         check_gdn_gates(&tl, cpu);
         check_gdn_conv(&tl, cpu, false);
         check_gdn_conv(&tl, cpu, true);
-        check_gdn_ring_push(&tl, cpu);
+        check_gdn_conv_push_gates(&tl, cpu);
         check_delta_rule(&tl, cpu, false);
         check_delta_rule(&tl, cpu, true);
         check_gdn_rev_mix(&tl, cpu);
@@ -3453,6 +3654,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_matmul_id(&tl, cpu, &cpu->down_exps, 1);
     check_swiglu(&tl, cpu);
     check_swiglu_id(&tl, cpu);
+    check_riders(&tl, cpu);
     check_moe_out(&tl, cpu, cpu->n_expert_used, cpu->mats[0].type);
     if (cpu->n_expert_used != 8) check_moe_out(&tl, cpu, 8, cpu->up_exps.type);
     printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);

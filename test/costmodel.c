@@ -26,7 +26,11 @@
  *   HBM bytes  = cold reads + writes, from the emulation's pages (4 KiB each, once per launch): cold
  *                pages are those nothing wrote since the last host wait (weights, KV cache, state);
  *                hot ones (activations just written) are taken to be in L2 and cost no HBM time
- *   t_bytes    = HBM bytes / min(BW, Little's law: resident threads x 32 bytes in flight each / 600 ns)
+ *   t_bytes    = cold reads / min(BW, Little's law: resident threads x 32 bytes in flight each / 600 ns)
+ *                + writes / BW: a load holds its thread until the data comes back, so the bytes in
+ *                flight bound what few threads read; a store is posted to L2 (write-back, 50 MB) and
+ *                the thread goes on, so writes take bandwidth but not latency (the launch's drain is
+ *                in its 2 us)
  *   t_issue    = warp load instructions / (SMs it fills x 1 per cycle): the load pipe of an SM issues
  *                about one warp load instruction a cycle
  *   t_serial   = the busiest warp's loads x 20 cycles (an L1 hit's latency, partly overlapped)
@@ -148,14 +152,14 @@ static Row *row_of(Pass *p, const char *name) {
 }
 
 /* one launch: its predicted seconds, and which bound */
-static double predict(const char *name, double threads, double blocks, double hbm, double warp_loads, double max_warp, double *tb, double *ti,
-                      double *ts) {
+static double predict(const char *name, double threads, double blocks, double cold, double written, double warp_loads, double max_warp, double *tb,
+                      double *ti, double *ts) {
     Static *s = static_of(name, 0);
     double per_sm = THREADS_PER_SM;
     if (s && s->regs > 0) per_sm = fmin(per_sm, floor(REGS_PER_SM / (double)s->regs / 32) * 32);
     double resident = fmin(threads, SMS * per_sm);
     double bw = fmin(BW, resident * INFLIGHT_BYTES / LATENCY_S);
-    *tb = hbm / bw;
+    *tb = cold / bw + written / BW;
     *ti = warp_loads > 0 ? warp_loads / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
     *ts = max_warp > 0 ? max_warp * SERIAL_CYCLES / CLOCK_HZ : 0;
     return NODE_S + fmax(*tb, fmax(*ti, *ts));
@@ -215,7 +219,7 @@ static void add_segment(Pass *p, const Seg *g) {
         r->launches++;
         r->hbm += hbm, r->hot += v[7];
         if (v[9] >= 0) r->warp_loads += v[9], r->thread_loads += v[10], r->load_bytes += v[11], r->max_warp = fmax(r->max_warp, v[12]);
-        r->t += predict(name, threads, blocks, hbm, v[9], v[12], &tb, &ti, &ts);
+        r->t += predict(name, threads, blocks, v[6], v[8], v[9], v[12], &tb, &ti, &ts);
         r->t_bytes += tb, r->t_issue += ti, r->t_serial += ts;
     }
 }

@@ -2,10 +2,11 @@
 # test/gpu_mutants.sh MODEL — shows that the GPU checks bite: builds mutants of clover.cu (each one
 # planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row fold,
 # the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie rule,
-# the online softmax's rescaling) into clover-emu and runs --check-ops on MODEL in the
-# three thread orders of test/cuda_emu.h. Prints one line per mutant and order: `caught` with the first
-# failure line (a check-ops FAIL or a cuda-emu error), or `missed`. Exit status 1 when a mutant does
-# not apply (the sed changed nothing) or is missed in all three orders. Needs build/clover-emu.o (make
+# the online softmax's rescaling, the matvec blocks' own rounding, the conv's ring push and gates,
+# the riders' rows) into clover-emu and runs --check-ops on MODEL in the three thread orders of
+# test/cuda_emu.h. Prints one line per mutant and order: `caught` with the first failure line (a
+# check-ops FAIL or a cuda-emu error), or `missed`. Exit status 1 when a mutant does not apply (the
+# sed changed nothing) or is missed in all three orders. Needs build/clover-emu.o (make
 # cuda-emu) and clang++ (CXX_EMU). FIRST_CATCH=1: stop at the first order that catches a mutant.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +23,11 @@ wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/
 delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/
 q4_0-dp4a-offset|s/(float)(s - 8 \* sa)/(float)(s - 7 * sa)/
 route-tie-to-higher|s/(bv2 == best_v \&\& b2 < best)/(bv2 == best_v \&\& b2 > best)/
-attention-no-rescale|s/float a = o\[i\] \* c;/float a = o[i];/'
+attention-no-rescale|s/float a = o\[i\] \* c;/float a = o[i];/
+block-input-no-barrier|/round_row_block(xf + r \* n, (int)n, dt, xs);/{n;/__syncthreads();/d}
+conv-push-window-off-by-one|s/if (r < R) ring\[(int64_t)r \* C + c\] = win\[r\];/if (r < R) ring[(int64_t)r * C + c] = win[r + 1];/
+conv-gates-skip-block-0|s/if (gt.g)$/if (gt.g \&\& b > 0)/
+rider-row-off-by-one|s/(b - b0) \* (BLOCK \/ rd.lpr)/(b - b0 + 1) * (BLOCK \/ rd.lpr)/'
 
 status=0
 while IFS='|' read -r name script; do
