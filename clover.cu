@@ -405,6 +405,7 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
 
 // 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts of section 3), and 8
 struct alignas(16) Vec16 { uint32_t w[4]; };
+struct alignas(16) F4 { float v[4]; };   // 4 floats, one 128-bit load or store
 struct alignas(8) Vec8 { uint32_t w[2]; };
 __device__ Vec16 load16(const uint8_t *p) { return *(const Vec16 *)p; }
 __device__ Vec8 load8(const uint8_t *p) { return *(const Vec8 *)p; }
@@ -1528,13 +1529,11 @@ __device__ void route_top_k_warp(const float v[EPL], const uint8_t *allowed, int
     }
 }
 
-// Twin: route_task. A warp per row t (BLOCK / WARP rows a block): softmax: p_t = softmax(logits_t)
-// (else p_t as given); route: the row's experts and weights from p_t, within `allowed` when given.
-__global__ void route_kernel(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int T, int n_expert, int n_used,
-                             float weights_scale, bool softmax, bool route) {
-    int64_t t = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+// Twin: route_task, for row t by one warp: softmax: p_t = softmax(logits_t) (else p_t as given);
+// route: the row's experts and weights from p_t, within `allowed` when given.
+__device__ void route_row(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int64_t t, int n_expert, int n_used,
+                          float weights_scale, bool softmax, bool route) {
     int lane = threadIdx.x % WARP;
-    if (t >= T) return;   // the whole warp
     float *pt = p + t * n_expert, v[EPL];
     for (int j = 0; j < EPL; j++) {
         int e = lane + WARP * j;
@@ -1546,6 +1545,13 @@ __global__ void route_kernel(const float *logits, float *p, const uint8_t *allow
             if (lane + WARP * j < n_expert) pt[lane + WARP * j] = v[j];
     }
     if (route) route_top_k_warp(v, allowed, n_expert, n_used, weights_scale, sel + t * n_used, w + t * n_used);
+}
+
+// A warp per row t (BLOCK / WARP rows a block)
+__global__ void route_kernel(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int T, int n_expert, int n_used,
+                             float weights_scale, bool softmax, bool route) {
+    int64_t t = (int64_t)blockIdx.x * (BLOCK / WARP) + threadIdx.x / WARP;
+    if (t < T) route_row(logits, p, allowed, sel, w, t, n_expert, n_used, weights_scale, softmax, route);   // (the whole warp)
 }
 
 static void route_gpu(const float *logits, float *p, const uint8_t *allowed, int *sel, float *w, int T, int n_expert, int n_used,
@@ -1609,13 +1615,37 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
 // matrix, the shared expert), t = p / in_div; ids[p] < 0: h row p is 0 (= silu(0) * 0). The input
 // as matvec_kernel's (block_input: rounded rows x, or floats xf rounded by each block to dt). Blocks
 // and grid as matvec_kernel's; the gate row then the up row, by the same lanes.
+// Whether this block is the last of `blocks` blocks to get here, counting in *count (which the last
+// one resets to 0 for the next launch: a graph replays it). The fence makes this block's writes
+// visible to the last one before it counts; the last reads what every other block wrote. Every
+// thread of the block calls it. The work the last block then does reads finished values in a fixed
+// order, so the bits do not depend on which block came last.
+__device__ bool last_block(unsigned *count, unsigned blocks) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(count, 1u) == blocks - 1;
+        if (last) *count = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// The routing of one row after its router logits: route_row's arguments, and the count of the
+// blocks that compute the logits (done NULL: no routing)
+struct Routing { const float *logits; float *p; int *sel; float *w; int n_expert, n_used; float scale; unsigned *done; };
+
 template <typename D>
 __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, const float *xf, uint32_t dt, int lpr,
-                                 int64_t row_blocks, float *h, Rider rd) {
+                                 int64_t row_blocks, float *h, Rider rd, Routing rt) {
     __shared__ Vec16 xs[MAX_ROUNDED / 16];
     unsigned own = gridDim.x - rd.L.first[rd.L.n];
     if (blockIdx.x >= own) {   // the whole block: a rider's (then rd's blocks, as in matvec_kernel)
         ride(rd, blockIdx.x - own);
+        if (rt.done && last_block(rt.done, gridDim.x - own) && threadIdx.x < WARP)   // the riders were the router: route the row
+            route_row(rt.logits, rt.p, nullptr, rt.sel, rt.w, 0, rt.n_expert, rt.n_used, rt.scale, true, true);
         return;
     }
     int64_t job = blockIdx.x / row_blocks, o = blockIdx.x % row_blocks * (BLOCK / lpr) + threadIdx.x / lpr;
@@ -1631,8 +1661,10 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
 }
 
 // xq NULL (rounds_in_block): the float rows xf, each block rounding the row it reads; rd: F32 riders
-// (one row: n_pairs 1)
-static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, const void *xq, const float *xf, float *h, Rider rd) {
+// (one row: n_pairs 1), and rt.done not NULL: they are the router, and the row is routed after them
+// in the same launch (route_gpu's work for one row)
+static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, const void *xq, const float *xf, float *h, Rider rd,
+                          Routing rt) {
     uint32_t dt = dot_type(G->type);
     size_t xb = act_bytes(dt, G->n_in);
     const uint8_t *ax = (const uint8_t *)xq;
@@ -1641,7 +1673,7 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
         int lpr = lanes_per_row(D::LPB, G->n_in / D::UNIT);
         unsigned rb = blocks_for(G->n_out, BLOCK / lpr);
         cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs + rd.L.first[rd.L.n], BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ax, xb, xf, dt, lpr, (int64_t)rb, h, rd));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ax, xb, xf, dt, lpr, (int64_t)rb, h, rd, rt));
     });
 }
 
@@ -1651,28 +1683,48 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
 //   ffn_i = moe_i + sh_i * sigmoid(sh_logit_t) (twin moe_shared_gate);  x_i += ffn_i;
 // then xn = rmsnorm(x) w and its rounding to dt (norm_round_block: the next layer's attn_norm, or the
 // output norm after the last layer). moe and ffn stay in mix and sh (the dumps ffn_moe_out, ffn_out).
+// The row's K weights and which ranks are used are read once into shared memory; each thread then takes
+// 4 consecutive values at a time (16-byte loads: n % 4 == 0, rows 16-byte aligned), a single block
+// being the whole grid of a decode step, where the loads a thread issues in turn are its time.
+enum { MAX_USED = 64 };   // n_expert_used
 __global__ void moe_out_kernel(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
                                const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
+    __shared__ float wk[MAX_USED];
+    __shared__ bool used[MAX_USED];
     int64_t t = blockIdx.x;
+    for (int r = threadIdx.x; r < K; r += BLOCK) used[r] = sel[t * K + r] >= 0, wk[r] = wr[t * K + r];
+    __syncthreads();
     float gate = sigmoid(sh_logit[t]);
-    for (int i = threadIdx.x; i < n; i += BLOCK) {
-        float o = 0;
+    for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
+        F4 o = {{0, 0, 0, 0}}, s4 = *(const F4 *)(sh + t * n + i), x4 = *(const F4 *)(x + t * n + i);
         for (int r = 0; r < K; r++) {
-            if (sel[t * K + r] < 0) continue;
-            float term = ye[(t * K + r) * n + i] * wr[t * K + r];
-            o += term;
+            if (!used[r]) continue;
+            F4 y = *(const F4 *)(ye + (t * K + r) * n + i);
+            for (int k = 0; k < 4; k++) {
+                float term = y.v[k] * wk[r];   // rounded, then added
+                o.v[k] += term;
+            }
         }
-        mix[t * n + i] = o;
-        o += sh[t * n + i] * gate;
-        sh[t * n + i] = o;
-        x[t * n + i] += o;
+        *(F4 *)(mix + t * n + i) = o;
+        for (int k = 0; k < 4; k++) {
+            float term = s4.v[k] * gate;
+            o.v[k] += term;
+            x4.v[k] += o.v[k];
+        }
+        *(F4 *)(sh + t * n + i) = o;
+        *(F4 *)(x + t * n + i) = x4;
     }
+    __syncthreads();   // the norm's threads read other values of x than they wrote
     norm_round_block(xn + t * n, x + t * n, w, n, eps, dt, xq + t * xq_bytes);
 }
 
 // T rows of n: moe_out_kernel; xq rows act_bytes(dot_type(wtype), n) apart
 static void moe_out_gpu(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
                         const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T) {
+    if (K > MAX_USED || n % 4) {
+        fprintf(stderr, "clover: error: moe_out_gpu: %d experts used or a row of %d, over %d or not a multiple of 4\n", K, n, MAX_USED);
+        exit(1);
+    }
     cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
     uint32_t dt = dot_type(wtype);
     CUDA_CHECK(cudaLaunchKernelEx(&c, moe_out_kernel, x, sel, wr, ye, K, mix, sh, sh_logit, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
@@ -1764,6 +1816,7 @@ struct Scratch {
     float *logits;
     int *pos;                      // n_past of the pass, read by rope, store_as and attention
     int *token;                    // a decode step's greedy token: the argmax of its logits
+    unsigned *done;                // last_block's count (the routing after the router's riders)
     float *x_host, *logits_host;   // pinned host staging of the embeddings in and the logits out
     int *pos_host, *token_host;
 };
@@ -1989,6 +2042,8 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     s->w = dev_floats(T * K), s->sel = (int *)dev_alloc(T * K * sizeof(int));
     s->ge = dev_floats(T * K * ff), s->ue = dev_floats(T * K * ff), s->he = dev_floats(T * K * ff), s->ye = dev_floats(T * K * E);
     s->hs = dev_floats(T * c->n_ff_shexp);
+    s->done = (unsigned *)dev_alloc(sizeof(unsigned));
+    CUDA_CHECK(cudaMemset(s->done, 0, sizeof(unsigned)));
     s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
     s->S = dev_floats(S), s->S_rev = dev_floats(S);
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
@@ -2368,7 +2423,7 @@ static void moe_experts(Gpu *gpu, const Layer *L, int T, Input in) {
     bool by_block = T <= MAX_ROWS;   // (a prefill's rows are rounded once, by a launch: each row has many blocks)
     if (L->gate_exps.type == L->up_exps.type && !gpu->dump) {   // h = silu(gate_e m) * up_e m in one launch (dumps: gate and up kept)
         swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T, by_block), in.x, s->he,
-                      Rider{});
+                      Rider{}, Routing{});
     } else {   // (gate's rounding, if in xq2, is read before the next rounding there)
         matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, rounded(gpu, in, L->gate_exps.type, E, T, by_block), in.x, s->ge);
         matmul_id_gpu(&L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T, by_block), in.x, s->ue);
@@ -2380,14 +2435,15 @@ static void moe_experts(Gpu *gpu, const Layer *L, int T, Input in) {
 
 // Shared expert: sh = down_sh(hs), hs = silu(gate_sh m) * up_sh m (its gate sigmoid(g_sh . m) is
 // applied by moe_out_gpu, g_sh . m computed with the router). rd: the router and g_sh riding with the
-// gate and up (a decode step; then hs is made before the routing, by moe_layer); NULL: not so.
-static void moe_shared_up(Gpu *gpu, const Layer *L, int T, Input in, const Rider *rd) {
+// gate and up, and rt the routing after them, in the same launch (a decode step; then hs is made
+// before the routing, by moe_layer); NULL: not so.
+static void moe_shared_up(Gpu *gpu, const Layer *L, int T, Input in, const Rider *rd, Routing rt) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int E = c->n_embd, F = c->n_ff_shexp;
     if (L->gate_shexp.type == L->up_shexp.type && !gpu->dump) {   // one launch (swiglu_id with one matrix; dumps: gate and up kept)
         const void *x = rounded(gpu, in, L->up_shexp.type, E, T, T <= MAX_ROWS);
-        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, x, in.x, s->hs, rd ? *rd : Rider{});
+        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, x, in.x, s->hs, rd ? *rd : Rider{}, rt);
     } else {
         const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
         float *y[] = {s->ue, s->ge};
@@ -2406,14 +2462,18 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     const Mat *w[] = {&L->router, &L->shexp_gate};
     float *y[] = {s->router_logits, s->sh_logit};
     // W_router m, g_sh . m: riding with the shared expert's gate and up in a decode step, else one launch where both are F32
-    bool ride = T == 1 && !gpu->dump && L->gate_shexp.type == L->up_shexp.type && L->router.type == T_F32 && L->shexp_gate.type == T_F32;
+    // and the routing after them in the same launch (the last rider block routes the row)
+    bool ride = T == 1 && !gpu->dump && L->gate_shexp.type == L->up_shexp.type && L->router.type == T_F32 && L->shexp_gate.type == T_F32 &&
+                c->n_expert <= MAX_EXPERT;
+    bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
     if (ride) {
         Rider rd = riders(w, 2, in.x, y);
-        moe_shared_up(gpu, L, T, in, &rd);
+        Routing rt = {s->router_logits, s->probs, s->sel, s->w, c->n_expert, K, c->expert_weights_scale, s->done};
+        moe_shared_up(gpu, L, T, in, &rd, use_coreset ? Routing{} : rt);
     } else matmuls(gpu, in, T, 2, w, y);
     dump(gpu, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
-    bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
-    route_gpu(s->router_logits, s->probs, nullptr, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, true, !use_coreset);
+    if (!ride || use_coreset)
+        route_gpu(s->router_logits, s->probs, nullptr, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, true, !use_coreset);
     if (use_coreset) {
         coreset_gpu(s->probs, T, c->n_expert, c->coreset_top_p, s->coreset);
         route_gpu(nullptr, s->probs, s->coreset, s->sel, s->w, T, c->n_expert, K, c->expert_weights_scale, false, true);
@@ -2423,7 +2483,7 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     dump(gpu, "ffn_moe_weights_norm", il, s->w, T, K);
     moe_experts(gpu, L, T, in);
     dump_experts(gpu, il, T);   // ffn_moe_gate, _up, _swiglu, _down, _weighted, by pair
-    if (!ride) moe_shared_up(gpu, L, T, in, nullptr);
+    if (!ride) moe_shared_up(gpu, L, T, in, nullptr, Routing{});
     matmul(gpu, &L->down_shexp, s->hs, T, s->sh);
     dump_shared_expert(gpu, il, T);   // ffn_gate .. ffn_shexp_gated (moe_out_gpu, after, overwrites sh)
 }
@@ -3410,7 +3470,9 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
 
 // Riders (F32 matrices computed by extra blocks of another launch): two of them, 37 and 5 rows, in a
 // matvec of expert 0 of up_exps and in the shared expert's form of swiglu_id: every output the bits
-// of its launch alone (the F32 matvec alone is checked against the CPU by check_matmul)
+// of its launch alone (the F32 matvec alone is checked against the CPU by check_matmul); and the
+// routing of the first rider's rows after them in the swiglu_id launch, the bits of route_gpu's
+// (checked against the CPU by check_route)
 static void check_riders(Tally *tl, const GpuCheck *cpu) {
     const GpuMat *um = &cpu->up_exps;
     int64_t n = um->n_in, F = um->n_out, rows[2] = {37, 5};
@@ -3428,14 +3490,27 @@ static void check_riders(Tally *tl, const GpuCheck *cpu) {
     float *y = (float *)xmalloc((size_t)F * 4), *y1 = (float *)xmalloc((size_t)F * 4);
     void *dxq = dev_alloc(act_bytes(dot_type(wt), n));
     quantize_row_gpu(wt, dx, dxq, n, 1);
+    int K = cpu->n_expert_used < (int)rows[0] ? cpu->n_expert_used : (int)rows[0];
+    float *dp = (float *)dev_alloc((size_t)rows[0] * 8), *dw = (float *)dev_alloc((size_t)K * 8);   // riding, then alone
+    int *dsel = (int *)dev_alloc((size_t)K * 2 * sizeof(int));
+    unsigned *ddone = (unsigned *)dev_alloc(sizeof(unsigned));
+    CUDA_CHECK(cudaMemset(ddone, 0, sizeof(unsigned)));
+    double routed = 0;
     for (int form = 0; form < 2; form++) {   // 0: matvec, 1: swiglu_id of one matrix (gate = up = expert 0)
         Rider rd = riders(rp, 2, dx, dr);
         if (form == 0) {
             matmuls_gpu(&up, 1, dxq, nullptr, 1, &dy, rd);
             matmul_gpu(&u0, dxq, 1, dy1);
-        } else {
-            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, dxq, nullptr, dy, rd);
-            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, dxq, nullptr, dy1, Rider{});
+        } else {   // with the first rider's 37 rows as a router's logits, the row routed after them (last_block)
+            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, dxq, nullptr, dy, rd, Routing{dr[0], dp, dsel, dw, (int)rows[0], K, 1, ddone});
+            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, dxq, nullptr, dy1, Rider{}, Routing{});
+            route_gpu(dr[0], dp + rows[0], nullptr, dsel + K, dw + K, 1, (int)rows[0], K, 1, true, true);
+            float *hp = (float *)xmalloc((size_t)rows[0] * 8), *hw = (float *)xmalloc((size_t)K * 8);
+            int *hs = (int *)xmalloc((size_t)K * 2 * sizeof(int));
+            host_copy(hp, dp, (size_t)rows[0] * 8), host_copy(hw, dw, (size_t)K * 8), host_copy(hs, dsel, (size_t)K * 2 * sizeof(int));
+            routed = bytes_differ(hp, hp + rows[0], (size_t)rows[0] * 4) + bytes_differ(hw, hw + K, (size_t)K * 4) +
+                     bytes_differ(hs, hs + K, (size_t)K * sizeof(int));
+            free(hp), free(hw), free(hs);
         }
         for (int i = 0; i < 2; i++) matmul_gpu(&rm[i], dx, 1, dr1[i]);
         host_copy(y, dy, (size_t)F * 4);
@@ -3451,6 +3526,8 @@ static void check_riders(Tally *tl, const GpuCheck *cpu) {
                  (long long)F, (long long)n, (long long)n, (long long)n);
         report(tl, name, differ, 0, "bytes");
     }
+    report(tl, "swiglu_id + router riders + routing after them (last_block) = route alone", routed, 0, "bytes");
+    for (void *p : {(void *)dp, (void *)dw, (void *)dsel, (void *)ddone}) CUDA_CHECK(cudaFree(p));
     for (int i = 0; i < 2; i++) {
         for (void *p : {(void *)rm[i].data, (void *)dr[i], (void *)dr1[i]}) CUDA_CHECK(cudaFree(p));
         free(wf[i]), free(got[i]), free(want[i]);
@@ -3480,7 +3557,7 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
         void *dxq = dev_alloc(xb * T);
         quantize_row_gpu(wt, dx, dxq, n, T);
-        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, dxq, nullptr, dh, Rider{});
+        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, dxq, nullptr, dh, Rider{}, Routing{});
         host_copy(got, dh, (size_t)(F * n_pairs) * 4);
         matmul_id_gpu(&dg, dids, n_pairs, K, dxq, nullptr, dgo);
         matmul_id_gpu(&du, dids, n_pairs, K, dxq, nullptr, duo);
@@ -3490,14 +3567,14 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         snprintf(name, sizeof name, "swiglu_id %s %lldx%lld x%d pairs=%d T=%d = matmul_id x2 + swiglu", type_name(wt), (long long)F, (long long)n, E, n_pairs, T);
         report(tl, name, bytes_differ(got, want, (size_t)(F * n_pairs) * 4), 0, "bytes");
         if (rounds_in_block(dot_type(wt), n)) {   // the float rows, each block rounding its own (block_input)
-            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, nullptr, dx, dh, Rider{});
+            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, nullptr, dx, dh, Rider{}, Routing{});
             host_copy(want, dh, (size_t)(F * n_pairs) * 4);
             snprintf(name, sizeof name, "swiglu_id %s %lldx%lld T=%d rounded in the blocks = rounded first", type_name(wt), (long long)F, (long long)n, T);
             report(tl, name, bytes_differ(want, got, (size_t)(F * n_pairs) * 4), 0, "bytes");
         }
         // one matrix (the shared expert's form: ids NULL, row t of h from row t of x) against matmul x2 + swiglu
         Mat g0 = expert(&dg, 1 % E), u0 = expert(&du, 1 % E);
-        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, dxq, nullptr, dh, Rider{});
+        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, dxq, nullptr, dh, Rider{}, Routing{});
         host_copy(got, dh, (size_t)(F * T) * 4);
         matmul_gpu(&g0, dxq, T, dgo);
         matmul_gpu(&u0, dxq, T, duo);

@@ -324,6 +324,16 @@ static T emu_shfl(EmuWarpOp op, unsigned mask, T v, int arg, int width, const ch
 #define __shfl_up_sync(mask, v, delta) emu_shfl(EMU_SHFL_UP, mask, v, delta, 32, __FILE__, __LINE__)
 #define __shfl_sync(mask, v, src) emu_shfl(EMU_SHFL_IDX, mask, v, src, 32, __FILE__, __LINE__)
 
+// Atomics and fences: the blocks of a launch run one after another, and a block's threads switch only
+// at barriers and warp operations, so a plain read-modify-write is atomic here and every write is
+// visible to the blocks after it (the order in which blocks finish is the thread order's).
+static inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    unsigned old = *p;
+    *p = old + v;
+    return old;
+}
+static inline void __threadfence(void) {}
+
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 // as the device's cvt.rni.s32.f32: nearest, ties to even; NaN gives 0; out of range saturates

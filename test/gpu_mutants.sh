@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # test/gpu_mutants.sh MODEL — shows that the GPU checks bite: builds mutants of clover.cu (each one
-# planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row fold,
-# the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie rule,
-# the online softmax's rescaling, the matvec blocks' own rounding, the conv's ring push and gates,
-# the riders' rows) into clover-emu and runs --check-ops on MODEL in the three thread orders of
-# test/cuda_emu.h. Prints one line per mutant and order: `caught` with the first failure line (a
-# check-ops FAIL or a cuda-emu error), or `missed`. Exit status 1 when a mutant does not apply (the
-# sed changed nothing) or is missed in all three orders. Needs build/clover-emu.o (make
-# cuda-emu) and clang++ (CXX_EMU). FIRST_CATCH=1: stop at the first order that catches a mutant.
+# planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row
+# fold, the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie
+# rule, the online softmax's rescaling, the matvec blocks' own rounding, the conv's ring push and
+# gates, the riders' rows, the routing after the riders, moe_out's unused ranks) into clover-emu and
+# runs --check-ops on MODEL in the three thread orders of test/cuda_emu.h. Prints one line per
+# mutant and order: `caught` with the first failure line (a check-ops FAIL or a cuda-emu error), or
+# `missed`. Exit status 1 when a mutant does not apply (the sed changed nothing) or is missed in all
+# three orders. Needs build/clover-emu.o (make cuda-emu) and clang++ (CXX_EMU). FIRST_CATCH=1: stop
+# at the first order that catches a mutant.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=$1
@@ -27,7 +28,9 @@ attention-no-rescale|s/float a = o\[i\] \* c;/float a = o[i];/
 block-input-no-barrier|/round_row_block(xf + r \* n, (int)n, dt, xs);/{n;/__syncthreads();/d}
 conv-push-window-off-by-one|s/if (r < R) ring\[(int64_t)r \* C + c\] = win\[r\];/if (r < R) ring[(int64_t)r * C + c] = win[r + 1];/
 conv-gates-skip-block-0|s/if (gt.g)$/if (gt.g \&\& b > 0)/
-rider-row-off-by-one|s/(b - b0) \* (BLOCK \/ rd.lpr)/(b - b0 + 1) * (BLOCK \/ rd.lpr)/'
+rider-row-off-by-one|s/(b - b0) \* (BLOCK \/ rd.lpr)/(b - b0 + 1) * (BLOCK \/ rd.lpr)/
+last-block-too-early|s/last = atomicAdd(count, 1u) == blocks - 1;/last = atomicAdd(count, 1u) == blocks - 2;/
+moe-out-unused-rank|s/if (!used\[r\]) continue;/if (!used[r] \&\& r > 0) continue;/'
 
 status=0
 while IFS='|' read -r name script; do
