@@ -3485,7 +3485,8 @@ static void check_riders(Tally *tl, const GpuCheck *cpu) {
         dr[i] = (float *)dev_alloc((size_t)rows[i] * 4), dr1[i] = (float *)dev_alloc((size_t)rows[i] * 4);
         got[i] = (float *)xmalloc((size_t)rows[i] * 4), want[i] = (float *)xmalloc((size_t)rows[i] * 4);
     }
-    const Mat *rp[] = {&rm[0], &rm[1]}, *up = &u0;
+    const Mat *rp[] = {&rm[1], &rm[0]}, *up = &u0;   // the routed rider last, as the router would be if it were
+    float *yr[] = {dr[1], dr[0]};                    // last: a block that routes too early misses its logits
     float *x = random_floats(n, 1), *dx = dev_copy_floats(x, n), *dy = (float *)dev_alloc((size_t)F * 4), *dy1 = (float *)dev_alloc((size_t)F * 4);
     float *y = (float *)xmalloc((size_t)F * 4), *y1 = (float *)xmalloc((size_t)F * 4);
     void *dxq = dev_alloc(act_bytes(dot_type(wt), n));
@@ -3497,7 +3498,8 @@ static void check_riders(Tally *tl, const GpuCheck *cpu) {
     CUDA_CHECK(cudaMemset(ddone, 0, sizeof(unsigned)));
     double routed = 0;
     for (int form = 0; form < 2; form++) {   // 0: matvec, 1: swiglu_id of one matrix (gate = up = expert 0)
-        Rider rd = riders(rp, 2, dx, dr);
+        Rider rd = riders(rp, 2, dx, yr);
+        for (int i = 0; i < 2; i++) CUDA_CHECK(cudaMemsetAsync(dr[i], 0xff, (size_t)rows[i] * 4, stream));   // NaNs until written
         if (form == 0) {
             matmuls_gpu(&up, 1, dxq, nullptr, 1, &dy, rd);
             matmul_gpu(&u0, dxq, 1, dy1);
