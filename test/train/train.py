@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """train.py: train the tiny Clover (model.py) on the King James Bible.
 
-  train.py WORKDIR [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
+  train.py WORKDIR [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S] [--init CKPT] [--distill]
+                    [--name NAME]
 
 WORKDIR holds train.txt, heldout.txt and vocab.json (corpus.py, bpe.py). Every step takes B random
 windows of T+1 tokens from the training text and minimises
@@ -20,9 +21,21 @@ windows of T+1 tokens from the training text and minimises
   BALANCE  switch-style expert load balancing (n_expert * sum_e fraction_e * mean_prob_e) of the
            causal pass, averaged over layers.
 
+--distill (self-distillation, the second stage of make.sh): DIFF's targets are not the corpus tokens
+but what draft-self's verifier accepts, the causal model's own greedy continuation of each block:
+row 0 keeps the corpus token at the block start (id_last), row j (1..L-1) is the token that greedy
+decoding from the clean prefix produces j steps later. Draft position j is accepted exactly when
+all drafts before it were and it equals that token, so this is the target of acceptance itself; and
+unlike the corpus continuation it is a function of the prefix, which the preview pass can learn.
+The continuations of all blocks are decoded at once, one row per step, from the causal pass's
+committed state at each block start (model.greedy_blocks; no gradient). The corpus LM loss stays,
+so the causal model keeps learning the text.
+--init CKPT starts from the weights of another run's checkpoint (or a tiny-clover-f32.gguf) with a
+fresh optimizer and schedule.
+
 AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine decay to 10%,
-gradient clipping at 1. Checkpoints WORKDIR/ckpt.pt every 50 steps (a rerun resumes); appends to
-WORKDIR/train.log: every 10 steps the running training losses, every 200 steps and at the end the
+gradient clipping at 1. Checkpoints WORKDIR/NAME.pt (NAME: --name, default stage1) every 50 steps
+(a rerun resumes); appends to WORKDIR/NAME.log: every 10 steps the running training losses, every 200 steps and at the end the
 held-out losses (64 fixed windows: LM, and DIFF for L = 32 at random rates and for draft-shaped
 blocks of L = 4, 16, 32).
 """
@@ -38,6 +51,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
+import gguf  # noqa: E402
 from model import Clover, Config  # noqa: E402
 
 
@@ -63,10 +77,47 @@ def mask_blocks(x, L, mask_id, gen, draft_prob=0.5):
     return torch.where(m, torch.full_like(x, mask_id), x), m
 
 
-def diff_loss(model, x, L, mask_id, gen, draft_prob=0.5):
+def greedy_blocks(model, x, cache, L):
+    """x [B, T] -> every block [s, s+L) as greedy causal decoding continues it from the clean prefix
+    (row 0 = x[s]); no gradient. model.greedy_blocks decodes one row of all blocks per step."""
+    with torch.no_grad():
+        return model.greedy_blocks(x, cache, L)
+
+
+def greedy_blocks_jacobi(model, x, logits, cache, L):
+    """The same by Jacobi iteration (each causal pass over all block rows, model.preview(...,
+    causal=True), fixes at least one more row; a fixed point is the greedy continuation): slower,
+    independent of model.greedy_blocks, which a --distill run checks against it when it starts."""
+    T = x.shape[1]
+    first = (torch.arange(T) % L == 0)[None, :]
+    with torch.no_grad():
+        y = torch.where(first, x, logits.argmax(-1).roll(1, dims=1))
+        for _ in range(1, L):
+            a = model.preview(y, cache, L, causal=True).argmax(-1)
+            ny = torch.where(first, x, a.roll(1, dims=1))   # row j takes the greedy choice after row j-1
+            if torch.equal(ny, y):
+                break
+            y = ny
+    return y
+
+
+def diff_loss(model, x, L, mask_id, gen, draft_prob=0.5, distill=False):
     logits, cache, _ = model.causal(x, every=L)
-    noisy, m = mask_blocks(x, L, mask_id, gen, draft_prob)
-    return F.cross_entropy(model.preview(noisy, cache, L, m), x[m]), logits
+    y = greedy_blocks(model, x, cache, L) if distill else x
+    noisy, m = mask_blocks(y, L, mask_id, gen, draft_prob)
+    out = model.preview(noisy, cache, L, m)
+    return F.cross_entropy(out, y[m]), out, y, m
+
+
+def accepted(model, x, L, mask_id):
+    """Mean number of drafts draft-self's exact rule would accept from a draft-shaped block of L rows
+    (leading rows whose preview argmax equals the causal greedy continuation): tokens per round - 1."""
+    logits, cache, _ = model.causal(x, every=L)
+    y = greedy_blocks(model, x, cache, L)
+    first = (torch.arange(x.shape[1]) % L == 0)[None, :]
+    d = model.preview(torch.where(first, x, torch.full_like(x, mask_id)), cache, L).argmax(-1)
+    ok = (d == y).reshape(x.shape[0], -1, L)[:, :, 1:].long()
+    return ok.cumprod(-1).sum(-1).float().mean().item()
 
 
 def main():
@@ -78,6 +129,9 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--init", default=None)
+    ap.add_argument("--distill", action="store_true")
+    ap.add_argument("--name", default="stage1")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     work = args.work
@@ -86,11 +140,15 @@ def main():
     cfg = Config(n_vocab=len(tok.tokens))
     torch.manual_seed(args.seed)
     model = Clover(cfg, seed=args.seed)
+    if args.init and args.init.endswith(".gguf"):
+        model.load_gguf_tensors(gguf.read_tensors(args.init))
+    elif args.init:
+        model.load_state_dict(torch.load(args.init)["model"])
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
-    ckpt = os.path.join(work, "ckpt.pt")
+    ckpt = os.path.join(work, args.name + ".pt")
     step, elapsed = 0, 0.0
     gen = torch.Generator().manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -101,7 +159,7 @@ def main():
         step, elapsed = st["step"], st["elapsed"]
         gen.set_state(st["gen"])
         rng.setstate(st["rng"])
-    log = open(os.path.join(work, "train.log"), "a")
+    log = open(os.path.join(work, args.name + ".log"), "a")
 
     def say(s):
         print(s, flush=True)
@@ -110,10 +168,19 @@ def main():
 
     n_params = sum(p.numel() for p in model.parameters())
     if step == 0:
-        say("# tiny clover: %d parameters; n_embd %d, %d layers, %d experts top-%d, vocab %d; batch %d x %d, %d steps, lr %g"
+        say("# tiny clover: %d parameters; n_embd %d, %d layers, %d experts top-%d, vocab %d; batch %d x %d, %d steps, lr %g%s%s"
             % (n_params, cfg.n_embd, cfg.n_layer, cfg.n_expert, cfg.n_expert_used, cfg.n_vocab, args.batch, args.seq,
-               args.steps, args.lr))
+               args.steps, args.lr, "; init " + os.path.basename(args.init) if args.init else "",
+               "; self-distillation" if args.distill else ""))
     T = args.seq
+    if args.distill and step == 0:
+        with torch.no_grad():
+            x = torch.stack([held_ids[s * T:(s + 1) * T] for s in range(2)])
+            logits, cache, _ = model.causal(x, every=16)
+            same = torch.equal(greedy_blocks(model, x, cache, 16), greedy_blocks_jacobi(model, x, logits, cache, 16))
+        say("# check: greedy_blocks == Jacobi iteration on 2 held-out windows, blocks of 16: %s" % same)
+        if not same:
+            sys.exit("train.py: error: model.greedy_blocks disagrees with the Jacobi iteration")
     warm = max(1, min(100, args.steps // 10))
 
     def lr_at(s):
@@ -136,10 +203,17 @@ def main():
             out["diff32"] = diff_loss(model, x, 32, tok.mask_id, g, draft_prob=0.0)[0].item()
             for L in (4, 16, 32):
                 out["draft%d" % L] = diff_loss(model, x, L, tok.mask_id, g, draft_prob=1.0)[0].item()
+            # against the greedy continuation (the --distill target), and the accepted drafts per round
+            xs = x[:32]
+            out["self16"] = diff_loss(model, xs, 16, tok.mask_id, g, draft_prob=1.0, distill=True)[0].item()
+            for L in (4, 8, 16):
+                out["accepted%d" % L] = accepted(model, xs, L, tok.mask_id)
         model.train()
         return " ".join("%s %.4f" % kv for kv in out.items())
 
     Ls, Lp = [32, 16, 8, 4], [0.4, 0.25, 0.2, 0.15]
+    if args.distill:
+        Ls, Lp = [16, 8, 4, 32], [0.45, 0.2, 0.15, 0.2]
     run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0}
     t0 = time.time() - elapsed
     while step < args.steps:
@@ -151,8 +225,9 @@ def main():
             gp["lr"] = lr_at(step)
         logits, cache, aux = model.causal(x, every=L)
         lm = F.cross_entropy(logits.reshape(-1, cfg.n_vocab), y.reshape(-1))
-        noisy, m = mask_blocks(x, L, tok.mask_id, gen)
-        dl = F.cross_entropy(model.preview(noisy, cache, L, m), x[m])
+        tgt = greedy_blocks(model, x, cache, L) if args.distill else x
+        noisy, m = mask_blocks(tgt, L, tok.mask_id, gen)
+        dl = F.cross_entropy(model.preview(noisy, cache, L, m), tgt[m])
         loss = lm + dl + 0.01 * aux
         opt.zero_grad(set_to_none=True)
         loss.backward()
