@@ -32,6 +32,10 @@ committed state at each block start (model.greedy_blocks; no gradient). The corp
 so the causal model keeps learning the text.
 --init CKPT starts from the weights of another run's checkpoint (or a tiny-clover-f32.gguf) with a
 fresh optimizer and schedule.
+--unlikely W (with --distill) adds W * UNLIKELY, sequence-level unlikelihood training against greedy
+repetition: for every greedy token of those continuations that completes a 4-token sequence
+already present in the text before it (train.py repeats), -log(1 - p) of the causal model's
+probability of that token (the causal pass over the block rows with gradient), averaged.
 
 AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine decay to 10%,
 gradient clipping at 1. Checkpoints WORKDIR/NAME.pt (NAME: --name, default stage1) every 50 steps
@@ -109,6 +113,26 @@ def diff_loss(model, x, L, mask_id, gen, draft_prob=0.5, distill=False):
     return F.cross_entropy(out, y[m]), out, y, m
 
 
+def repeats(x, y, L, n=4):
+    """[B, T] bool: the rows j >= 1 of each block whose greedy token y completes an n-token sequence
+    that already occurs earlier in the text it continues (the window's corpus tokens before the
+    block, then the greedy rows before it): where greedy decoding starts to repeat itself."""
+    B, T = x.shape
+    out = torch.zeros(B, T, dtype=torch.bool)
+    xl, yl = x.tolist(), y.tolist()
+    for b in range(B):
+        for s in range(0, T, L):
+            seq = xl[b][:s + 1]
+            seen = set(tuple(seq[i:i + n]) for i in range(len(seq) - n + 1))
+            for j in range(1, L):
+                seq.append(yl[b][s + j])
+                if len(seq) >= n:
+                    g = tuple(seq[-n:])
+                    out[b, s + j] = g in seen
+                    seen.add(g)
+    return out
+
+
 def accepted(model, x, L, mask_id):
     """Mean number of drafts draft-self's exact rule would accept from a draft-shaped block of L rows
     (leading rows whose preview argmax equals the causal greedy continuation): tokens per round - 1."""
@@ -132,6 +156,7 @@ def main():
     ap.add_argument("--init", default=None)
     ap.add_argument("--distill", action="store_true")
     ap.add_argument("--name", default="stage1")
+    ap.add_argument("--unlikely", type=float, default=0.0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     work = args.work
@@ -214,7 +239,7 @@ def main():
     Ls, Lp = [32, 16, 8, 4], [0.4, 0.25, 0.2, 0.15]
     if args.distill:
         Ls, Lp = [16, 8, 4, 32], [0.45, 0.2, 0.15, 0.2]
-    run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0}
+    run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0, "ul": 0.0, "rep": 0.0}
     t0 = time.time() - elapsed
     while step < args.steps:
         L = rng.choices(Ls, Lp)[0]
@@ -229,6 +254,14 @@ def main():
         noisy, m = mask_blocks(tgt, L, tok.mask_id, gen)
         dl = F.cross_entropy(model.preview(noisy, cache, L, m), tgt[m])
         loss = lm + dl + 0.01 * aux
+        ul = torch.zeros(())
+        if args.unlikely > 0:
+            r = repeats(x, tgt, L)
+            run["rep"] += r.float().sum().item() / (r.numel() * (L - 1) / L)
+            if r.any():   # the causal logits of the row before each repeating greedy token
+                p = model.preview(tgt, cache, L, r.roll(-1, dims=1), causal=True).softmax(-1)
+                ul = -torch.log((1 - p.gather(-1, tgt[r][:, None])).clamp_min(1e-5)).mean()
+                loss = loss + args.unlikely * ul
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -237,12 +270,14 @@ def main():
         run["lm"] += lm.item()
         run["diff"] += dl.item()
         run["aux"] += float(aux)
+        run["ul"] += ul.item()
         run["n"] += 1
         if step % 10 == 0 or step == args.steps:
             k = run["n"]
-            say("step %d time %.0f lr %.2e train lm %.4f diff %.4f balance %.3f"
-                % (step, time.time() - t0, lr_at(step - 1), run["lm"] / k, run["diff"] / k, run["aux"] / k))
-            run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0}
+            say("step %d time %.0f lr %.2e train lm %.4f diff %.4f balance %.3f%s"
+                % (step, time.time() - t0, lr_at(step - 1), run["lm"] / k, run["diff"] / k, run["aux"] / k,
+                   " unlikely %.4f repeated %.4f" % (run["ul"] / k, run["rep"] / k) if args.unlikely > 0 else ""))
+            run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0, "ul": 0.0, "rep": 0.0}
         if step % 200 == 0 or step == args.steps:
             say("step %d time %.0f held-out %s" % (step, time.time() - t0, evaluate()))
         if step % 50 == 0 or step == args.steps:
