@@ -4,7 +4,7 @@
 #   2. corpus.py: the text, one verse per line; 24 chapters held out (build/train/heldout.txt)
 #   3. bpe.py: a 3072-token byte-level BPE vocabulary learned from the training split
 #   4. train.py, stage 1: STEPS1 (default 750) steps of LM + block diffusion from random weights
-#      (build/train/stage1.pt, stage1.log); stage 2: STEPS2 (default 450) steps from stage 1's
+#      (build/train/stage1.pt, stage1.log); stage 2: STEPS2 (default 400) steps from stage 1's
 #      weights, LM + self-distillation of the preview pass onto the causal model's greedy
 #      continuation + unlikelihood of its repetitions (stage2.pt, stage2.log). Checkpoints every
 #      50 steps; a rerun resumes (rm -rf build/train to start over)
@@ -25,8 +25,8 @@ export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
 [ -f "$W/train.txt" ] || $PY test/train/corpus.py "$W"
 [ -f "$W/vocab.json" ] || $PY test/train/bpe.py train "$W/train.txt" 3072 "$W/vocab.json"
 nice -n 15 $PY test/train/train.py "$W" --name stage1 --steps "${STEPS1:-750}"
-nice -n 15 $PY test/train/train.py "$W" --name stage2 --init "$W/stage1.pt" --distill --unlikely 1 \
-    --steps "${STEPS2:-450}" --lr 1e-3
+nice -n 15 $PY test/train/train.py "$W" --name stage2 --init "$W/stage1.pt" --distill --unlikely 0.5 \
+    --steps "${STEPS2:-400}" --lr 1e-3
 cat "$W/stage1.log" "$W/stage2.log" > "$O/train.log"
 cp "$W/vocab.json" "$W/heldout.txt" "$O/"
 $PY test/train/export.py "$W" "$O" stage2
