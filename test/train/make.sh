@@ -25,7 +25,7 @@ export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
 [ -f "$W/train.txt" ] || $PY test/train/corpus.py "$W"
 [ -f "$W/vocab.json" ] || $PY test/train/bpe.py train "$W/train.txt" 3072 "$W/vocab.json"
 nice -n 15 $PY test/train/train.py "$W" --name stage1 --steps "${STEPS1:-750}"
-nice -n 15 $PY test/train/train.py "$W" --name stage2 --init "$W/stage1.pt" --distill --unlikely 0.5 \
+nice -n 15 $PY test/train/train.py "$W" --name stage2 --init "$W/stage1.pt" --distill --unlikely 1 \
     --steps "${STEPS2:-400}" --lr 1e-3
 cat "$W/stage1.log" "$W/stage2.log" > "$O/train.log"
 cp "$W/vocab.json" "$W/heldout.txt" "$O/"
