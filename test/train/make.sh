@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/train/make.sh (make tiny-clover): the whole recipe of test/tiny/, about two hours on 2 cores.
+# test/train/make.sh (make tiny-clover): the whole recipe of test/tiny/, about 1.5 hours on 2 cores.
 #   1. setup.sh: python3-torch, python3-matplotlib, OpenBLAS, the King James Bible (apt-get, as root)
 #   2. corpus.py: the text, one verse per line; 24 chapters held out (build/train/heldout.txt)
 #   3. bpe.py: a 3072-token byte-level BPE vocabulary learned from the training split
