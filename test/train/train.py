@@ -44,7 +44,9 @@ AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine 
 gradient clipping at 1. Checkpoints WORKDIR/NAME.pt (NAME: --name, default stage1) every 50 steps
 (a rerun resumes); appends to WORKDIR/NAME.log: every 10 steps the running training losses, every 200 steps and at the end the
 held-out losses (64 fixed windows: LM, and DIFF for L = 32 at random rates and for draft-shaped
-blocks of L = 4, 16, 32).
+blocks of L = 4, 16, 32; on 32 of them self16, DIFF for draft-shaped 16-row blocks against the
+greedy continuation, and acceptedL, the drafts draft-self's exact rule would accept per round
+from an L-row draft block, L = 4, 8, 16).
 """
 import argparse
 import math
