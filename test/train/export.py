@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""export.py WORKDIR OUTDIR: the trained checkpoint WORKDIR/ckpt.pt as clover_moe GGUFs,
+"""export.py WORKDIR OUTDIR [NAME]: the trained checkpoint WORKDIR/NAME.pt (default stage2, the
+last stage of make.sh) as clover_moe GGUFs,
 OUTDIR/tiny-clover-f32.gguf and OUTDIR/tiny-clover-q8_0.gguf (every key and extra tensor of
 README.md's spec S2.1; the Q8_0 file keeps norms, conv taps, ssm_a, biases, the
 router and the reverse mix in F32)."""
@@ -20,12 +21,13 @@ def main():
     tok = bpe.Tokenizer(os.path.join(work, "vocab.json"))
     cfg = Config(n_vocab=len(tok.tokens))
     model = Clover(cfg)
-    st = torch.load(os.path.join(work, "ckpt.pt"))
+    name = sys.argv[3] if len(sys.argv) > 3 else "stage2"
+    st = torch.load(os.path.join(work, name + ".pt"))
     model.load_state_dict(st["model"])
     tensors = model.gguf_tensors()
-    for qt, name in ((gguf.F32, "f32"), (gguf.Q8_0, "q8_0")):
-        path = os.path.join(out, "tiny-clover-%s.gguf" % name)
-        gguf.write(path, cfg, tok, tensors, qt, "tiny clover (King James Bible, %d steps) %s" % (st["step"], name.upper()))
+    for qt, qname in ((gguf.F32, "f32"), (gguf.Q8_0, "q8_0")):
+        path = os.path.join(out, "tiny-clover-%s.gguf" % qname)
+        gguf.write(path, cfg, tok, tensors, qt, "tiny clover (King James Bible, %s: %d steps) %s" % (name, st["step"], qname.upper()))
         print("export: %s (%d bytes)" % (path, os.path.getsize(path)), file=sys.stderr)
 
 

@@ -322,9 +322,10 @@ class Clover(nn.Module):
         o = of + self.w(b + "ssm_rev_mix")[None, :, None, None] * fl(orv)
         return self.gdn_out(o, z, b)
 
-    def gdn_preview(self, a, b, cache, L):
+    def gdn_preview(self, a, b, cache, L, causal=False):
         """Every block [s, s+L) at once; block rows see the committed pre-conv rows u of positions
-        < s (the causal pass's) in the conv, and start the forward scan from its state at s."""
+        < s (the causal pass's) in the conv, and start the forward scan from its state at s.
+        causal: the causal layer over the block instead (no right taps, no reverse branch)."""
         c = self.cfg
         B, T, _ = a.shape
         nb = T // L
@@ -338,7 +339,7 @@ class Clover(nn.Module):
             sp = F.pad(u, (0, 0, o, 0))[:, :T]
             sc = F.pad(uc, (0, 0, o, 0))[:, :T]
             y = y + torch.where((t >= o)[None, :, None], sp, sc) * w[:, j]
-        for d in range(1, 4):                                         # right taps: rows t+d < L of the block
+        for d in range(1, 4 if not causal else 1):                    # right taps: rows t+d < L of the block
             sr = F.pad(u, (0, 0, 0, d))[:, d:]
             y = y + torch.where((t + d < L)[None, :, None], sr, torch.zeros_like(sr)) * r[:, d - 1]
         q, k, v = self.gdn_qkv(F.silu(y))                             # [B, H, T, d]
@@ -352,6 +353,8 @@ class Clover(nn.Module):
         gb, bb = blocks(g.transpose(1, 2)), blocks(beta.transpose(1, 2))
         S0 = cache["S"].transpose(1, 2).reshape(B * nb, H, d, d)      # committed state at each block start
         of, _, _ = gdn_scan(qb, kb, vb, gb, bb, S0)
+        if causal:
+            return self.gdn_out(of.reshape(B, nb, H, L, d).transpose(1, 2).reshape(B, H, T, d), z, b)
         # reverse branch: its own beta and decay, from S = 0, rows n-1 .. 0
         br = torch.sigmoid(self.lin(a, b + "ssm_beta_rev.weight")).transpose(1, 2)
         gr = (F.softplus(self.lin(a, b + "ssm_alpha_rev.weight") + self.w(b + "ssm_dt_rev.bias"))
@@ -456,15 +459,20 @@ class Clover(nn.Module):
             aux = aux + lb
         return self.head(x), cache, aux / c.n_layer
 
-    def preview(self, tokens, cache, L, rows=None):
+    def preview(self, tokens, cache, L, rows=None, causal=False):
         """tokens [B, T] (mask ids allowed), T a multiple of L; cache from causal(clean, every=L).
-        With rows (a [B, T] bool mask), only those rows go through the head (training)."""
+        With rows (a [B, T] bool mask), only those rows go through the head (training).
+        causal: instead of the preview pass, the causal pass over each block's rows after the same
+        committed prefix (what the verifier computes for a draft; train.py's teacher)."""
         c = self.cfg
         B, T = tokens.shape
         pos = torch.arange(T, device=tokens.device)
         blk = pos // L
-        # block row p sees committed rows j < start(p) and every row of its own block
-        allow = torch.cat([pos[None, :] < (blk * L)[:, None], blk[None, :] == blk[:, None]], dim=1)   # [T, 2T]
+        # block row p sees committed rows j < start(p) and every row of its own block (causal: rows <= p)
+        own = blk[None, :] == blk[:, None]
+        if causal:
+            own = own & (pos[None, :] <= pos[:, None])
+        allow = torch.cat([pos[None, :] < (blk * L)[:, None], own], dim=1)   # [T, 2T]
         x = self.w("token_embd.weight")[tokens]
         for il in range(c.n_layer):
             b = "blk.%d." % il
@@ -475,10 +483,65 @@ class Clover(nn.Module):
                 vv = torch.cat([cache[il]["v"], v], dim=1)
                 x = x + self.attn_out(q, gate, kk, vv, allow, b)
             else:
-                x = x + self.gdn_preview(a, b, cache[il], L)
-            mo, _ = self.moe(rmsnorm(x, self.w(b + "post_attention_norm.weight"), c.eps), b, L)
+                x = x + self.gdn_preview(a, b, cache[il], L, causal)
+            mo, _ = self.moe(rmsnorm(x, self.w(b + "post_attention_norm.weight"), c.eps), b, None if causal else L)
             x = x + mo
         return self.head(x if rows is None else x[rows])
+
+    def greedy_blocks(self, x, cache, L):
+        """x [B, T] clean tokens, cache = causal(x, every=L): every block [s, s+L) with row 0 = x[s]
+        and rows 1..L-1 the tokens that greedy causal decoding produces after the prefix x[< s+1],
+        all blocks decoded at once, one row per step (train.py's self-distillation targets)."""
+        c = self.cfg
+        B, T = x.shape
+        nb = T // L
+        starts = torch.arange(nb, device=x.device) * L
+        Nc = c.ssm_conv - 1
+        state = []
+        for il in range(c.n_layer):
+            if c.is_attn(il):
+                state.append({"k": [], "v": []})
+            else:
+                uc = F.pad(cache[il]["u"], (0, 0, Nc, 0))              # zeros before position 0
+                ring = torch.stack([uc[:, starts + j] for j in range(Nc)], dim=2)   # [B, nb, 3, C]
+                S = cache[il]["S"].transpose(1, 2).reshape(B * nb, c.ssm_v_heads, c.ssm_state, c.ssm_state)
+                state.append({"ring": ring, "S": S})
+        committed = torch.arange(T, device=x.device)[None, :] < starts[:, None]    # [nb, T]
+        tok = x[:, starts]
+        rows = [tok]
+        for r in range(L - 1):
+            pos = starts + r
+            h = self.w("token_embd.weight")[tok]                       # [B, nb, E]
+            for il in range(c.n_layer):
+                b = "blk.%d." % il
+                a = rmsnorm(h, self.w(b + "attn_norm.weight"), c.eps)
+                st = state[il]
+                if c.is_attn(il):
+                    q, gate, k, v = self.attn_qkv(a, b, pos)
+                    st["k"].append(k)
+                    st["v"].append(v)
+                    kb = torch.stack(st["k"], dim=2).reshape(B, nb * (r + 1), c.n_head_kv, c.head_dim)
+                    vb = torch.stack(st["v"], dim=2).reshape(B, nb * (r + 1), c.n_head_kv, c.head_dim)
+                    own = torch.eye(nb, dtype=torch.bool, device=x.device).repeat_interleave(r + 1, dim=1)
+                    allow = torch.cat([committed, own], dim=1)
+                    h = h + self.attn_out(q, gate, torch.cat([cache[il]["k"], kb], 1),
+                                          torch.cat([cache[il]["v"], vb], 1), allow, b)
+                else:
+                    u, z, beta, g = self.gdn_proj(a, b)
+                    w = self.w(b + "ssm_conv1d.weight")
+                    y = sum(st["ring"][:, :, j] * w[:, j] for j in range(Nc)) + u * w[:, Nc]
+                    st["ring"] = torch.cat([st["ring"][:, :, 1:], u[:, :, None]], dim=2)
+                    q, k, v = self.gdn_qkv(F.silu(y))                  # [B, H, nb, d]
+                    one = lambda t: t.transpose(1, 2).reshape(B * nb, t.shape[1], 1, *t.shape[3:])
+                    o, st["S"], _ = gdn_chunk(one(q), one(k), one(v), one(g.transpose(1, 2)[..., None])[..., 0],
+                                              one(beta.transpose(1, 2)[..., None])[..., 0], st["S"])
+                    o = o.reshape(B, nb, c.ssm_v_heads, c.ssm_state).transpose(1, 2)
+                    h = h + self.gdn_out(o, z, b)
+                mo, _ = self.moe(rmsnorm(h, self.w(b + "post_attention_norm.weight"), c.eps), b)
+                h = h + mo
+            tok = self.head(h).argmax(-1)
+            rows.append(tok)
+        return torch.stack(rows, dim=2).reshape(B, T)
 
     def preview_block(self, prompt, block):
         """One preview pass over block [B, n] (mask ids allowed) right after the committed prompt

@@ -4,9 +4,10 @@
 # is about 13x slower here), and the King James Bible with its `bible` reader. Not needed by
 # `make test` or CI, which use the committed model and references. A no-op once installed.
 set -euo pipefail
-if /usr/bin/python3 -c 'import torch' 2> /dev/null && command -v bible > /dev/null &&
+if /usr/bin/python3 -c 'import torch, matplotlib' 2> /dev/null && command -v bible > /dev/null &&
     [ -e /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 ]; then
     exit 0
 fi
 apt-get update
-apt-get install -y --no-install-recommends python3-torch libopenblas0-openmp bible-kjv-text bible-kjv
+apt-get install -y --no-install-recommends python3-torch python3-matplotlib libopenblas0-openmp \
+    bible-kjv-text bible-kjv

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""table.py [MODEL] [REPS]: the README's draft-self table for the tiny Clover (python3 stdlib only).
+"""table.py [MODEL] [REPS] [TSV]: the README's draft-self tables for the tiny Clover (python3 stdlib only).
 
 Prompts: the first verse of 6 held-out chapters (test/tiny/heldout.txt, chapters 3, 6, 12, 17, 20,
 24: never seen in training). Every configuration runs every prompt with the model card's flags
@@ -11,7 +11,16 @@ time). For the relaxed rule (the card's --spec-accept-ratio 0.9 --spec-accept-de
 n_relaxed = drafts kept that the verifier's greedy choice rejected, and how many of the prompts'
 texts differ from plain greedy decoding, with the mean number of generated tokens (clover
 --tokenize of the texts) before the first difference.
-Prints a markdown table on stdout.
+
+Prints on stdout, as markdown: the table of every configuration; tokens per round (and acceptance)
+of the exact rule for n_max 3/7/15 x steps 1/2/4; and how far greedy text runs before it repeats
+itself, per prompt. "Repeats itself": R = the index (0-based, in generated tokens: the text
+re-tokenized by clover --tokenize, the prompt's tokens removed) of the first generated token that
+starts an 8-token sequence which already occurred earlier in the generated text; the text runs R
+tokens before it repeats itself (R >= 121 of -n 128 when no 8-token sequence recurs: reported as
+">= 121"). Writes TSV (default test/tiny/draft.tsv; plots.py reads it): for every draft-self
+configuration and draft position 1..n_max, the drafts accepted and drafted there (clover's
+"accept by position" line, summed over the prompts), and one "repeat" row per prompt.
 """
 import os
 import re
@@ -23,6 +32,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 os.chdir(ROOT)
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "test/tiny/tiny-clover-q8_0.gguf"
 REPS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+TSV = sys.argv[3] if len(sys.argv) > 3 else "test/tiny/draft.tsv"
 N = 128
 TMP = "build/table"
 os.makedirs(TMP, exist_ok=True)
@@ -40,7 +50,7 @@ BASE = ["--temp", "0", "--top-k", "1", "--seed", "42", "-ctk", "bf16", "-ctv", "
 configs = [("none", "`--spec-type none`", [])]
 for relaxed in (False, True):
     for n in (3, 7, 15):
-        for steps in (1, 2):
+        for steps in ((1,) if relaxed else (1, 2, 4)):
             args = ["--spec-type", "draft-self", "--spec-draft-n-max", str(n), "--spec-draft-steps", str(steps)]
             if relaxed:
                 args += ["--spec-accept-ratio", "0.9", "--spec-accept-delta", "0.6"]
@@ -52,11 +62,15 @@ configs.append(("diffusion", "`--diffusion` (threshold 0.9)", ["--diffusion"]))
 def run(args, prompt):
     r = subprocess.run(["./clover", "-m", MODEL, "-f", prompt] + BASE + args, capture_output=True, text=True, check=True)
     e = r.stderr
-    g = lambda pat, conv=float: conv(re.search(pat, e).group(1))
+    def g(pat, conv=float):  # a draft-self line, 0 where the mode prints none (plain decoding)
+        m = re.search(pat, e)
+        return conv(m.group(1)) if m else 0
     st = {"tokens": g(r"decoded +(\d+) tokens", int), "time": g(r"decoded +\d+ tokens in +([0-9.]+) seconds"),
           "drafted": g(r"n_drafted = (\d+)", int), "accept": g(r"n_accept  = (\d+)", int),
           "relaxed": g(r"n_relaxed = (\d+)", int), "mal": g(r"mean accepted length = ([0-9.]+)"),
           "rounds": g(r"\((\d+) rounds\)", int), "text": r.stdout}
+    m = re.search(r"accept by position = ([0-9/ ]+)", e)
+    st["by_pos"] = [tuple(map(int, f.split("/"))) for f in m.group(1).split()] if m else []
     m = re.search(r"diffusion: (\d+) blocks, (\d+) passes", e)
     if m:
         st["blocks"], st["passes"] = int(m.group(1)), int(m.group(2))
@@ -117,3 +131,55 @@ for key, label, _ in configs:
         continue
     print("| %s | %d / %d | %.1f%% | %.2f | %.0f | %.2fx | %s |" % (
         label, ac, dr, 100.0 * ac / dr if dr else 0, mal, speed[key], speed[key] / speed["none"], extra))
+
+print()
+print("Tokens per round (mean accepted length), exact rule; acceptance in parentheses:")
+print()
+print("| n_max | steps 1 | steps 2 | steps 4 |")
+print("|---|---|---|---|")
+for n in (3, 7, 15):
+    cells = []
+    for steps in (1, 2, 4):
+        r0 = res["exact-%d-%d" % (n, steps)][0]
+        rounds = sum(s["rounds"] for s in r0)
+        mal = sum(s["mal"] * s["rounds"] for s in r0) / rounds
+        cells.append("%.2f (%.1f%%)" % (mal, 100.0 * sum(s["accept"] for s in r0) / sum(s["drafted"] for s in r0)))
+    print("| %d | %s |" % (n, " | ".join(cells)))
+
+
+def repeat_at(ids, n=8):
+    """Index of the first token that starts an n-token sequence seen earlier, or None."""
+    seen = set()
+    for i in range(len(ids) - n + 1):
+        g = tuple(ids[i:i + n])
+        if g in seen:
+            return i
+        seen.add(g)
+    return None
+
+
+rows = []
+for k, text in enumerate(greedy):
+    ids = tokens(text)[len(tokens(open(prompts[k]).read())):]
+    rows.append((os.path.basename(prompts[k]), len(ids), repeat_at(ids)))
+print()
+print("Greedy text (`--spec-type none`, -n %d): generated tokens before the first repeated 8-token sequence:" % N)
+print()
+print("| prompt | " + " | ".join(r[0] for r in rows) + " |")
+print("|---|" + "---|" * len(rows))
+print("| tokens | " + " | ".join(str(r[2]) if r[2] is not None else ">= %d" % (r[1] - 7) for r in rows) + " |")
+
+with open(TSV, "w") as f:
+    f.write("# table.py %s: draft-self accepted/drafted by draft position (summed over %d held-out prompts); "
+            "greedy text's generated tokens before the first repeated 8-token sequence (-1: none)\n" % (MODEL, len(prompts)))
+    f.write("kind\tconfig\tposition\taccepted\tdrafted\n")
+    for key, _, _ in configs:
+        r0 = res[key][0]
+        if not r0[0]["by_pos"]:
+            continue
+        for j in range(max(len(s["by_pos"]) for s in r0)):
+            a = sum(s["by_pos"][j][0] for s in r0 if j < len(s["by_pos"]))
+            d = sum(s["by_pos"][j][1] for s in r0 if j < len(s["by_pos"]))
+            f.write("accept\t%s\t%d\t%d\t%d\n" % (key, j + 1, a, d))
+    for name, n, r in rows:
+        f.write("repeat\t%s\t%d\t%d\t%d\n" % (name, -1 if r is None else r, 0, n))

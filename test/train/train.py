@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """train.py: train the tiny Clover (model.py) on the King James Bible.
 
-  train.py WORKDIR [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
+  train.py WORKDIR [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S] [--init CKPT] [--distill]
+                    [--name NAME]
 
 WORKDIR holds train.txt, heldout.txt and vocab.json (corpus.py, bpe.py). Every step takes B random
 windows of T+1 tokens from the training text and minimises
@@ -20,11 +21,32 @@ windows of T+1 tokens from the training text and minimises
   BALANCE  switch-style expert load balancing (n_expert * sum_e fraction_e * mean_prob_e) of the
            causal pass, averaged over layers.
 
+--distill (self-distillation, the second stage of make.sh): DIFF's targets are not the corpus tokens
+but what draft-self's verifier accepts, the causal model's own greedy continuation of each block:
+row 0 keeps the corpus token at the block start (id_last), row j (1..L-1) is the token that greedy
+decoding from the clean prefix produces j steps later. Draft position j is accepted exactly when
+all drafts before it were and it equals that token, so this is the target of acceptance itself; and
+unlike the corpus continuation it is a function of the prefix, which the preview pass can learn.
+The continuations of all blocks are decoded at once, one row per step, from the causal pass's
+committed state at each block start (model.greedy_blocks; no gradient). The corpus LM loss stays,
+so the causal model keeps learning the text.
+--init CKPT starts from the weights of another run's checkpoint (or a tiny-clover-f32.gguf) with a
+fresh optimizer and schedule.
+--unlikely W (with --distill) adds W * UNLIKELY, sequence-level unlikelihood training against greedy
+repetition: for every greedy token of those continuations that completes a 6-token sequence
+already present in the text before it (train.py repeats), -log(1 - p) of the causal model's
+probability of that token (the causal pass over the block rows with gradient), summed and divided
+by the number of rows, so that a penalised token weighs as much as one token of LM. (Averaged over
+the penalised rows alone, a few percent of them, it outweighed LM and DIFF: the training LM loss
+rose by 0.1-0.15 in 50 steps and drafts matched the greedy continuation less often.)
+
 AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine decay to 10%,
-gradient clipping at 1. Checkpoints WORKDIR/ckpt.pt every 50 steps (a rerun resumes); appends to
-WORKDIR/train.log: every 10 steps the running training losses, every 200 steps and at the end the
+gradient clipping at 1. Checkpoints WORKDIR/NAME.pt (NAME: --name, default stage1) every 50 steps
+(a rerun resumes); appends to WORKDIR/NAME.log: every 10 steps the running training losses, every 200 steps and at the end the
 held-out losses (64 fixed windows: LM, and DIFF for L = 32 at random rates and for draft-shaped
-blocks of L = 4, 16, 32).
+blocks of L = 4, 16, 32; on 32 of them self16, DIFF for draft-shaped 16-row blocks against the
+greedy continuation, and acceptedL, the drafts draft-self's exact rule would accept per round
+from an L-row draft block, L = 4, 8, 16).
 """
 import argparse
 import math
@@ -38,6 +60,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
+import gguf  # noqa: E402
 from model import Clover, Config  # noqa: E402
 
 
@@ -63,10 +86,67 @@ def mask_blocks(x, L, mask_id, gen, draft_prob=0.5):
     return torch.where(m, torch.full_like(x, mask_id), x), m
 
 
-def diff_loss(model, x, L, mask_id, gen, draft_prob=0.5):
+def greedy_blocks(model, x, cache, L):
+    """x [B, T] -> every block [s, s+L) as greedy causal decoding continues it from the clean prefix
+    (row 0 = x[s]); no gradient. model.greedy_blocks decodes one row of all blocks per step."""
+    with torch.no_grad():
+        return model.greedy_blocks(x, cache, L)
+
+
+def greedy_blocks_jacobi(model, x, logits, cache, L):
+    """The same by Jacobi iteration (each causal pass over all block rows, model.preview(...,
+    causal=True), fixes at least one more row; a fixed point is the greedy continuation): slower,
+    independent of model.greedy_blocks, which a --distill run checks against it when it starts."""
+    T = x.shape[1]
+    first = (torch.arange(T) % L == 0)[None, :]
+    with torch.no_grad():
+        y = torch.where(first, x, logits.argmax(-1).roll(1, dims=1))
+        for _ in range(1, L):
+            a = model.preview(y, cache, L, causal=True).argmax(-1)
+            ny = torch.where(first, x, a.roll(1, dims=1))   # row j takes the greedy choice after row j-1
+            if torch.equal(ny, y):
+                break
+            y = ny
+    return y
+
+
+def diff_loss(model, x, L, mask_id, gen, draft_prob=0.5, distill=False):
     logits, cache, _ = model.causal(x, every=L)
-    noisy, m = mask_blocks(x, L, mask_id, gen, draft_prob)
-    return F.cross_entropy(model.preview(noisy, cache, L, m), x[m]), logits
+    y = greedy_blocks(model, x, cache, L) if distill else x
+    noisy, m = mask_blocks(y, L, mask_id, gen, draft_prob)
+    out = model.preview(noisy, cache, L, m)
+    return F.cross_entropy(out, y[m]), out, y, m
+
+
+def repeats(x, y, L, n=6):
+    """[B, T] bool: the rows j >= 1 of each block whose greedy token y completes an n-token sequence
+    that already occurs earlier in the text it continues (the window's corpus tokens before the
+    block, then the greedy rows before it): where greedy decoding starts to repeat itself."""
+    B, T = x.shape
+    out = torch.zeros(B, T, dtype=torch.bool)
+    xl, yl = x.tolist(), y.tolist()
+    for b in range(B):
+        for s in range(0, T, L):
+            seq = xl[b][:s + 1]
+            seen = set(tuple(seq[i:i + n]) for i in range(len(seq) - n + 1))
+            for j in range(1, L):
+                seq.append(yl[b][s + j])
+                if len(seq) >= n:
+                    g = tuple(seq[-n:])
+                    out[b, s + j] = g in seen
+                    seen.add(g)
+    return out
+
+
+def accepted(model, x, L, mask_id):
+    """Mean number of drafts draft-self's exact rule would accept from a draft-shaped block of L rows
+    (leading rows whose preview argmax equals the causal greedy continuation): tokens per round - 1."""
+    logits, cache, _ = model.causal(x, every=L)
+    y = greedy_blocks(model, x, cache, L)
+    first = (torch.arange(x.shape[1]) % L == 0)[None, :]
+    d = model.preview(torch.where(first, x, torch.full_like(x, mask_id)), cache, L).argmax(-1)
+    ok = (d == y).reshape(x.shape[0], -1, L)[:, :, 1:].long()
+    return ok.cumprod(-1).sum(-1).float().mean().item()
 
 
 def main():
@@ -78,6 +158,10 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--init", default=None)
+    ap.add_argument("--distill", action="store_true")
+    ap.add_argument("--name", default="stage1")
+    ap.add_argument("--unlikely", type=float, default=0.0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     work = args.work
@@ -86,11 +170,15 @@ def main():
     cfg = Config(n_vocab=len(tok.tokens))
     torch.manual_seed(args.seed)
     model = Clover(cfg, seed=args.seed)
+    if args.init and args.init.endswith(".gguf"):
+        model.load_gguf_tensors(gguf.read_tensors(args.init))
+    elif args.init:
+        model.load_state_dict(torch.load(args.init)["model"])
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
-    ckpt = os.path.join(work, "ckpt.pt")
+    ckpt = os.path.join(work, args.name + ".pt")
     step, elapsed = 0, 0.0
     gen = torch.Generator().manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -101,7 +189,7 @@ def main():
         step, elapsed = st["step"], st["elapsed"]
         gen.set_state(st["gen"])
         rng.setstate(st["rng"])
-    log = open(os.path.join(work, "train.log"), "a")
+    log = open(os.path.join(work, args.name + ".log"), "a")
 
     def say(s):
         print(s, flush=True)
@@ -110,10 +198,19 @@ def main():
 
     n_params = sum(p.numel() for p in model.parameters())
     if step == 0:
-        say("# tiny clover: %d parameters; n_embd %d, %d layers, %d experts top-%d, vocab %d; batch %d x %d, %d steps, lr %g"
+        say("# tiny clover: %d parameters; n_embd %d, %d layers, %d experts top-%d, vocab %d; batch %d x %d, %d steps, lr %g%s%s"
             % (n_params, cfg.n_embd, cfg.n_layer, cfg.n_expert, cfg.n_expert_used, cfg.n_vocab, args.batch, args.seq,
-               args.steps, args.lr))
+               args.steps, args.lr, "; init " + os.path.basename(args.init) if args.init else "",
+               "; self-distillation" if args.distill else "") + ("; unlikelihood %g" % args.unlikely if args.unlikely else ""))
     T = args.seq
+    if args.distill and step == 0:
+        with torch.no_grad():
+            x = torch.stack([held_ids[s * T:(s + 1) * T] for s in range(2)])
+            logits, cache, _ = model.causal(x, every=16)
+            same = torch.equal(greedy_blocks(model, x, cache, 16), greedy_blocks_jacobi(model, x, logits, cache, 16))
+        say("# check: greedy_blocks == Jacobi iteration on 2 held-out windows, blocks of 16: %s" % same)
+        if not same:
+            sys.exit("train.py: error: model.greedy_blocks disagrees with the Jacobi iteration")
     warm = max(1, min(100, args.steps // 10))
 
     def lr_at(s):
@@ -136,11 +233,18 @@ def main():
             out["diff32"] = diff_loss(model, x, 32, tok.mask_id, g, draft_prob=0.0)[0].item()
             for L in (4, 16, 32):
                 out["draft%d" % L] = diff_loss(model, x, L, tok.mask_id, g, draft_prob=1.0)[0].item()
+            # against the greedy continuation (the --distill target), and the accepted drafts per round
+            xs = x[:32]
+            out["self16"] = diff_loss(model, xs, 16, tok.mask_id, g, draft_prob=1.0, distill=True)[0].item()
+            for L in (4, 8, 16):
+                out["accepted%d" % L] = accepted(model, xs, L, tok.mask_id)
         model.train()
         return " ".join("%s %.4f" % kv for kv in out.items())
 
     Ls, Lp = [32, 16, 8, 4], [0.4, 0.25, 0.2, 0.15]
-    run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0}
+    if args.distill:
+        Ls, Lp = [16, 8, 4, 32], [0.45, 0.2, 0.15, 0.2]
+    run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0, "ul": 0.0, "rep": 0.0}
     t0 = time.time() - elapsed
     while step < args.steps:
         L = rng.choices(Ls, Lp)[0]
@@ -151,9 +255,18 @@ def main():
             gp["lr"] = lr_at(step)
         logits, cache, aux = model.causal(x, every=L)
         lm = F.cross_entropy(logits.reshape(-1, cfg.n_vocab), y.reshape(-1))
-        noisy, m = mask_blocks(x, L, tok.mask_id, gen)
-        dl = F.cross_entropy(model.preview(noisy, cache, L, m), x[m])
+        tgt = greedy_blocks(model, x, cache, L) if args.distill else x
+        noisy, m = mask_blocks(tgt, L, tok.mask_id, gen)
+        dl = F.cross_entropy(model.preview(noisy, cache, L, m), tgt[m])
         loss = lm + dl + 0.01 * aux
+        ul = torch.zeros(())
+        if args.unlikely > 0:
+            r = repeats(x, tgt, L)
+            run["rep"] += r.float().sum().item() / (r.numel() * (L - 1) / L)
+            if r.any():   # the causal logits of the row before each repeating greedy token
+                p = model.preview(tgt, cache, L, r.roll(-1, dims=1), causal=True).softmax(-1)
+                ul = -torch.log((1 - p.gather(-1, tgt[r][:, None])).clamp_min(1e-5)).sum() / r.numel()
+                loss = loss + args.unlikely * ul
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -162,12 +275,14 @@ def main():
         run["lm"] += lm.item()
         run["diff"] += dl.item()
         run["aux"] += float(aux)
+        run["ul"] += ul.item()
         run["n"] += 1
         if step % 10 == 0 or step == args.steps:
             k = run["n"]
-            say("step %d time %.0f lr %.2e train lm %.4f diff %.4f balance %.3f"
-                % (step, time.time() - t0, lr_at(step - 1), run["lm"] / k, run["diff"] / k, run["aux"] / k))
-            run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0}
+            say("step %d time %.0f lr %.2e train lm %.4f diff %.4f balance %.3f%s"
+                % (step, time.time() - t0, lr_at(step - 1), run["lm"] / k, run["diff"] / k, run["aux"] / k,
+                   " unlikely %.4f repeated %.4f" % (run["ul"] / k, run["rep"] / k) if args.unlikely > 0 else ""))
+            run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0, "ul": 0.0, "rep": 0.0}
         if step % 200 == 0 or step == args.steps:
             say("step %d time %.0f held-out %s" % (step, time.time() - t0, evaluate()))
         if step % 50 == 0 or step == args.steps:
