@@ -4294,46 +4294,11 @@ SIMD static void quantize_q8_K_avx2(const float *x, BlockQ8_K *y, int64_t n) {
     }
 }
 
-/* the kernels for R = 1..8 activation rows: those on Q8_0 activations take a packed group
- * (BlockQ8_0x8, stride unused) and all eight rows at once (their per-row work is small beside the
- * weight block's); the K-quants take rows stride bytes apart, four at a time */
-static inline SIMD_INLINE void rows_q8_0_q4_0_avx2(const void *w, bool q4, const void *a, int R, int64_t n, float *out) {
-    switch (R) {
-    case 1: q8_0_rows_avx2(w, q4, a, 1, n, out); break;
-    case 2: q8_0_rows_avx2(w, q4, a, 2, n, out); break;
-    case 3: q8_0_rows_avx2(w, q4, a, 3, n, out); break;
-    case 4: q8_0_rows_avx2(w, q4, a, 4, n, out); break;
-    case 5: q8_0_rows_avx2(w, q4, a, 5, n, out); break;
-    case 6: q8_0_rows_avx2(w, q4, a, 6, n, out); break;
-    case 7: q8_0_rows_avx2(w, q4, a, 7, n, out); break;
-    default: q8_0_rows_avx2(w, q4, a, 8, n, out); break;
-    }
-}
-SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    (void)stride;
-    rows_q8_0_q4_0_avx2(w, false, a, R, n, out);
-}
-SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    (void)stride;
-    rows_q8_0_q4_0_avx2(w, true, a, R, n, out);
-}
-
-SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    (void)stride;
-    switch (R) {
-    case 1: q4_0_8x8_rows_avx2(w, a, 1, n, out); break;
-    case 2: q4_0_8x8_rows_avx2(w, a, 2, n, out); break;
-    case 3: q4_0_8x8_rows_avx2(w, a, 3, n, out); break;
-    case 4: q4_0_8x8_rows_avx2(w, a, 4, n, out); break;
-    case 5: q4_0_8x8_rows_avx2(w, a, 5, n, out); break;
-    case 6: q4_0_8x8_rows_avx2(w, a, 6, n, out); break;
-    case 7: q4_0_8x8_rows_avx2(w, a, 7, n, out); break;
-    default: q4_0_8x8_rows_avx2(w, a, 8, n, out); break;
-    }
-}
-
-/* The K-quant kernels on R <= MAX_ROWS = 8 rows, four at a time: k is one of the inline bodies
- * above, so that after inlining each call is an instance for a constant row count. */
+/* The kernels on R <= MAX_ROWS = 8 activation rows: k is one of the inline bodies above, so that
+ * after inlining each call is an instance for a constant row count. Those on Q8_0 activations take a
+ * packed group (BlockQ8_0x8, stride unused) and all eight rows at once (their per-row work is small
+ * beside the weight block's); the K-quants take rows stride bytes apart, four at a time (eight where
+ * AVX-512's 32 registers hold their accumulators). */
 typedef void KRowsFn(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out);
 static inline SIMD_INLINE void rows_upto_four_avx2(KRowsFn *k, const void *w, const void *a, size_t stride, int R, int64_t n,
                                                    float *out) {
@@ -4344,7 +4309,8 @@ static inline SIMD_INLINE void rows_upto_four_avx2(KRowsFn *k, const void *w, co
     default: k(w, a, stride, 4, n, out); break;
     }
 }
-/* R <= 8 rows in one call, for the kernels whose eight rows' accumulators fit AVX-512's 32 registers */
+/* R <= 8 rows in one call: the Q8_0-activation kernels, and the K-quants whose eight rows'
+ * accumulators fit AVX-512's 32 registers */
 static inline SIMD_INLINE void rows_upto_eight_avx2(KRowsFn *k, const void *w, const void *a, size_t stride, int R, int64_t n,
                                                     float *out) {
     switch (R) {
@@ -4358,6 +4324,29 @@ static inline SIMD_INLINE void rows_upto_eight_avx2(KRowsFn *k, const void *w, c
     default: k(w, a, stride, 8, n, out); break;
     }
 }
+/* the Q8_0-activation bodies in the K-quants' form (stride unused) */
+static inline SIMD_INLINE void q8_0_k_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    (void)stride;
+    q8_0_rows_avx2(w, false, a, R, n, out);
+}
+static inline SIMD_INLINE void q4_0_k_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    (void)stride;
+    q8_0_rows_avx2(w, true, a, R, n, out);
+}
+static inline SIMD_INLINE void q4_0_8x8_k_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    (void)stride;
+    q4_0_8x8_rows_avx2(w, a, R, n, out);
+}
+SIMD static void rows_q8_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    rows_upto_eight_avx2(q8_0_k_rows_avx2, w, a, stride, R, n, out);
+}
+SIMD static void rows_q4_0_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    rows_upto_eight_avx2(q4_0_k_rows_avx2, w, a, stride, R, n, out);
+}
+SIMD static void rows_q4_0_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    rows_upto_eight_avx2(q4_0_8x8_k_rows_avx2, w, a, stride, R, n, out);
+}
+
 static inline SIMD_INLINE void rows_by_four_avx2(KRowsFn *k, const void *w, const void *a, size_t stride, int R, int64_t n,
                                                  float *out) {
     if (R > 4) {   /* four, then the rest */

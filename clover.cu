@@ -16,7 +16,7 @@
 // rmsnorm_gpu with the CPU function's arguments plus the number of rows T; a fused kernel names each
 // twin). The CPU function is the definition, the kernel its fast form for the device: wide loads,
 // several lanes a weight block, integer dots, and as few launches as a step allows (a decode step's
-// layer is 12-13 graph nodes: section 12). Numerics:
+// layer is 11-12 graph nodes: section 12). Numerics:
 //   - activation rounding is byte-identical to the CPU's (same NaN and tie rules);
 //   - matmul's integer block sums equal the CPU's; the float order differs from the CPU's SIMD lanes
 //     (documented at matmul_kernel) and is the same for every row of a batch, so a row's result does
@@ -1609,12 +1609,6 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_kernel, g, u, h, n));
 }
 
-// Gate, up and SwiGLU in one launch, for gate and up matrices of one type: the fused twin of
-// matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is row_dot's,
-// then silu(g) * u): h[p][o] = silu(G_e[o] . xg[t]) * (U_e[o] . xu[t]), e = ids[p] (ids NULL: the one
-// matrix, the shared expert), t = p / in_div; ids[p] < 0: h row p is 0 (= silu(0) * 0). The input
-// as matvec_kernel's (block_input: rounded rows x, or floats xf rounded by each block to dt). Blocks
-// and grid as matvec_kernel's; the gate row then the up row, by the same lanes.
 // Whether this block is the last of `blocks` blocks to get here, counting in *count (which the last
 // one resets to 0 for the next launch: a graph replays it). The fence makes this block's writes
 // visible to the last one before it counts; the last reads what every other block wrote. Every
@@ -1637,6 +1631,12 @@ __device__ bool last_block(unsigned *count, unsigned blocks) {
 // blocks that compute the logits (done NULL: no routing)
 struct Routing { const float *logits; float *p; int *sel; float *w; int n_expert, n_used; float scale; unsigned *done; };
 
+// Gate, up and SwiGLU in one launch, for gate and up matrices of one type: the fused twin of
+// matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is row_dot's,
+// then silu(g) * u): h[p][o] = silu(G_e[o] . x[t]) * (U_e[o] . x[t]), e = ids[p] (ids NULL: the one
+// matrix, the shared expert), t = p / in_div; ids[p] < 0: h row p is 0 (= silu(0) * 0). The input
+// as matvec_kernel's (block_input: rounded rows x, or floats xf rounded by each block to dt). Blocks
+// and grid as matvec_kernel's; the gate row then the up row, by the same lanes.
 template <typename D>
 __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, const float *xf, uint32_t dt, int lpr,
                                  int64_t row_blocks, float *h, Rider rd, Routing rt) {
