@@ -2683,7 +2683,7 @@ static void forward_layers(Ctx *ctx, Pass pass, const int *tokens, int T, GdnLog
 
 /* The same pass on the GPU (section 15): the host looks up the embeddings, the device does the rest
  * (log: record the GDN inputs); logits of rows first..first+n_logits-1, or, token non-NULL (a greedy
- * decode step), only the argmax of the one row. */
+ * decode step, a greedy verify batch), only the argmax of each of those rows. */
 static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token);
 /* draft-self's save of the device's GDN state before a verify batch, and its rollback to the first
  * `rows` rows of that batch (clover.cu; no-ops in the CPU build, which never calls them) */
@@ -2703,9 +2703,11 @@ static void forward_causal(Ctx *ctx, const int *tokens, int T, float *logits, in
 }
 
 /* draft-self's verification: the causal pass with every row's logits, the GDN inputs logged so
- * that a partly accepted batch can be rolled back and replayed (rollback). */
-static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, GdnLog *log) {
-    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, log != NULL, logits, 0, T, NULL);
+ * that a partly accepted batch can be rolled back and replayed (rollback). targets non-NULL (the
+ * GPU, a greedy run with the exact rule): instead of the logits, each row's argmax, taken on the
+ * device, so that T ids cross the bus instead of T x n_vocab floats. */
+static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, int *targets, GdnLog *log) {
+    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, log != NULL, logits, 0, T, targets);
     else {
         forward_layers(ctx, CAUSAL, tokens, T, log);
         lm_head(ctx, 0, T, logits);
@@ -2908,10 +2910,12 @@ static int draft_block(Ctx *ctx, const Args *a, const EogSet *eog, int id_last, 
  * verifier's token t and a draft d with drafter entropy H:
  *   accept  iff  d == t  or  (relaxed and z[d] - z[t] >= ln(ratio) and H <= delta),
  *   relaxed iff  0 < ratio < 1 and delta >= 0  (otherwise the rule is exact and lossless). */
+static bool rule_relaxed(float ratio, float delta) { return ratio > 0 && ratio < 1 && delta >= 0; }
+
 static bool accept_draft(const float *z, int t, const Draft *d, float ratio, float delta, bool *relaxed) {
     *relaxed = false;
     if (d->id == t) return true;
-    if (!(ratio > 0 && ratio < 1 && delta >= 0)) return false;
+    if (!rule_relaxed(ratio, delta)) return false;
     *relaxed = z[d->id] - z[t] >= logf(ratio) && d->H <= delta;
     return *relaxed;
 }
@@ -2967,6 +2971,7 @@ typedef struct {
     int *batch;            /* [id_last, d_1 .. d_m]; also the preview's block */
     float *logits;         /* [m + 1][n_vocab]: the verifier's rows (and the preview's) */
     int *t;                /* [rows] the verifier's token per row walked */
+    bool targets;          /* t was filled by the verify batch itself (forward_verify's targets) */
     bool *relaxed;         /* [rows] accepted by the relaxed rule */
     int acc, rows;         /* drafts accepted; rows walked (acc + 1, or acc if an accepted EOG ended it) */
     bool eog_stop;         /* the walk stopped at an accepted end-of-generation draft */
@@ -3030,8 +3035,8 @@ static void accept_round(Run *r, Round *rd) {
     rd->n_out = rd->acc = rd->rows = 0;
     rd->eog_stop = false;
     for (int j = 0; j <= rd->m; j++) {
-        const float *z = rd->logits + (size_t)j * V;
-        int t = sample(r->smp, z, V);
+        const float *z = rd->targets ? NULL : rd->logits + (size_t)j * V;   /* (the exact rule reads no z) */
+        int t = rd->targets ? rd->t[j] : sample(r->smp, z, V);
         bool relaxed = false;
         rd->t[j] = t;
         rd->relaxed[j] = false;
@@ -3140,6 +3145,8 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
     if (n_max > cap - 1) n_max = cap - 1;
     Round rd;
     round_init(&rd, ctx->m, n_max, cap);
+    /* greedy with the exact rule: the GPU's verify batch returns each row's argmax, not its logits */
+    rd.targets = ctx->gpu && sampler_greedy(r->smp) && !rule_relaxed(a->accept_ratio, a->accept_delta) && !a->trace;
     stats->drafted_at = xcalloc((size_t)n_max + 1, sizeof(int));
     stats->accepted_at = xcalloc((size_t)n_max + 1, sizeof(int));
     double t0 = now_seconds();
@@ -3170,7 +3177,7 @@ static void generate_draft_self(Run *r, const int *prompt, int n_prompt, TestDra
         for (int j = 0; j < rd.m; j++) rd.batch[j + 1] = rd.d[j].id;
         if (rd.m > 0 && ctx->gpu) gpu_gdn_save(ctx->gpu);   /* no drafts: nothing to roll back */
         else if (rd.m > 0) gdn_copy(ctx->m, rd.save.ring, rd.save.S, ctx->st.ring, ctx->st.S);
-        forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, rd.m > 0 ? &rd.log : NULL);
+        forward_verify(ctx, rd.batch, rd.m + 1, rd.logits, rd.targets ? rd.t : NULL, rd.m > 0 ? &rd.log : NULL);
         /* 3. ACCEPT */
         accept_round(r, &rd);
         if (a->trace) trace_round(&rd, stats->n_rounds + 1, c->n_vocab, r->pr, a, &r->eog);
@@ -6259,7 +6266,7 @@ static Args parse_args(int argc, char **argv) {
     if (a.n_threads_batch < 0) a.n_threads_batch = a.n_threads;
     if (a.test_drafts && strcmp(a.test_drafts, "random") && strcmp(a.test_drafts, "truth"))
         fatal("--test-drafts '%s': use random or truth", a.test_drafts);
-    if (a.draft_adaptive && a.accept_ratio > 0 && a.accept_ratio < 1 && a.accept_delta >= 0)
+    if (a.draft_adaptive && rule_relaxed(a.accept_ratio, a.accept_delta))
         fatal("--spec-draft-adaptive needs the exact rule: with --spec-accept-ratio and --spec-accept-delta the text would depend on timing");
     return a;
 }
@@ -6457,7 +6464,7 @@ static const char *trace_pad(const char *s, int w, char *out, size_t cap) {
 static void trace_round(const Round *r, int round, int V, const Printer *pr, const Args *a, const EogSet *eog) {
     const Tokenizer *tok = pr->tok;
     char dt[96], tt[96], p1[128], p2[128];
-    bool relaxed_rule = a->accept_ratio > 0 && a->accept_ratio < 1 && a->accept_delta >= 0;
+    bool relaxed_rule = rule_relaxed(a->accept_ratio, a->accept_delta);
     const char *cut = "";
     if (r->m < r->n) {
         if (r->m == 0 && a->draft_n_min > 0 && a->draft_p_min <= 0) cut = ", dropped: shorter than --spec-draft-n-min";
