@@ -403,12 +403,20 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
 // preview, prefill) and swiglu_id_kernel run these same steps, so a row's bits do not depend on which
 // of them computed it or on the batch around it.
 
-// 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts of section 3), and 8
+// 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts of section 3), and 8.
+// (The emulation counts each as the one load instruction it is: emu_load_vec, test/cuda_emu.h.)
 struct alignas(16) Vec16 { uint32_t w[4]; };
 struct alignas(16) F4 { float v[4]; };   // 4 floats, one 128-bit load or store
 struct alignas(8) Vec8 { uint32_t w[2]; };
-__device__ Vec16 load16(const uint8_t *p) { return *(const Vec16 *)p; }
-__device__ Vec8 load8(const uint8_t *p) { return *(const Vec8 *)p; }
+template <typename V> __device__ V load_vec(const void *p) {
+#ifdef CLOVER_EMU
+    return emu_load_vec<V>(p);
+#else
+    return *(const V *)p;
+#endif
+}
+__device__ Vec16 load16(const uint8_t *p) { return load_vec<Vec16>(p); }
+__device__ Vec8 load8(const uint8_t *p) { return load_vec<Vec8>(p); }
 
 // c + the four products of a's and b's signed bytes: the device's dp4a instruction; written out where
 // this file is not compiled for a device (the emulation)
@@ -1696,10 +1704,10 @@ __global__ void moe_out_kernel(float *x, const int *sel, const float *wr, const 
     __syncthreads();
     float gate = sigmoid(sh_logit[t]);
     for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
-        F4 o = {{0, 0, 0, 0}}, s4 = *(const F4 *)(sh + t * n + i), x4 = *(const F4 *)(x + t * n + i);
+        F4 o = {{0, 0, 0, 0}}, s4 = load_vec<F4>(sh + t * n + i), x4 = load_vec<F4>(x + t * n + i);
         for (int r = 0; r < K; r++) {
             if (!used[r]) continue;
-            F4 y = *(const F4 *)(ye + (t * K + r) * n + i);
+            F4 y = load_vec<F4>(ye + (t * K + r) * n + i);
             for (int k = 0; k < 4; k++) {
                 float term = y.v[k] * wk[r];   // rounded, then added
                 o.v[k] += term;

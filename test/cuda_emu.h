@@ -122,6 +122,7 @@ struct EmuThread {
     int arg, width;
     uint64_t in, out;   // a warp operation's value and result
     uint64_t loads, load_bytes;   // counting: its loads from device memory in this block
+    uint64_t sloads, sload_bytes; // and from shared memory
 };
 
 enum { EMU_MAX_THREADS = 1024, EMU_STACK = 256 * 1024 };
@@ -243,7 +244,7 @@ static void emu_run_block(void) {
         for (int r = 0; r < 6; r++) *--sp = NULL;
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
-        emu.th[t].loads = emu.th[t].load_bytes = 0;
+        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].sload_bytes = 0;
     }
     int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
     for (int t = 0; t < n; t++) order[t] = emu.order == 1 ? n - 1 - t : t;
@@ -373,19 +374,25 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 // kernels make from device memory is counted too, per thread as the C++ is written (scalar code,
 // no vectorizing), in a sample of about 64 blocks a launch, scaled to all of them: a warp executes a
 // load instruction as often as its busiest lane loads, so a launch's warp loads are the sum over its
-// warps of their lanes' largest count. One line per launch, copy, graph launch and host wait:
+// warps of their lanes' largest count; loads from shared memory (the static __shared__ section and
+// the dynamic buffer) are counted alike, apart. A vector load (clover.cu's load16: one 128-bit load
+// instruction on the device, which clang would split into two 8-byte loads here) is counted as one
+// (emu_load_vec). One line per launch, copy, graph launch and host wait:
 //   launch NAME GX GY GZ BX BY BZ COLD HOT WRITTEN WARP_LOADS THREAD_LOADS LOAD_BYTES MAX_WARP_LOADS
+//          SHARED_WARP_LOADS SHARED_LOAD_BYTES
 //   copy KIND BYTES | graph | sync
-// (the four load counts -1 when not counted). The emulator's own accesses (copies, memsets) open and
-// close the pages they touch.
+// (the load counts -1 when not counted; MAX_WARP_LOADS counts both kinds). The emulator's own
+// accesses (copies, memsets) open and close the pages they touch.
 enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
 struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
 struct EmuCount {
     FILE *f;
     bool in_launch;
     bool sampling;                   // this block's loads are counted
-    uintptr_t lo, hi;                // device memory lies within [lo, hi)
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;   // device allocations [start, end), sorted (other
+                                     // memory lies between them: the fiber stacks, the host's buffers)
     double warp_loads, thread_loads, load_bytes, max_warp_loads;   // this launch's, sampled blocks only
+    double shared_warp_loads, shared_bytes;
     unsigned sampled;
     std::vector<EmuTouch> touched;   // this launch's pages, in fault order
     std::vector<uint8_t *> hot;      // pages written since the last host wait
@@ -395,9 +402,13 @@ static EmuCount emu_count;
 #ifdef CLOVER_EMU_COUNT_LOADS
 // a load of n bytes at p by the running thread (clang's trace-loads callbacks)
 static inline void emu_load(const void *p, unsigned n) {
-    uintptr_t a = (uintptr_t)p;
-    if (!emu_count.sampling || a < emu_count.lo || a >= emu_count.hi) return;
-    emu.th[emu.cur].loads++, emu.th[emu.cur].load_bytes += n;
+    if (!emu_count.sampling) return;
+    const char *a = (const char *)p;
+    const std::vector<std::pair<uintptr_t, uintptr_t>> &r = emu_count.ranges;
+    auto at = std::upper_bound(r.begin(), r.end(), std::make_pair((uintptr_t)a, UINTPTR_MAX));   // the first range starting after a
+    if (at != r.begin() && (uintptr_t)a < (at - 1)->second) emu.th[emu.cur].loads++, emu.th[emu.cur].load_bytes += n;
+    else if ((a >= __start_emu_shared && a < __stop_emu_shared) || (a >= (const char *)emu_dynamic_smem && a < (const char *)emu_dynamic_smem + EMU_SMEM_OPTIN))
+        emu.th[emu.cur].sloads++, emu.th[emu.cur].sload_bytes += n;
 }
 extern "C" void __sanitizer_cov_load1(uint8_t *p) { emu_load(p, 1); }
 extern "C" void __sanitizer_cov_load2(uint16_t *p) { emu_load(p, 2); }
@@ -406,8 +417,17 @@ extern "C" void __sanitizer_cov_load8(uint64_t *p) { emu_load(p, 8); }
 extern "C" void __sanitizer_cov_load16(__int128 *p) { emu_load(p, 16); }
 extern "C" void __sanitizer_cov_8bit_counters_init(char *, char *) {}
 static const bool emu_counts_loads = true;
+// one load of a T (16 or 8 bytes) from p, counted as the one instruction it is on the device; the
+// copy itself is outside the instrumentation (not inlined into an instrumented caller)
+template <typename T> __attribute__((no_sanitize("coverage"), noinline)) T emu_load_vec(const void *p) {
+    emu_load(p, sizeof(T));
+    T v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
 #else
 static const bool emu_counts_loads = false;
+template <typename T> T emu_load_vec(const void *p) { return *(const T *)p; }
 #endif
 
 static EmuAlloc *emu_alloc_of(const void *p) {
@@ -481,6 +501,7 @@ static void emu_count_line(const char *line) {
 static void emu_count_begin(void) {
     emu_count.in_launch = emu_count.f != NULL;
     emu_count.warp_loads = emu_count.thread_loads = emu_count.load_bytes = emu_count.max_warp_loads = 0;
+    emu_count.shared_warp_loads = emu_count.shared_bytes = 0;
     emu_count.sampled = 0;
 }
 // block b of n: counted when it is one of about 64 evenly spaced ones
@@ -493,13 +514,16 @@ static void emu_count_block_end(void) {
     emu_count.sampling = false;
     emu_count.sampled++;
     for (int w0 = 0; w0 < emu.n; w0 += 32) {
-        uint64_t m = 0;
+        uint64_t m = 0, ms = 0, mall = 0;
         for (int t = w0; t < emu.n && t < w0 + 32; t++) {
-            m = emu.th[t].loads > m ? emu.th[t].loads : m;
-            emu_count.thread_loads += (double)emu.th[t].loads, emu_count.load_bytes += (double)emu.th[t].load_bytes;
+            const EmuThread &h = emu.th[t];
+            m = h.loads > m ? h.loads : m, ms = h.sloads > ms ? h.sloads : ms;
+            mall = h.loads + h.sloads > mall ? h.loads + h.sloads : mall;
+            emu_count.thread_loads += (double)h.loads, emu_count.load_bytes += (double)h.load_bytes;
+            emu_count.shared_bytes += (double)h.sload_bytes;
         }
-        emu_count.warp_loads += (double)m;
-        if ((double)m > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)m;
+        emu_count.warp_loads += (double)m, emu_count.shared_warp_loads += (double)ms;
+        if ((double)mall > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)mall;
     }
 }
 // the launch's pages: summed, closed (runs of neighbouring pages in one call), forgotten
@@ -531,9 +555,10 @@ static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
     nm[k] = 0;
     double blocks = (double)g.x * g.y * g.z, scale = emu_count.sampled ? blocks / emu_count.sampled : 0;
     if (emu_counts_loads)
-        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written,
-                emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale, emu_count.max_warp_loads);
-    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
+                written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale, emu_count.max_warp_loads,
+                emu_count.shared_warp_loads * scale, emu_count.shared_bytes * scale);
+    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
 }
 
 static void emu_check_guards(const char *after) {
@@ -574,8 +599,8 @@ static cudaError_t cudaMalloc(void **p, size_t n) {
         uint8_t *flags = (uint8_t *)calloc(pages, 1);
         if (m == MAP_FAILED || !flags) return cudaErrorMemoryAllocation;
         emu_allocs[emu_n_allocs++] = {m, n, flags};
-        if (!emu_count.lo || (uintptr_t)m < emu_count.lo) emu_count.lo = (uintptr_t)m;
-        if ((uintptr_t)m + pages * EMU_PAGE > emu_count.hi) emu_count.hi = (uintptr_t)m + pages * EMU_PAGE;
+        auto range = std::make_pair((uintptr_t)m, (uintptr_t)m + pages * EMU_PAGE);
+        emu_count.ranges.insert(std::upper_bound(emu_count.ranges.begin(), emu_count.ranges.end(), range), range);
         *p = m;
         return cudaSuccess;
     }
@@ -594,8 +619,11 @@ static cudaError_t cudaFree(void *p) {
     for (int i = 0; i < emu_n_allocs; i++)
         if (emu_allocs[i].p == p) {
             emu_check_guards("a kernel");
-            if (emu_allocs[i].pages) munmap(p, ((emu_allocs[i].n + EMU_PAGE - 1) / EMU_PAGE + (emu_allocs[i].n == 0)) * EMU_PAGE), free(emu_allocs[i].pages);
-            else free(p);
+            if (emu_allocs[i].pages) {
+                munmap(p, ((emu_allocs[i].n + EMU_PAGE - 1) / EMU_PAGE + (emu_allocs[i].n == 0)) * EMU_PAGE), free(emu_allocs[i].pages);
+                std::vector<std::pair<uintptr_t, uintptr_t>> &r = emu_count.ranges;
+                r.erase(std::remove_if(r.begin(), r.end(), [&](const std::pair<uintptr_t, uintptr_t> &x) { return x.first == (uintptr_t)p; }), r.end());
+            } else free(p);
             emu_allocs[i] = emu_allocs[--emu_n_allocs];
             return cudaSuccess;
         }
