@@ -33,9 +33,10 @@
  *                in its 2 us)
  *   t_issue    = warp load instructions, from device and from shared memory / (SMs it fills x 1 per
  *                cycle): the load pipe of an SM issues about one warp load instruction a cycle
- *   t_l1       = bytes the threads load, from device and from shared memory / (SMs it fills x 128
- *                bytes per cycle): what L1 and shared memory deliver an SM (a warp's 16-byte load,
- *                512 bytes, takes 4 cycles of it)
+ *   t_l1       = L1 wavefronts / (SMs it fills x 1 per cycle): each warp load instruction, from
+ *                device or from shared memory, costs a wavefront per distinct 128-byte line its lanes
+ *                touch (L1 and shared memory serve an SM about 128 bytes a cycle): a warp's 16-byte
+ *                loads of 512 consecutive bytes take 4, a broadcast 1, lanes 64 bytes apart 16
  *   t_serial   = the busiest warp's loads x 20 cycles (an L1 hit's latency, partly overlapped)
  *   t          = 2 us (a graph node's launch and drain) + max(t_bytes, t_issue, t_l1, t_serial)
  * Copies: 2 us + bytes read and written / BW on the device, bytes / 25 GB/s over PCIe.
@@ -52,7 +53,6 @@
 #define INFLIGHT_BYTES 32.0
 #define LATENCY_S 600e-9
 #define SERIAL_CYCLES 20.0
-#define L1_BYTES_PER_CYCLE 128.0
 #define NODE_S 2e-6
 #define PCIE_BPS 25e9
 #define MAX_KERNELS 256
@@ -140,7 +140,7 @@ typedef struct {
     char name[160];
     double launches, hbm, hot, warp_loads, thread_loads, load_bytes, max_warp, t;
     double t_bytes, t_issue, t_serial, t_l1;   /* of its launches, summed, for the bound it hits */
-    double shared_loads, shared_bytes;         /* warp loads and thread bytes from shared memory */
+    double shared_loads, wavefronts;           /* warp loads from shared memory; L1 wavefronts (both kinds) */
 } Row;
 enum { ROW_SUMS = 14 };   /* the doubles of a Row from launches on, summed over launches and slices */
 typedef struct { Row r[MAX_KERNELS]; int n; double rows; } Pass;   /* rows: the batch's T */
@@ -158,7 +158,7 @@ static Row *row_of(Pass *p, const char *name) {
 }
 
 /* one launch: its predicted seconds, and which bound */
-static double predict(const char *name, double threads, double blocks, double cold, double written, double warp_loads, double load_bytes,
+static double predict(const char *name, double threads, double blocks, double cold, double written, double warp_loads, double wavefronts,
                       double max_warp, double *tb, double *ti, double *tl, double *ts) {
     Static *s = static_of(name, 0);
     double per_sm = THREADS_PER_SM;
@@ -167,7 +167,7 @@ static double predict(const char *name, double threads, double blocks, double co
     double bw = fmin(BW, resident * INFLIGHT_BYTES / LATENCY_S);
     *tb = cold / bw + written / BW;
     *ti = warp_loads > 0 ? warp_loads / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
-    *tl = load_bytes > 0 ? load_bytes / (fmin(SMS, blocks) * L1_BYTES_PER_CYCLE * CLOCK_HZ) : 0;
+    *tl = wavefronts > 0 ? wavefronts / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
     *ts = max_warp > 0 ? max_warp * SERIAL_CYCLES / CLOCK_HZ : 0;
     return NODE_S + fmax(fmax(*tb, *tl), fmax(*ti, *ts));
 }
@@ -221,14 +221,14 @@ static void add_segment(Pass *p, const Seg *g) {
                          &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14]);
         if (got != 14 && got != 16) continue;   /* (14: a count file from before shared loads were counted) */
         double blocks = v[0] * v[1] * v[2], threads = blocks * v[3] * v[4] * v[5], hbm = v[6] + v[8];
-        double sh_loads = v[13] > 0 ? v[13] : 0, sh_bytes = v[14] > 0 ? v[14] : 0;
+        double sh_loads = v[13] > 0 ? v[13] : 0, waves = v[14] > 0 ? v[14] : 0;
         Row *r = row_of(p, name);
         double tb, ti, tl, ts;
         r->launches++;
         r->hbm += hbm, r->hot += v[7];
         if (v[9] >= 0) r->warp_loads += v[9], r->thread_loads += v[10], r->load_bytes += v[11], r->max_warp = fmax(r->max_warp, v[12]);
-        r->shared_loads += sh_loads, r->shared_bytes += sh_bytes;
-        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads, fmax(v[11], 0) + sh_bytes, v[12], &tb, &ti, &tl, &ts);
+        r->shared_loads += sh_loads, r->wavefronts += waves;
+        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads, waves, v[12], &tb, &ti, &tl, &ts);
         r->t_bytes += tb, r->t_issue += ti, r->t_l1 += tl, r->t_serial += ts;
     }
 }
@@ -295,8 +295,8 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
     printf("\n%s (%.0f rows): PREDICTED %.3f ms, %.0f launches and copies, %.1f MB from HBM (%.3f ms at %.0f GB/s: %.1f%% of the bandwidth)",
            title, p->rows, 1e3 * t, total(p, 2), b / 1e6, 1e3 * b / BW, BW / 1e9, 100 * b / BW / t);
     if (steps_of > 0) printf("; %.2f decode steps, %.2fx its byte time", t / steps_of, t / (b / BW));
-    printf("\n%-40s %8s %9s %8s %9s %6s %8s %4s %5s %6s %6s %7s %9s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M", "B/ld",
-           "shld M", "regs", "spill", "stack", "smem", "SASS", "pred us", "%", "bound");
+    printf("\n%-40s %8s %9s %8s %9s %6s %8s %8s %4s %5s %6s %6s %7s %9s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M", "B/ld",
+           "shld M", "wavef M", "regs", "spill", "stack", "smem", "SASS", "pred us", "%", "bound");
     for (int i = 0; i < p->n; i++) {
         Row *r = &p->r[i];
         char sc[64];
@@ -304,9 +304,9 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
         double tm = fmax(fmax(r->t_bytes, r->t_l1), fmax(r->t_issue, r->t_serial));
         const char *bound = tm == r->t_issue ? "issue" : tm == r->t_l1 ? "l1" : tm == r->t_serial ? "serial" : "bytes";
         if (r->t - NODE_S * r->launches < 0.5 * NODE_S * r->launches) bound = "launch";
-        printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %s %9.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6, r->hot / 1e6,
-               r->warp_loads / 1e6, r->thread_loads > 0 ? r->load_bytes / r->thread_loads : 0, r->shared_loads / 1e6, sc, 1e6 * r->t,
-               100 * r->t / t, bound);
+        printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %8.2f %s %9.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6, r->hot / 1e6,
+               r->warp_loads / 1e6, r->thread_loads > 0 ? r->load_bytes / r->thread_loads : 0, r->shared_loads / 1e6, r->wavefronts / 1e6, sc,
+               1e6 * r->t, 100 * r->t / t, bound);
     }
 }
 

@@ -122,7 +122,8 @@ struct EmuThread {
     int arg, width;
     uint64_t in, out;   // a warp operation's value and result
     uint64_t loads, load_bytes;   // counting: its loads from device memory in this block
-    uint64_t sloads, sload_bytes; // and from shared memory
+    uint64_t sloads;              // and from shared memory
+    std::vector<uintptr_t> lines; // counting: the 128-byte line of each of its loads, in order (shared ones tagged)
 };
 
 enum { EMU_MAX_THREADS = 1024, EMU_STACK = 256 * 1024 };
@@ -244,7 +245,8 @@ static void emu_run_block(void) {
         for (int r = 0; r < 6; r++) *--sp = NULL;
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
-        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].sload_bytes = 0;
+        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = 0;
+        emu.th[t].lines.clear();
     }
     int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
     for (int t = 0; t < n; t++) order[t] = emu.order == 1 ? n - 1 - t : t;
@@ -379,9 +381,12 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 // instruction on the device, which clang would split into two 8-byte loads here) is counted as one
 // (emu_load_vec). One line per launch, copy, graph launch and host wait:
 //   launch NAME GX GY GZ BX BY BZ COLD HOT WRITTEN WARP_LOADS THREAD_LOADS LOAD_BYTES MAX_WARP_LOADS
-//          SHARED_WARP_LOADS SHARED_LOAD_BYTES
+//          SHARED_WARP_LOADS L1_WAVEFRONTS
 //   copy KIND BYTES | graph | sync
-// (the load counts -1 when not counted; MAX_WARP_LOADS counts both kinds). The emulator's own
+// (the load counts -1 when not counted; MAX_WARP_LOADS counts both kinds; L1_WAVEFRONTS: the
+// distinct 128-byte lines of each warp load instruction of either kind, summed: what L1 and shared
+// memory serve at about one a cycle, so that a warp's 16-byte loads of 512 consecutive bytes take 4,
+// a broadcast 1, and lanes 64 bytes apart twice the lines). The emulator's own
 // accesses (copies, memsets) open and close the pages they touch.
 enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
 struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
@@ -392,7 +397,7 @@ struct EmuCount {
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;   // device allocations [start, end), sorted (other
                                      // memory lies between them: the fiber stacks, the host's buffers)
     double warp_loads, thread_loads, load_bytes, max_warp_loads;   // this launch's, sampled blocks only
-    double shared_warp_loads, shared_bytes;
+    double shared_warp_loads, wavefronts;
     unsigned sampled;
     std::vector<EmuTouch> touched;   // this launch's pages, in fault order
     std::vector<uint8_t *> hot;      // pages written since the last host wait
@@ -401,14 +406,19 @@ static EmuCount emu_count;
 
 #ifdef CLOVER_EMU_COUNT_LOADS
 // a load of n bytes at p by the running thread (clang's trace-loads callbacks)
-static inline void emu_load(const void *p, unsigned n) {
+__attribute__((no_sanitize("coverage"))) static void emu_load(const void *p, unsigned n) {   // (its own loads are not counted)
     if (!emu_count.sampling) return;
     const char *a = (const char *)p;
     const std::vector<std::pair<uintptr_t, uintptr_t>> &r = emu_count.ranges;
     auto at = std::upper_bound(r.begin(), r.end(), std::make_pair((uintptr_t)a, UINTPTR_MAX));   // the first range starting after a
-    if (at != r.begin() && (uintptr_t)a < (at - 1)->second) emu.th[emu.cur].loads++, emu.th[emu.cur].load_bytes += n;
+    EmuThread &h = emu.th[emu.cur];
+    uintptr_t shared = 0;
+    if (at != r.begin() && (uintptr_t)a < (at - 1)->second) h.loads++, h.load_bytes += n;
     else if ((a >= __start_emu_shared && a < __stop_emu_shared) || (a >= (const char *)emu_dynamic_smem && a < (const char *)emu_dynamic_smem + EMU_SMEM_OPTIN))
-        emu.th[emu.cur].sloads++, emu.th[emu.cur].sload_bytes += n;
+        h.sloads++, shared = (uintptr_t)1 << 63;
+    else return;
+    h.lines.push_back(shared | (uintptr_t)a >> 7);
+    if (((uintptr_t)a + n - 1) >> 7 != (uintptr_t)a >> 7) h.lines.push_back(shared | ((uintptr_t)a + n - 1) >> 7);   // (across a line: two)
 }
 extern "C" void __sanitizer_cov_load1(uint8_t *p) { emu_load(p, 1); }
 extern "C" void __sanitizer_cov_load2(uint16_t *p) { emu_load(p, 2); }
@@ -501,7 +511,7 @@ static void emu_count_line(const char *line) {
 static void emu_count_begin(void) {
     emu_count.in_launch = emu_count.f != NULL;
     emu_count.warp_loads = emu_count.thread_loads = emu_count.load_bytes = emu_count.max_warp_loads = 0;
-    emu_count.shared_warp_loads = emu_count.shared_bytes = 0;
+    emu_count.shared_warp_loads = emu_count.wavefronts = 0;
     emu_count.sampled = 0;
 }
 // block b of n: counted when it is one of about 64 evenly spaced ones
@@ -520,10 +530,25 @@ static void emu_count_block_end(void) {
             m = h.loads > m ? h.loads : m, ms = h.sloads > ms ? h.sloads : ms;
             mall = h.loads + h.sloads > mall ? h.loads + h.sloads : mall;
             emu_count.thread_loads += (double)h.loads, emu_count.load_bytes += (double)h.load_bytes;
-            emu_count.shared_bytes += (double)h.sload_bytes;
         }
         emu_count.warp_loads += (double)m, emu_count.shared_warp_loads += (double)ms;
         if ((double)mall > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)mall;
+        // L1 wavefronts: the i-th load of each lane taken as one warp instruction (convergent code),
+        // which costs a wavefront per distinct 128-byte line its lanes touch (one for a broadcast)
+        size_t most = 0;
+        for (int t = w0; t < emu.n && t < w0 + 32; t++) most = emu.th[t].lines.size() > most ? emu.th[t].lines.size() : most;
+        for (size_t i = 0; i < most; i++) {
+            uintptr_t seen[32];
+            int n_seen = 0;
+            for (int t = w0; t < emu.n && t < w0 + 32; t++) {
+                if (i >= emu.th[t].lines.size()) continue;
+                uintptr_t l = emu.th[t].lines[i];
+                bool dup = false;
+                for (int k = 0; k < n_seen && !dup; k++) dup = seen[k] == l;
+                if (!dup) seen[n_seen++] = l;
+            }
+            emu_count.wavefronts += n_seen;
+        }
     }
 }
 // the launch's pages: summed, closed (runs of neighbouring pages in one call), forgotten
@@ -557,7 +582,7 @@ static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
     if (emu_counts_loads)
         fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
                 written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale, emu_count.max_warp_loads,
-                emu_count.shared_warp_loads * scale, emu_count.shared_bytes * scale);
+                emu_count.shared_warp_loads * scale, emu_count.wavefronts * scale);
     else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
 }
 
