@@ -239,6 +239,21 @@ static size_t act_content(uint32_t dt, int64_t n) {
 }
 static size_t act_bytes(uint32_t dt, int64_t n) { return (act_content(dt, n) + 15) & ~(size_t)15; }
 
+// 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts above, and the activation rows), and 8.
+// (The emulation counts each as the one load instruction it is: emu_load_vec, test/cuda_emu.h.)
+struct alignas(16) Vec16 { uint32_t w[4]; };
+struct alignas(16) F4 { float v[4]; };   // 4 floats, one 128-bit load or store
+struct alignas(8) Vec8 { uint32_t w[2]; };
+template <typename V> __device__ V load_vec(const void *p) {
+#ifdef CLOVER_EMU
+    return emu_load_vec<V>(p);
+#else
+    return *(const V *)p;
+#endif
+}
+__device__ Vec16 load16(const uint8_t *p) { return load_vec<Vec16>(p); }
+__device__ Vec8 load8(const uint8_t *p) { return load_vec<Vec8>(p); }
+
 // ================================================================================================
 // 4. Reductions: a warp's 32 values folded by xor butterfly (offsets 16, 8, 4, 2, 1), so every lane
 //    ends with the same bits, in an order fixed by the lane numbers alone. A block of 32*W threads
@@ -289,10 +304,11 @@ __device__ void round_block_q8_0(const float *xb, uint8_t *row, int64_t n, int64
 // its 8 q stored as one 8-byte word.
 __device__ void round_block_q8_K(const float *xb, uint8_t *row, int64_t n, int64_t bb) {
     int lane = threadIdx.x % WARP;
+    F4 v4[2] = {load_vec<F4>(xb + 8 * lane), load_vec<F4>(xb + 8 * lane + 4)};   // (rows are 16-byte aligned)
     float v[8], amax = 0;
     int at = 256;   // index of the extreme; 256: none (all zero or NaN)
     for (int j = 0; j < 8; j++) {
-        v[j] = xb[8 * lane + j];
+        v[j] = v4[j / 4].v[j % 4];
         if (fabsf(v[j]) > amax) amax = fabsf(v[j]), at = 8 * lane + j;
     }
     for (int o = 16; o >= 1; o /= 2) {   // the largest |x|, the lower index on ties
@@ -402,21 +418,6 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
 // matvec_kernel (one activation row: a decode step, the experts), matmul_kernel (tiles of rows: verify,
 // preview, prefill) and swiglu_id_kernel run these same steps, so a row's bits do not depend on which
 // of them computed it or on the batch around it.
-
-// 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts of section 3), and 8.
-// (The emulation counts each as the one load instruction it is: emu_load_vec, test/cuda_emu.h.)
-struct alignas(16) Vec16 { uint32_t w[4]; };
-struct alignas(16) F4 { float v[4]; };   // 4 floats, one 128-bit load or store
-struct alignas(8) Vec8 { uint32_t w[2]; };
-template <typename V> __device__ V load_vec(const void *p) {
-#ifdef CLOVER_EMU
-    return emu_load_vec<V>(p);
-#else
-    return *(const V *)p;
-#endif
-}
-__device__ Vec16 load16(const uint8_t *p) { return load_vec<Vec16>(p); }
-__device__ Vec8 load8(const uint8_t *p) { return load_vec<Vec8>(p); }
 
 // c + the four products of a's and b's signed bytes: the device's dp4a instruction; written out where
 // this file is not compiled for a device (the emulation)
@@ -531,41 +532,55 @@ __device__ void scale_min_k4(uint32_t s0, uint32_t s1, uint32_t s2, int j, int &
     else sc = (int)((c & 15) | ((a >> 6) << 4)), mn = (int)((c >> 4) | ((b >> 6) << 4));
 }
 
+// The K-quant units (256 weights) are split across LPB = 8 lanes by 16-value chunks of activations:
+// lane c of a unit takes chunks c and c + 8 (values 16c.. and 128 + 16c..), so that one load of
+// the 8 lanes of each of the 4 units in a warp reads 4 x 128 consecutive activation bytes (4 L1
+// lines, the fewest that 512 bytes take) and the weights' bytes likewise; the 8 lanes' integer
+// sums are then added by 3 xor shuffles. Chunk c of Q8_K activations: 16 bytes at 16c, bsum c.
+__device__ Vec16 chunk_bits(const Vec16 &v, int shift, uint32_t mask) {
+    Vec16 r;
+    for (int i = 0; i < 4; i++) r.w[i] = (v.w[i] >> shift) & mask;
+    return r;
+}
+__device__ int dot16(const Vec16 &w, const Vec16 &a) {
+    int s = 0;
+    for (int i = 0; i < 4; i++) s = dp4a(w.w[i], a.w[i], s);
+    return s;
+}
+
 // Q4_K/Q5_K . Q8_K: d_w d_a sum_j sc_j (q_j . a_j) - dmin_w d_a sum_j m_j (bsum_2j + bsum_2j+1) over
 // the sub-blocks j = 2p + h of 32 weights, nibble h of bytes qs[32p..32p+31] (Q5_K: plus bit j of
-// qh[l] as bit 4). Twins dot_q4_K / dot_q4_K_8x8 and dot_q5_K. Lane p of a block's 4 takes j = 2p
-// and 2p + 1: the block's 16-byte header (d, dmin, scales), its 32 qs bytes (and Q5_K's 32 qh), 64
-// activations (four 16-byte loads), 16 dp4a.
+// qh[l] as bit 4). Twins dot_q4_K / dot_q4_K_8x8 and dot_q5_K. Chunk c (16 values) lies in
+// sub-block j = c/2, at qs bytes 32 (c/4) + 16 (c%2): a lane loads the block's 16-byte header (d,
+// dmin, scales; the same 16 bytes as its unit's other lanes), 16 qs bytes per chunk (and Q5_K's 16
+// qh bytes), and adds sc_j (q . a) and m_j bsum_c per chunk: 8 dp4a.
 template <bool Q5> struct DotK4 {
-    static constexpr int UNIT = 256, LPB = 4;
+    static constexpr int UNIT = 256, LPB = 8;
     static constexpr bool MINS = true;
-    struct Piece { uint32_t lo[8], hi[8]; int sc[2], mn[2]; float d, dmin; };
+    struct Piece { Vec16 q[2]; int sc[2], mn[2]; float d, dmin; };
     __device__ static void load(const Mat &m, int64_t r, int, int u, int part, Piece &p) {
         const uint8_t *b = m.data + r * m.row_bytes + (size_t)u * (Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
-        Vec16 h = load16(b), q[2] = {load16(b + (Q5 ? 48 : 16) + 32 * part), load16(b + (Q5 ? 48 : 16) + 32 * part + 16)};
+        Vec16 h = load16(b);
         p.d = fp16_to_fp32((uint16_t)h.w[0]), p.dmin = fp16_to_fp32((uint16_t)(h.w[0] >> 16));
-        for (int k = 0; k < 2; k++) scale_min_k4(h.w[1], h.w[2], h.w[3], 2 * part + k, p.sc[k], p.mn[k]);
-        Vec16 qh[2] = {};
-        if (Q5) qh[0] = load16(b + 16), qh[1] = load16(b + 32);
-        for (int i = 0; i < 8; i++) {
-            uint32_t w = q[i / 4].w[i % 4], hb = qh[i / 4].w[i % 4];
-            p.lo[i] = (w & 0x0f0f0f0f) | (Q5 ? ((hb >> (2 * part)) & 0x01010101) << 4 : 0);
-            p.hi[i] = ((w >> 4) & 0x0f0f0f0f) | (Q5 ? ((hb >> (2 * part + 1)) & 0x01010101) << 4 : 0);
+        for (int k = 0; k < 2; k++) {
+            int c = part + 8 * k, j = c / 2, l0 = 16 * (c % 2);
+            scale_min_k4(h.w[1], h.w[2], h.w[3], j, p.sc[k], p.mn[k]);
+            p.q[k] = chunk_bits(load16(b + (Q5 ? 48 : 16) + 32 * (c / 4) + l0), 4 * (j % 2), 0x0f0f0f0f);
+            if (Q5) {
+                Vec16 hb = chunk_bits(load16(b + 16 + l0), j, 0x01010101);
+                for (int i = 0; i < 4; i++) p.q[k].w[i] |= hb.w[i] << 4;
+            }
         }
     }
     __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &accm) {
         int si = 0, sm = 0;
         if (on) {
-            const uint8_t *a = x + 256 * (size_t)u + 64 * part;
-            Vec16 av[4] = {load16(a), load16(a + 16), load16(a + 32), load16(a + 48)};
-            Vec8 bs = load8(x + n + 2 * (16 * (size_t)u + 4 * part));   // bsums 4p .. 4p+3
-            int s0 = 0, s1 = 0;
-            for (int i = 0; i < 8; i++) {
-                s0 = dp4a(p.lo[i], av[i / 4].w[i % 4], s0);
-                s1 = dp4a(p.hi[i], av[2 + i / 4].w[i % 4], s1);
+            const int16_t *bs = (const int16_t *)(x + n) + 16 * (size_t)u;
+            for (int k = 0; k < 2; k++) {
+                int c = part + 8 * k;
+                si += p.sc[k] * dot16(p.q[k], load16(x + 256 * (size_t)u + 16 * c));
+                sm += p.mn[k] * bs[c];
             }
-            si = p.sc[0] * s0 + p.sc[1] * s1;
-            sm = p.mn[0] * ((int16_t)bs.w[0] + (int16_t)(bs.w[0] >> 16)) + p.mn[1] * ((int16_t)bs.w[1] + (int16_t)(bs.w[1] >> 16));
         }
         for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o), sm += __shfl_xor_sync(0xffffffffu, sm, o);
         if (!on) return;
@@ -577,37 +592,33 @@ template <bool Q5> struct DotK4 {
 
 // Q6_K . Q8_K: d_w d_a sum_g sc_g sum_l (q - 32) a over 16 weights per g (twin dot_q6_K); weight
 // 128h + 32k + l (half h, l < 32) is q = (ql[64h + l + 32(k%2)] nibble k/2) | (bits 2k of qh[32h + l]) << 4.
-// Lane p of a block's 4 takes half h = p/2 and l in [16(p%2), +16): three 16-byte loads of ql, qh and
-// the block's 16 scales, four of activations, 16 dp4a; sum (q - 32) a = sum q a - 32 bsum_g.
+// Chunk c (16 values, scale group g = c) is h = c/8, k = (c/2)%4, l in [16(c%2), +16): a lane loads
+// 16 ql and 16 qh bytes per chunk and the block's 16 scales (the same as its unit's other lanes),
+// and adds sc_c (q . a - 32 bsum_c) per chunk: 8 dp4a.
 struct DotQ6_K {
-    static constexpr int UNIT = 256, LPB = 4;
+    static constexpr int UNIT = 256, LPB = 8;
     static constexpr bool MINS = false;
-    struct Piece { uint32_t q[4][4]; int sc[4]; float d; };
+    struct Piece { Vec16 q[2]; int sc[2]; float d; };
     __device__ static void load(const Mat &m, int64_t r, int nu, int u, int part, Piece &p) {
         const uint8_t *row = m.data + r * m.row_bytes;   // [ql: 128 a block][qh: 64][scales: 16]
-        int h = part / 2, l0 = 16 * (part % 2);
-        Vec16 qa = load16(row + 128 * (size_t)u + 64 * h + l0), qb = load16(row + 128 * (size_t)u + 64 * h + 32 + l0);
-        Vec16 qh = load16(row + 128 * (size_t)nu + 64 * (size_t)u + 32 * h + l0), sc = load16(row + 192 * (size_t)nu + 16 * (size_t)u);
-        for (int k = 0; k < 4; k++) {
-            for (int i = 0; i < 4; i++) {
-                uint32_t lo = k % 2 ? qb.w[i] : qa.w[i];
-                lo = k < 2 ? lo & 0x0f0f0f0f : (lo >> 4) & 0x0f0f0f0f;
-                p.q[k][i] = lo | ((qh.w[i] >> (2 * k)) & 0x03030303) << 4;
-            }
-            uint32_t w = h ? sc.w[2 + k / 2] : sc.w[k / 2];   // scale g = 8h + 2k + p%2
-            p.sc[k] = (int8_t)(w >> (8 * (2 * (k % 2) + part % 2)));
+        Vec16 sc = load16(row + 192 * (size_t)nu + 16 * (size_t)u);
+        for (int k = 0; k < 2; k++) {
+            int c = part + 8 * k, h = c / 8, kk = (c / 2) % 4, l0 = 16 * (c % 2);
+            Vec16 lo = chunk_bits(load16(row + 128 * (size_t)u + 64 * h + 32 * (kk % 2) + l0), 4 * (kk / 2), 0x0f0f0f0f);
+            Vec16 hi = chunk_bits(load16(row + 128 * (size_t)nu + 64 * (size_t)u + 32 * h + l0), 2 * kk, 0x03030303);
+            for (int i = 0; i < 4; i++) p.q[k].w[i] = lo.w[i] | hi.w[i] << 4;
+            uint32_t sw = part < 4 ? sc.w[2 * k] : sc.w[2 * k + 1];   // word c/4, without a dynamic index (a stack copy)
+            p.sc[k] = (int8_t)(sw >> (8 * (c % 4)));
         }
         p.d = fp16_to_fp32(m.scales[r * nu + u]);
     }
     __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &) {
-        int si = 0, h = part / 2, l0 = 16 * (part % 2);
+        int si = 0;
         if (on) {
-            Vec16 bs = load16(x + n + 2 * (16 * (size_t)u + 8 * h));   // bsums 8h .. 8h+7
-            for (int k = 0; k < 4; k++) {
-                Vec16 a = load16(x + 256 * (size_t)u + 128 * h + 32 * k + l0);
-                int s = 0;
-                for (int i = 0; i < 4; i++) s = dp4a(p.q[k][i], a.w[i], s);
-                si += p.sc[k] * (s - 32 * (int16_t)(bs.w[k] >> (16 * (part % 2))));
+            const int16_t *bs = (const int16_t *)(x + n) + 16 * (size_t)u;
+            for (int k = 0; k < 2; k++) {
+                int c = part + 8 * k;
+                si += p.sc[k] * (dot16(p.q[k], load16(x + 256 * (size_t)u + 16 * c)) - 32 * bs[c]);
             }
         }
         for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o);
@@ -847,13 +858,22 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
 // 7. The other ops, one row per block of BLOCK threads unless said otherwise
 // ================================================================================================
 // Twin: rmsnorm. y = x / sqrt(mean(x^2) + eps) * w; the squares (rounded to float, as on the CPU)
-// are summed in double, thread i taking elements i, i+BLOCK, ... then block_sum. One row xr by the block.
+// are summed in double, thread i taking the quads of elements 4i..4i+3, 4(i+BLOCK).., ... (16-byte
+// loads: n % 4 == 0 for every row the device normalizes, n_embd by upload_weights' rule and the head
+// dim by attention_gpu's), then block_sum. One row xr by the block; yr may be xr.
 __device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n, float eps) {
     double ss = 0;
-    for (int i = threadIdx.x; i < n; i += BLOCK) ss += (double)(xr[i] * xr[i]);
+    for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
+        F4 v = load_vec<F4>(xr + i);
+        for (int k = 0; k < 4; k++) ss += (double)(v.v[k] * v.v[k]);
+    }
     ss = block_sum(ss);
     float scale = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (int i = threadIdx.x; i < n; i += BLOCK) yr[i] = xr[i] * scale * w[i];
+    for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
+        F4 v = load_vec<F4>(xr + i), g = load_vec<F4>(w + i);
+        for (int k = 0; k < 4; k++) v.v[k] = v.v[k] * scale * g.v[k];
+        *(F4 *)(yr + i) = v;
+    }
 }
 
 // Twins: rmsnorm, then quantize_row of its output to dot type dt (F32: no rounding), one row by the
@@ -865,12 +885,16 @@ __device__ void norm_round_block(float *xn, const float *x, const float *w, int 
 
 // The residual add, the next norm and its rounding in one pass over each row (block per row t):
 //   x_t += mix_t (mix NULL: nothing added; the CPU's loop x[i] += mix[i]);  xn_t = rmsnorm(x_t) w;  xq_t = xn_t rounded to dt
-// Each thread adds the values rmsnorm_block then reads (the same stride): no barrier before the norm.
+// Each thread adds the quads rmsnorm_block then reads (the same stride): no barrier before the norm.
 __global__ void add_norm_kernel(float *x, const float *mix, const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
     int64_t t = blockIdx.x;
     float *xr = x + t * n;
     if (mix)
-        for (int i = threadIdx.x; i < n; i += BLOCK) xr[i] += mix[t * n + i];
+        for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
+            F4 a = load_vec<F4>(xr + i), b = load_vec<F4>(mix + t * n + i);
+            for (int k = 0; k < 4; k++) a.v[k] += b.v[k];
+            *(F4 *)(xr + i) = a;
+        }
     norm_round_block(xn + t * n, xr, w, n, eps, dt, xq + t * xq_bytes);
 }
 

@@ -31,8 +31,9 @@
  *                flight bound what few threads read; a store is posted to L2 (write-back, 50 MB) and
  *                the thread goes on, so writes take bandwidth but not latency (the launch's drain is
  *                in its 2 us)
- *   t_issue    = warp load instructions, from device and from shared memory / (SMs it fills x 1 per
- *                cycle): the load pipe of an SM issues about one warp load instruction a cycle
+ *   t_issue    = warp load instructions, from device and from shared memory, and warp shuffles /
+ *                (SMs it fills x 1 per cycle): the memory-input pipe of an SM, which also moves the
+ *                shuffles, issues about one warp instruction a cycle
  *   t_l1       = L1 wavefronts / (SMs it fills x 1 per cycle): each warp load instruction, from
  *                device or from shared memory, costs a wavefront per distinct 128-byte line its lanes
  *                touch (L1 and shared memory serve an SM about 128 bytes a cycle): a warp's 16-byte
@@ -140,9 +141,9 @@ typedef struct {
     char name[160];
     double launches, hbm, hot, warp_loads, thread_loads, load_bytes, max_warp, t;
     double t_bytes, t_issue, t_serial, t_l1;   /* of its launches, summed, for the bound it hits */
-    double shared_loads, wavefronts;           /* warp loads from shared memory; L1 wavefronts (both kinds) */
+    double shared_loads, wavefronts, shuffles; /* warp loads from shared memory; L1 wavefronts (both kinds); warp shuffles */
 } Row;
-enum { ROW_SUMS = 14 };   /* the doubles of a Row from launches on, summed over launches and slices */
+enum { ROW_SUMS = 15 };   /* the doubles of a Row from launches on, summed over launches and slices */
 typedef struct { Row r[MAX_KERNELS]; int n; double rows; } Pass;   /* rows: the batch's T */
 enum { DECODE, PREVIEW, VERIFY, ROLLBACK, N_PASSES };
 static const char *PASS_NAMES[] = {"decode step", "preview, 16 rows", "verify, 16 rows", "rollback"};
@@ -201,7 +202,7 @@ static void add_segment(Pass *p, const Seg *g) {
     int first_h2d = 1;
     for (int i = 0; i < g->n; i++) {
         char kind[32], name[160];
-        double v[15] = {0};
+        double v[16] = {0};
         if (sscanf(g->lines[i], "copy %31s %lf", kind, &v[0]) == 2) {
             if (!strcmp(kind, "h2d") && first_h2d) {
                 first_h2d = 0;
@@ -217,18 +218,18 @@ static void add_segment(Pass *p, const Seg *g) {
             r->t += NODE_S + t, r->t_bytes += t;
             continue;
         }
-        int got = sscanf(g->lines[i], "launch %159s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0], &v[1], &v[2], &v[3],
-                         &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14]);
-        if (got != 14 && got != 16) continue;   /* (14: a count file from before shared loads were counted) */
+        int got = sscanf(g->lines[i], "launch %159s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0], &v[1], &v[2], &v[3],
+                         &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14], &v[15]);
+        if (got != 17) continue;
         double blocks = v[0] * v[1] * v[2], threads = blocks * v[3] * v[4] * v[5], hbm = v[6] + v[8];
-        double sh_loads = v[13] > 0 ? v[13] : 0, waves = v[14] > 0 ? v[14] : 0;
+        double sh_loads = v[13] > 0 ? v[13] : 0, waves = v[14] > 0 ? v[14] : 0, shuffles = v[15] > 0 ? v[15] : 0;
         Row *r = row_of(p, name);
         double tb, ti, tl, ts;
         r->launches++;
         r->hbm += hbm, r->hot += v[7];
         if (v[9] >= 0) r->warp_loads += v[9], r->thread_loads += v[10], r->load_bytes += v[11], r->max_warp = fmax(r->max_warp, v[12]);
-        r->shared_loads += sh_loads, r->wavefronts += waves;
-        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads, waves, v[12], &tb, &ti, &tl, &ts);
+        r->shared_loads += sh_loads, r->wavefronts += waves, r->shuffles += shuffles;
+        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads + shuffles, waves, v[12], &tb, &ti, &tl, &ts);
         r->t_bytes += tb, r->t_issue += ti, r->t_l1 += tl, r->t_serial += ts;
     }
 }
@@ -295,8 +296,8 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
     printf("\n%s (%.0f rows): PREDICTED %.3f ms, %.0f launches and copies, %.1f MB from HBM (%.3f ms at %.0f GB/s: %.1f%% of the bandwidth)",
            title, p->rows, 1e3 * t, total(p, 2), b / 1e6, 1e3 * b / BW, BW / 1e9, 100 * b / BW / t);
     if (steps_of > 0) printf("; %.2f decode steps, %.2fx its byte time", t / steps_of, t / (b / BW));
-    printf("\n%-40s %8s %9s %8s %9s %6s %8s %8s %4s %5s %6s %6s %7s %9s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M", "B/ld",
-           "shld M", "wavef M", "regs", "spill", "stack", "smem", "SASS", "pred us", "%", "bound");
+    printf("\n%-40s %8s %9s %8s %9s %6s %8s %8s %7s %4s %5s %6s %6s %7s %9s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M", "B/ld",
+           "shld M", "wavef M", "shfl M", "regs", "spill", "stack", "smem", "SASS", "pred us", "%", "bound");
     for (int i = 0; i < p->n; i++) {
         Row *r = &p->r[i];
         char sc[64];
@@ -304,8 +305,9 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
         double tm = fmax(fmax(r->t_bytes, r->t_l1), fmax(r->t_issue, r->t_serial));
         const char *bound = tm == r->t_issue ? "issue" : tm == r->t_l1 ? "l1" : tm == r->t_serial ? "serial" : "bytes";
         if (r->t - NODE_S * r->launches < 0.5 * NODE_S * r->launches) bound = "launch";
-        printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %8.2f %s %9.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6, r->hot / 1e6,
-               r->warp_loads / 1e6, r->thread_loads > 0 ? r->load_bytes / r->thread_loads : 0, r->shared_loads / 1e6, r->wavefronts / 1e6, sc,
+        printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %8.2f %7.2f %s %9.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6, r->hot / 1e6,
+               r->warp_loads / 1e6, r->thread_loads > 0 ? r->load_bytes / r->thread_loads : 0, r->shared_loads / 1e6, r->wavefronts / 1e6,
+               r->shuffles / 1e6, sc,
                1e6 * r->t, 100 * r->t / t, bound);
     }
 }

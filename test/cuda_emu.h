@@ -123,6 +123,7 @@ struct EmuThread {
     uint64_t in, out;   // a warp operation's value and result
     uint64_t loads, load_bytes;   // counting: its loads from device memory in this block
     uint64_t sloads;              // and from shared memory
+    uint64_t shuffles;            // counting: its warp operations (the same pipe as the loads)
     std::vector<uintptr_t> lines; // counting: the 128-byte line of each of its loads, in order (shared ones tagged)
 };
 
@@ -245,7 +246,7 @@ static void emu_run_block(void) {
         for (int r = 0; r < 6; r++) *--sp = NULL;
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
-        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = 0;
+        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].shuffles = 0;
         emu.th[t].lines.clear();
     }
     int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
@@ -315,6 +316,7 @@ static T emu_shfl(EmuWarpOp op, unsigned mask, T v, int arg, int width, const ch
     if (blockDim.x * blockDim.y * blockDim.z % 32) emu_fail("%s: warp operation at %s:%d in a block of %u threads (not whole warps)", emu.kernel, file, line, blockDim.x * blockDim.y * blockDim.z);
     EmuThread *t = &emu.th[emu.cur];
     t->state = EMU_AT_WARP, t->file = file, t->line = line, t->op = op, t->mask = mask, t->arg = arg, t->width = width;
+    t->shuffles++;
     t->in = 0;
     memcpy(&t->in, &v, sizeof v);
     emu_yield();
@@ -381,12 +383,13 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 // instruction on the device, which clang would split into two 8-byte loads here) is counted as one
 // (emu_load_vec). One line per launch, copy, graph launch and host wait:
 //   launch NAME GX GY GZ BX BY BZ COLD HOT WRITTEN WARP_LOADS THREAD_LOADS LOAD_BYTES MAX_WARP_LOADS
-//          SHARED_WARP_LOADS L1_WAVEFRONTS
+//          SHARED_WARP_LOADS L1_WAVEFRONTS WARP_SHUFFLES
 //   copy KIND BYTES | graph | sync
 // (the load counts -1 when not counted; MAX_WARP_LOADS counts both kinds; L1_WAVEFRONTS: the
 // distinct 128-byte lines of each warp load instruction of either kind, summed: what L1 and shared
 // memory serve at about one a cycle, so that a warp's 16-byte loads of 512 consecutive bytes take 4,
-// a broadcast 1, and lanes 64 bytes apart twice the lines). The emulator's own
+// a broadcast 1, and lanes 64 bytes apart twice the lines; WARP_SHUFFLES: warp operations, counted as
+// warp loads are). The emulator's own
 // accesses (copies, memsets) open and close the pages they touch.
 enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
 struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
@@ -397,7 +400,7 @@ struct EmuCount {
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;   // device allocations [start, end), sorted (other
                                      // memory lies between them: the fiber stacks, the host's buffers)
     double warp_loads, thread_loads, load_bytes, max_warp_loads;   // this launch's, sampled blocks only
-    double shared_warp_loads, wavefronts;
+    double shared_warp_loads, wavefronts, shuffles;
     unsigned sampled;
     std::vector<EmuTouch> touched;   // this launch's pages, in fault order
     std::vector<uint8_t *> hot;      // pages written since the last host wait
@@ -511,7 +514,7 @@ static void emu_count_line(const char *line) {
 static void emu_count_begin(void) {
     emu_count.in_launch = emu_count.f != NULL;
     emu_count.warp_loads = emu_count.thread_loads = emu_count.load_bytes = emu_count.max_warp_loads = 0;
-    emu_count.shared_warp_loads = emu_count.wavefronts = 0;
+    emu_count.shared_warp_loads = emu_count.wavefronts = emu_count.shuffles = 0;
     emu_count.sampled = 0;
 }
 // block b of n: counted when it is one of about 64 evenly spaced ones
@@ -524,14 +527,14 @@ static void emu_count_block_end(void) {
     emu_count.sampling = false;
     emu_count.sampled++;
     for (int w0 = 0; w0 < emu.n; w0 += 32) {
-        uint64_t m = 0, ms = 0, mall = 0;
+        uint64_t m = 0, ms = 0, mall = 0, mw = 0;
         for (int t = w0; t < emu.n && t < w0 + 32; t++) {
             const EmuThread &h = emu.th[t];
-            m = h.loads > m ? h.loads : m, ms = h.sloads > ms ? h.sloads : ms;
+            m = h.loads > m ? h.loads : m, ms = h.sloads > ms ? h.sloads : ms, mw = h.shuffles > mw ? h.shuffles : mw;
             mall = h.loads + h.sloads > mall ? h.loads + h.sloads : mall;
             emu_count.thread_loads += (double)h.loads, emu_count.load_bytes += (double)h.load_bytes;
         }
-        emu_count.warp_loads += (double)m, emu_count.shared_warp_loads += (double)ms;
+        emu_count.warp_loads += (double)m, emu_count.shared_warp_loads += (double)ms, emu_count.shuffles += (double)mw;
         if ((double)mall > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)mall;
         // L1 wavefronts: the i-th load of each lane taken as one warp instruction (convergent code),
         // which costs a wavefront per distinct 128-byte line its lanes touch (one for a broadcast)
@@ -580,10 +583,10 @@ static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
     nm[k] = 0;
     double blocks = (double)g.x * g.y * g.z, scale = emu_count.sampled ? blocks / emu_count.sampled : 0;
     if (emu_counts_loads)
-        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
                 written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale, emu_count.max_warp_loads,
-                emu_count.shared_warp_loads * scale, emu_count.wavefronts * scale);
-    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
+                emu_count.shared_warp_loads * scale, emu_count.wavefronts * scale, emu_count.shuffles * scale);
+    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
 }
 
 static void emu_check_guards(const char *after) {
