@@ -1317,6 +1317,7 @@ __global__ void attn_prep_kernel(float *qg, float *kr, const float *vr, const fl
     bool q = i < n_head;
     float *x = q ? qg + (t * n_head + i) * 2 * hd : kr + t * kvd + (int64_t)(i - n_head) * hd;
     rmsnorm_block(x, x, q ? q_norm : k_norm, hd, eps);
+    __syncthreads();   // (each thread wrote its own quads; the loops below read others')
     float *normed = q ? q_normed : k_normed;
     if (normed)   // row t, head i (of q) or i - n_head (of k)
         for (int j = threadIdx.x; j < hd; j += BLOCK) normed[(q ? (t * n_head + i) * hd : t * kvd + (int64_t)(i - n_head) * hd) + j] = x[j];
