@@ -239,11 +239,11 @@ static size_t act_content(uint32_t dt, int64_t n) {
 }
 static size_t act_bytes(uint32_t dt, int64_t n) { return (act_content(dt, n) + 15) & ~(size_t)15; }
 
-// 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts above, and the activation rows), and 8.
-// (The emulation counts each as the one load instruction it is: emu_load_vec, test/cuda_emu.h.)
+// 16 bytes, one 128-bit load (the address must be 16-byte aligned: the layouts above, and the
+// activation rows). The emulation counts each as the one load instruction it is (emu_load_vec,
+// test/cuda_emu.h).
 struct alignas(16) Vec16 { uint32_t w[4]; };
 struct alignas(16) F4 { float v[4]; };   // 4 floats, one 128-bit load or store
-struct alignas(8) Vec8 { uint32_t w[2]; };
 template <typename V> __device__ V load_vec(const void *p) {
 #ifdef CLOVER_EMU
     return emu_load_vec<V>(p);
@@ -252,7 +252,6 @@ template <typename V> __device__ V load_vec(const void *p) {
 #endif
 }
 __device__ Vec16 load16(const uint8_t *p) { return load_vec<Vec16>(p); }
-__device__ Vec8 load8(const uint8_t *p) { return load_vec<Vec8>(p); }
 
 // ================================================================================================
 // 4. Reductions: a warp's 32 values folded by xor butterfly (offsets 16, 8, 4, 2, 1), so every lane

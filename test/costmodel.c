@@ -307,8 +307,7 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
         if (r->t - NODE_S * r->launches < 0.5 * NODE_S * r->launches) bound = "launch";
         printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %8.2f %7.2f %s %9.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6, r->hot / 1e6,
                r->warp_loads / 1e6, r->thread_loads > 0 ? r->load_bytes / r->thread_loads : 0, r->shared_loads / 1e6, r->wavefronts / 1e6,
-               r->shuffles / 1e6, sc,
-               1e6 * r->t, 100 * r->t / t, bound);
+               r->shuffles / 1e6, sc, 1e6 * r->t, 100 * r->t / t, bound);
     }
 }
 

@@ -430,7 +430,7 @@ extern "C" void __sanitizer_cov_load8(uint64_t *p) { emu_load(p, 8); }
 extern "C" void __sanitizer_cov_load16(__int128 *p) { emu_load(p, 16); }
 extern "C" void __sanitizer_cov_8bit_counters_init(char *, char *) {}
 static const bool emu_counts_loads = true;
-// one load of a T (16 or 8 bytes) from p, counted as the one instruction it is on the device; the
+// one load of a T (16 bytes) from p, counted as the one instruction it is on the device; the
 // copy itself is outside the instrumentation (not inlined into an instrumented caller)
 template <typename T> __attribute__((no_sanitize("coverage"), noinline)) T emu_load_vec(const void *p) {
     emu_load(p, sizeof(T));
