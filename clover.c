@@ -4548,24 +4548,52 @@ static inline SIMD_INLINE __m256 load_as_avx2(uint32_t type, const void *src, in
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* attn_v_sum with the values i in 8-lane registers: each element's accumulator chain and fold
- * are the scalar's, in the same order. */
-SIMD static void attn_v_sum_avx2(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
-    int nv = hd & ~7;
-    memset(acc, 0, (size_t)lanes * hd * sizeof(float));
-    for (int j = 0; j < n; j++) {
+/* One lane's chain of the V sum over 64 dims from i0: a[i] = sum p_j V_j[i0 + i] over the keys
+ * j = l, l + lanes, ... < n, fused, in key order, in eight registers; stored to out[0..64). */
+static inline SIMD_INLINE void v_lane64_avx2(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int l, int n, int lanes,
+                                             int i0, float *out) {
+    __m256 a[8];
+    for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+    for (int j = l; j < n; j += lanes) {
         const uint8_t *vrow = V + (size_t)j * vstride;
-        float *a = acc + (size_t)(j % lanes) * hd;
         __m256 pj = _mm256_set1_ps(p[j]);
-        for (int i = 0; i < nv; i += 8) _mm256_storeu_ps(a + i, _mm256_fmadd_ps(pj, load_as_avx2(type, vrow, i), _mm256_loadu_ps(a + i)));
-        for (int i = nv; i < hd; i++) a[i] = fmaf(p[j], load_as(type, vrow, i), a[i]);
+#pragma GCC unroll 8   /* a[] in registers */
+        for (int r = 0; r < 8; r++) a[r] = _mm256_fmadd_ps(pj, load_as_avx2(type, vrow, i0 + 8 * r), a[r]);
     }
-    for (int w = lanes / 2; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) {
-            float *a = acc + (size_t)l * hd, *b = acc + (size_t)(l + w) * hd;
-            for (int i = 0; i < nv; i += 8) _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-            for (int i = nv; i < hd; i++) a[i] += b[i];
+    for (int r = 0; r < 8; r++) _mm256_storeu_ps(out + 8 * r, a[r]);
+}
+
+/* attn_v_sum, 64 dims at a time: for each block of 64 dims, each lane's chain in registers
+ * (v_lane64_avx2), then the block's lanes x 64 floats (16 KB at 64 lanes: in L1) folded by the
+ * scalar's halving; dims past the last full block by the scalar chain. Every element's chain and
+ * fold are the scalar's, in the same order. (Accumulating key by key into the lanes' rows moved
+ * the whole lanes x hd array through L2 for every key.) */
+SIMD static void attn_v_sum_avx2(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o) {
+    int nb = hd & ~63;
+    for (int i0 = 0; i0 < hd; i0 += 64) {
+        int i1 = i0 + 64 < hd ? i0 + 64 : hd;
+        for (int l = 0; l < lanes; l++) {
+            float *al = acc + (size_t)l * hd;
+            if (i0 < nb) {   /* the type as a constant in each call, so the loads are specialised */
+                if (type == T_F16) v_lane64_avx2(T_F16, V, vstride, p, l, n, lanes, i0, al + i0);
+                else if (type == T_BF16) v_lane64_avx2(T_BF16, V, vstride, p, l, n, lanes, i0, al + i0);
+                else v_lane64_avx2(T_F32, V, vstride, p, l, n, lanes, i0, al + i0);
+                continue;
+            }
+            for (int i = i0; i < i1; i++) {
+                float a = 0;
+                for (int j = l; j < n; j += lanes) a = fmaf(p[j], load_as(type, V + (size_t)j * vstride, i), a);
+                al[i] = a;
+            }
         }
+        for (int w = lanes / 2; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++) {
+                float *a = acc + (size_t)l * hd, *b = acc + (size_t)(l + w) * hd;
+                int i = i0;
+                for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+                for (; i < i1; i++) a[i] += b[i];
+            }
+    }
     memcpy(o, acc, (size_t)hd * sizeof(float));
 }
 
