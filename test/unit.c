@@ -412,6 +412,7 @@ static void test_simd_dots(void) {
     void *w = xmalloc(4096 * 4), *act = xmalloc(4096 * 4 + 1024);
     uint8_t *rows_act = xmalloc(MAX_ROWS * (4096 * 4 + 1024));
     BlockQ8_0x8 *packed = xmalloc(4096 / 32 * sizeof *packed);
+    uint8_t *w4rows = xmalloc(4 * (4096 * 4 + 64));
     for (int k = 0; k < N_KERNELS; k++) {
         uint32_t type = 0;
         for (int t = 0; t < N_WEIGHT_TYPES; t++)
@@ -455,13 +456,28 @@ static void test_simd_dots(void) {
                             snprintf(detail, sizeof detail, "n=%lld, %d rows, row %d: scalar %.9g, simd %.9g", (long long)n, R, r, want, out[r]);
                     }
                 }
+                /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart */
+                DotW4Fn w4 = kernels()->dot_w4[k];
+                if (w4) {
+                    size_t spacing = row_bytes(type, n) + 64;
+                    memcpy(w4rows, w, row_bytes(type, n));
+                    for (int i = 1; i < 4; i++) random_row(type, w4rows + i * spacing, n);
+                    float out[4];
+                    w4(w4rows, spacing, act, n, out);
+                    for (int i = 0; i < 4; i++) {
+                        float want = KERNELS_PLAIN.dot[k](w4rows + i * spacing, act, n);
+                        n_checks++;
+                        if (memcmp(&want, &out[i], 4) && bad++ == 0)
+                            snprintf(detail, sizeof detail, "n=%lld, weight row %d of 4: scalar %.9g, simd %.9g", (long long)n, i, want, out[i]);
+                    }
+                }
             }
         }
         char name[96];
         snprintf(name, sizeof name, "SIMD dot kernel %d (%s) vs scalar, bit for bit", k, TYPES[type].name);
         check(bad == 0 && n_checks > 0, name, "%d of %d differ; %s", bad, n_checks, detail);
     }
-    free(x), free(w), free(act), free(rows_act), free(packed);
+    free(x), free(w), free(act), free(rows_act), free(packed), free(w4rows);
 }
 
 /* The forward pass's SIMD twins (the GDN delta rule, the attention's V sum) against their scalar
