@@ -11,17 +11,19 @@
  *            and its cost in decode steps (clover computes it in row order, as draft-self does)
  * These machines drift by 30-50% between runs, so the summary gives medians over repetitions of
  * each figure and of the per-repetition clover/llama.cpp ratios. It also measures the memory
- * bandwidth (THREADS threads streaming a 1 GiB buffer, best of 3, in every repetition, so that it
- * sees the same machine as the programs; their median) and the fraction of it that decoding
- * reaches: bytes of weights one decode step reads (every matrix, the n_used experts of
- * each expert tensor, one embedding row) over the median step time.
+ * bandwidth (THREADS threads streaming a 1 GiB buffer, the best of 3 reads by a plain sum and 3 by
+ * 32-byte loads into four sums, in every repetition, so that it sees the same machine as the
+ * programs; their median) and the fraction of it that decoding reaches: bytes of weights one
+ * decode step reads (every matrix, the n_used experts of each expert tensor, one embedding row)
+ * times the repetition's decode rate over the repetition's bandwidth, the median of those.
  * clover uses an F16 KV cache; llama.cpp runs with its own defaults (F16 cache, flash attention
  * auto, which its CPU backend turns on).
  *
  * Then clover's stage tables: where the time of a decode step and of the verify batch goes (every
  * task of the thread pool timed and named: each matrix family, the experts, attention, the delta
  * rule, ...; weight bytes and GB/s per stage; the serial time between tasks; the cost of waking
- * the threads), and the verify's own cost: the weight bytes it must read (every dense matrix
+ * the threads), what the last decode step's products cost at in-cache kernel speed (where that
+ * is near the step's time, decoding is bound by the kernels, not by memory), and the verify's own cost: the weight bytes it must read (every dense matrix
  * once, the union of the experts its rows chose) over the bandwidth, and its compute floor (its
  * products at in-cache kernel speed, plus the measured time of the stages that read no weights).
  * -s 1: the stage tables only (no llama.cpp). -c cpu: time them in the calling thread's CPU time,
@@ -98,20 +100,36 @@ static double stage_clock(void) {
 }
 
 /* --- memory bandwidth and bytes per decode step ----------------------------------------------- */
-typedef struct { const uint64_t *p; size_t n; uint64_t sum; } StreamTask;
+typedef struct { const uint64_t *p; size_t n; int wide; uint64_t sum; } StreamTask;
+typedef uint64_t U64x4 __attribute__((vector_size(32)));
 
+/* Reads thread ith's share of p: a plain sum, or (wide) 32-byte loads into four independent sums.
+ * Neither is always the faster here (and 64-byte loads with a prefetch were slower than both), so
+ * memory_bandwidth takes the best of the two. */
 static void stream_task(void *arg, int ith, int nth) {
     StreamTask *st = arg;
-    size_t i0 = st->n * ith / nth, i1 = st->n * (ith + 1) / nth;
-    uint64_t s = 0;
-    for (size_t i = i0; i < i1; i++) s += st->p[i];
-    __atomic_fetch_add(&st->sum, s, __ATOMIC_RELAXED);
+    size_t i0 = st->n / 16 * ith / nth * 16, i1 = st->n / 16 * (ith + 1) / nth * 16;
+    uint64_t sum = 0;
+    if (st->wide) {
+        U64x4 s[4] = {{0}, {0}, {0}, {0}};
+        for (size_t i = i0; i < i1; i += 16)
+            for (int k = 0; k < 4; k++) {
+                U64x4 v;
+                memcpy(&v, st->p + i + 4 * k, sizeof v);
+                s[k] += v;
+            }
+        U64x4 t = s[0] + s[1] + s[2] + s[3];
+        sum = t[0] + t[1] + t[2] + t[3];
+    } else {
+        for (size_t i = i0; i < i1; i++) sum += st->p[i];
+    }
+    __atomic_fetch_add(&st->sum, sum, __ATOMIC_RELAXED);
 }
 
-static double memory_bandwidth(Pool *pool, uint64_t *p, size_t n) {   /* bytes/s, best of 3 reads of p[0..n) */
+static double memory_bandwidth(Pool *pool, uint64_t *p, size_t n) {   /* bytes/s, best of 3 reads of p[0..n) by each loop */
     double best = 0;
-    for (int r = 0; r < 3; r++) {
-        StreamTask st = {p, n, 0};
+    for (int r = 0; r < 6; r++) {
+        StreamTask st = {p, n, r % 2, 0};
         double t0 = stage_clock();
         pool_run(pool, stream_task, &st);
         double bw = n * 8.0 / (stage_clock() - t0);
@@ -282,8 +300,13 @@ static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *
     ctx->pool->observe = observe;
     n_stages = 0;
     double t0 = stage_clock();
-    for (int i = 0; i < N; i++) forward_causal(ctx, ids + P + i, 1, logits, 1);
+    for (int i = 0; i < N; i++) {
+        recording = i == N - 1;   /* the last step's products, for its compute floor */
+        forward_causal(ctx, ids + P + i, 1, logits, 1);
+    }
+    recording = false;
     print_stages("decode step", N, stage_clock() - t0, bw, overhead);
+    printf("  its products at in-cache kernel speed on %d threads: %.2f ms\n", nth, 1e3 * compute_floor(ctx, nth));
     n_stages = n_products = 0;
     recording = true;
     t0 = stage_clock();
@@ -411,6 +434,12 @@ int main(int argc, char **argv) {
     }
     free(stream);
     double bw = median(bws, reps), bytes = decode_bytes(&m);
+    double *frac[2] = {xmalloc(reps * sizeof(double)), xmalloc(reps * sizeof(double))};
+    for (int r = 0; r < reps; r++) {   /* each repetition's decode rate over the bandwidth measured beside it */
+        frac[0][r] = bytes * cr[1][r] / bws[r];
+        frac[1][r] = bytes * lr[1][r] / bws[r];
+    }
+    double f_c = median(frac[0], reps), f_l = median(frac[1], reps);
     VerifyCost vc = profile(&ctx, ids, P, N, V, logits, bw, threads);
     double c_pre = median(cr[0], reps), c_dec = median(cr[1], reps), c_ver = median(cr[2], reps);
     double l_pre = median(lr[0], reps), l_dec = median(lr[1], reps), l_ver = median(lr[2], reps);
@@ -425,13 +454,13 @@ int main(int argc, char **argv) {
     printf("  verify's cost: %.0f MB of weights = %.1f ms at the bandwidth, compute floor %.1f ms; clover takes %.2fx the "
            "larger\n", vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
     printf("  memory bandwidth %.1f GB/s (%d threads); a decode step reads %.0f MB of weights: clover reaches %.0f%%, "
-           "llama.cpp %.0f%%\n", bw / 1e9, threads, bytes / 1e6, 100 * bytes * c_dec / bw, 100 * bytes * l_dec / bw);
+           "llama.cpp %.0f%% (medians of the repetitions' fractions)\n", bw / 1e9, threads, bytes / 1e6, 100 * f_c, 100 * f_l);
     printf("BENCH prefill_clover=%.2f prefill_llama=%.2f prefill_ratio=%.2f decode_clover=%.2f decode_llama=%.2f "
            "decode_ratio=%.2f verify_clover_ms=%.1f verify_llama_ms=%.1f verify_steps_clover=%.2f verify_steps_llama=%.2f "
            "bandwidth_gbs=%.1f decode_mb=%.0f decode_bw_clover=%.2f decode_bw_llama=%.2f verify_mb=%.0f verify_bytes_ms=%.1f "
            "verify_floor_ms=%.1f verify_vs_cost=%.2f\n",
            c_pre, l_pre, r_pre, c_dec, l_dec, r_dec, 1e3 * c_ver, 1e3 * l_ver, c_vs, l_vs, bw / 1e9, bytes / 1e6,
-           bytes * c_dec / bw, bytes * l_dec / bw, vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
+           f_c, f_l, vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
     llama_free(lc);
     llama_model_free(lm);
     llama_backend_free();

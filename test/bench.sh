@@ -3,7 +3,7 @@
 #
 #   test/bench.sh [THREADS [REPS]]     (defaults: 2 threads, 5 repetitions)
 #
-# For each weight mix (a Q4_K_M-like mix and Q8_0) and each vocabulary (the real 248320 tokens, and
+# For each weight mix (a Q4_K_M-like mix, Q8_0 and Q4_0: the three official files) and each vocabulary (the real 248320 tokens, and
 # 32768, where the layers rather than the output head dominate the bytes read per token), build/gen
 # writes a 4-layer slice with every per-layer shape of the 35B model (2-5 GB, in $BENCH_DIR or /tmp,
 # deleted after use) and build/bench measures prefill (512-token prompt), decode (64 tokens) and one
@@ -23,7 +23,7 @@ trap 'rm -rf "$DIR"' EXIT
 trap 'exit 130' INT TERM
 
 rows=()
-for type in q4_k_m q8_0; do
+for type in q4_k_m q8_0 q4_0; do
     for vocab in 248320 32768; do
         f="$DIR/$type-$vocab.gguf"
         echo "== $type, vocabulary $vocab: build/gen --shape real --type $type --layers 4 --vocab $vocab"
