@@ -926,7 +926,8 @@ typedef float (*DotFn)(const void *w, const void *a, int64_t n);
 typedef void (*DotRowsFn)(const void *w, const void *a, size_t stride, int R, int64_t n, float *out);
 /* four weight rows, spacing bytes apart, against one activation row (decoding): out[i] =
  * dot(w + i spacing, a, n), bit for bit. Where a row's dot is one chain of dependent float
- * operations (Q8_0, Q4_0), four rows are four chains that overlap. */
+ * operations (Q8_0, Q4_0), four rows are four chains that overlap; where a block's integer sum
+ * must be reduced alone (repacked Q4_0, Q4_K), four rows' sums are reduced together. */
 typedef void (*DotW4Fn)(const void *w, size_t spacing, const void *a, int64_t n, float out[4]);
 enum { K_F32, K_F32_TILE, K_F16, K_F16_TILE, K_BF16, K_BF16_TILE, K_Q8_0, K_Q4_0, K_Q4_0_8X8,
        K_Q4_K, K_Q4_K_8X8, K_Q4_K_8X8_GEMM, K_Q5_K, K_Q6_K, N_KERNELS };
@@ -4226,6 +4227,41 @@ static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a,
     *out = acc - accm;
 }
 
+/* q4_K_8x8_gemv1_avx2 for four weight rows (DotW4Fn): a block's lanes of the four rows reduced
+ * together, and the rows' acc and acc_min chains in the lanes of two registers (vector fused
+ * multiply-adds instead of eight scalar ones a block) */
+static inline SIMD_INLINE void q4_K_8x8_gemv_w4_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) {
+    const BlockQ8_K *y = a;
+    const BlockQ4_K *x[4];
+    for (int i = 0; i < 4; i++) x[i] = (const BlockQ4_K *)((const uint8_t *)w + i * spacing);
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        __m256i lanes[4], mins[4];
+        uint32_t dm[4];   /* d | dmin << 16 of each row's block */
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            const BlockQ4_K *k = &x[i][b];
+            __m128i scm = scales_k4_avx2(k->scales);
+            __m256i sc16 = scales16_k4_avx2(scm);
+            lanes[i] = _mm256_setzero_si256();
+#if ZMM
+            k4_block_zmm(k->qs, NULL, sc16, &y[b], 0, 1, 0, &lanes[i]);
+#else
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) lanes[i] = k4_sub_avx2(lanes[i], k4_sub_q_avx2(k->qs, NULL, j), scale_k4_avx2(sc16, j), y[b].qs, j);
+#endif
+            mins[i] = k4_mins8_avx2(k4_mins16_avx2(scm), &y[b]);
+            memcpy(&dm[i], &k->d, 4);
+        }
+        /* [d_0 dmin_0 .. d_3 dmin_3] d_a, then [d_0 .. d_3 | dmin_0 .. dmin_3] */
+        __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(_mm_setr_epi32((int)dm[0], (int)dm[1], (int)dm[2], (int)dm[3])), _mm256_set1_ps(y[b].d));
+        f = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3])), _mm256_castps256_ps128(f), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_i32_avx2(mins[0], mins[1], mins[2], mins[3])), _mm256_extractf128_ps(f, 1), accm);
+    }
+    _mm_storeu_ps(out, _mm_sub_ps(acc, accm));
+}
+
 static inline SIMD_INLINE void q4_K_8x8_gemv_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
     if (R == 1) q4_K_8x8_gemv1_avx2(w, a, n, out);
     else q4_K_8x8_rows_avx2(w, a, stride, R, false, n, out);
@@ -4474,6 +4510,7 @@ SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int
 /* four weight rows, one activation row */
 SIMD static void dot_w4_q8_0_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q8_0_dot_w4_avx2(w, spacing, false, a, n, out); }
 SIMD static void dot_w4_q4_0_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q8_0_dot_w4_avx2(w, spacing, true, a, n, out); }
+SIMD static void dot_w4_q4_K_8x8_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q4_K_8x8_gemv_w4_avx2(w, spacing, a, n, out); }
 SIMD static void dot_w4_q4_0_8x8_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q4_0_8x8_dot_w4_avx2(w, spacing, a, n, out); }
 
 /* single rows */
@@ -4789,7 +4826,8 @@ static const Kernels KERNELS_AVX2 = {
     .dot_rows = {[K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2,
                  [K_Q4_K] = rows_q4_K_avx2, [K_Q4_K_8X8] = rows_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = rows_q4_K_8x8_gemm_avx2,
                  [K_Q5_K] = rows_q5_K_avx2, [K_Q6_K] = rows_q6_K_avx2},
-    .dot_w4 = {[K_Q8_0] = dot_w4_q8_0_avx2, [K_Q4_0] = dot_w4_q4_0_avx2, [K_Q4_0_8X8] = dot_w4_q4_0_8x8_avx2},
+    .dot_w4 = {[K_Q8_0] = dot_w4_q8_0_avx2, [K_Q4_0] = dot_w4_q4_0_avx2, [K_Q4_0_8X8] = dot_w4_q4_0_8x8_avx2,
+               [K_Q4_K_8X8] = dot_w4_q4_K_8x8_avx2},
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
