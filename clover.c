@@ -929,12 +929,17 @@ typedef void (*DotRowsFn)(const void *w, const void *a, size_t stride, int R, in
  * operations (Q8_0, Q4_0), four rows are four chains that overlap; where a block's integer sum
  * must be reduced alone (repacked Q4_0, Q4_K), four rows' sums are reduced together. */
 typedef void (*DotW4Fn)(const void *w, size_t spacing, const void *a, int64_t n, float out[4]);
+/* eight weight rows (row_bytes apart) against R <= MAX_ROWS rows of a packed group (BlockQ8_0x8):
+ * y[r ystride + i] = dot(w + i row_bytes, activation row r, n), bit for bit (prompt and verify
+ * batches, where the weights are repacked by llama.cpp) */
+typedef void (*DotTileFn)(const void *w, size_t row_bytes, const void *a, int R, int64_t n, float *y, size_t ystride);
 enum { K_F32, K_F32_TILE, K_F16, K_F16_TILE, K_BF16, K_BF16_TILE, K_Q8_0, K_Q4_0, K_Q4_0_8X8,
        K_Q4_K, K_Q4_K_8X8, K_Q4_K_8X8_GEMM, K_Q5_K, K_Q6_K, N_KERNELS };
 typedef struct {
     DotFn dot[N_KERNELS];
     DotRowsFn dot_rows[N_KERNELS];   /* NULL: one activation row at a time (all plain kernels) */
     DotW4Fn dot_w4[N_KERNELS];       /* NULL: one weight row at a time */
+    DotTileFn dot_tile[N_KERNELS];   /* NULL: one weight row at a time */
     void (*quantize_q8_0)(const float *x, BlockQ8_0 *y, int64_t n);
     void (*quantize_q8_K)(const float *x, BlockQ8_K *y, int64_t n);
     void (*softmax)(float *x, int n);
@@ -1609,9 +1614,16 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                 /* R rows of the same kernel: no group straddles T4 */
                 int t_end = t < T4 && T4 < t1 ? T4 : t1, R = rows ? (t_end - t < MAX_ROWS ? t_end - t : MAX_ROWS) : 1;
                 const uint8_t *x = packed ? pack + (t - t0) / MAX_ROWS * group_bytes : xq + t * stride;
+                DotTileFn tile8 = packed && R > 1 ? kernels()->dot_tile[kt] : NULL;
                 for (int64_t o = ob; o < oe; o++) {
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
                     if (t == t0 && T > 1) prefetch_ahead(w, row);
+                    if (tile8 && o + 8 <= oe) {   /* eight weight rows at once */
+                        for (int i = 1; i < 8 && t == t0; i++) prefetch_ahead(w, row + i * w->row_bytes);
+                        tile8(row, w->row_bytes, x, R, w->n_in, y + (size_t)t * ystride + o, ystride);
+                        o += 7;
+                        continue;
+                    }
                     float out[MAX_ROWS];
                     if (R > 1) rows(row, x, stride, R, w->n_in, out);
                     else out[0] = dot(row, xq + t * stride, w->n_in);
@@ -3973,6 +3985,73 @@ static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, 
     for (int r = 0; r < R; r++) out[r] = o[r];
 }
 
+#if VNNI
+/* dot_q4_0_8x8 for eight weight rows against R rows of a packed group (DotTileFn), as llama.cpp's
+ * repacked gemm lays out the work: the eight rows' block b transposed into eight registers W_g
+ * whose lane i holds row i's values 4g'..4g'+3 (g' = the g-th group of four), so that each
+ * activation row's four values, broadcast, meet all eight weight rows in one vpdpbusd, and the
+ * block's eight sums land in eight lanes with no reduction across lanes. The packed activations
+ * are stored + 128 (unsigned), the weights taken signed (q - 8); the 128 sum q term of each
+ * weight row is one start value per block, shared by the R rows. Per (weight row, activation row)
+ * acc = fma(isum, d_w d_a, acc) in block order, as the single-row kernels. */
+static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_bytes, const void *a, const int R, int64_t n, float *y,
+                                                  size_t ystride) {
+    const BlockQ8_0x8 *p = a;
+    __m256 acc[MAX_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        const BlockQ4_0 *x[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) x[i] = (const BlockQ4_0 *)((const uint8_t *)w + i * row_bytes) + b;
+        __m256i Y[4], W[8], start = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)   /* rows i and i + 4 in the two halves; word m holds values 4m.. (low nibbles) and 16+4m.. (high) */
+            Y[i] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)x[i + 4]->qs), _mm_loadu_si128((const __m128i *)x[i]->qs));
+        __m256i t0 = _mm256_unpacklo_epi32(Y[0], Y[1]), t1 = _mm256_unpackhi_epi32(Y[0], Y[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(Y[2], Y[3]), t3 = _mm256_unpackhi_epi32(Y[2], Y[3]);
+        __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                        _mm256_unpackhi_epi64(t1, t3)};   /* T[m] lane i: word m of row i */
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            W[m] = _mm256_sub_epi8(_mm256_and_si256(T[m], _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+            W[m + 4] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(T[m], 4), _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) start = _mm256_dpbusd_epi32(start, _mm256_set1_epi8((char)PACK_OFFSET), W[g]);
+        start = _mm256_sub_epi32(_mm256_setzero_si256(), start);
+        __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0]->d, (short)x[1]->d, (short)x[2]->d, (short)x[3]->d, (short)x[4]->d,
+                                                   (short)x[5]->d, (short)x[6]->d, (short)x[7]->d));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const int8_t *q = p[b].qs[r];
+            __m256i l[2] = {start, _mm256_setzero_si256()};   /* two chains of four (one of eight: 20% slower) */
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {   /* group g: values 4g.. (g < 4) or 16 + 4(g - 4).. */
+                int32_t v;
+                memcpy(&v, q + (g < 4 ? 4 * g : 16 + 4 * (g - 4)), 4);
+                l[g % 2] = _mm256_dpbusd_epi32(l[g % 2], _mm256_set1_epi32(v), W[g]);
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(l[0], l[1])), _mm256_mul_ps(dw, _mm256_set1_ps(p[b].d[r])), acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(y + (size_t)r * ystride, acc[r]);
+}
+SIMD static void tile_q4_0_8x8_avx2(const void *w, size_t row_bytes, const void *a, int R, int64_t n, float *y, size_t ystride) {
+    switch (R) {   /* R as a constant in each body, so that the rows' accumulators stay in registers */
+    case 1: q4_0_8x8_tile_avx2(w, row_bytes, a, 1, n, y, ystride); break;
+    case 2: q4_0_8x8_tile_avx2(w, row_bytes, a, 2, n, y, ystride); break;
+    case 3: q4_0_8x8_tile_avx2(w, row_bytes, a, 3, n, y, ystride); break;
+    case 4: q4_0_8x8_tile_avx2(w, row_bytes, a, 4, n, y, ystride); break;
+    case 5: q4_0_8x8_tile_avx2(w, row_bytes, a, 5, n, y, ystride); break;
+    case 6: q4_0_8x8_tile_avx2(w, row_bytes, a, 6, n, y, ystride); break;
+    case 7: q4_0_8x8_tile_avx2(w, row_bytes, a, 7, n, y, ystride); break;
+    default: q4_0_8x8_tile_avx2(w, row_bytes, a, 8, n, y, ystride); break;
+    }
+}
+#endif
+
 /* unpack_scales_k4 in one register: bytes 0..7 the eight scales, bytes 8..15 the eight mins.
  * With s = the 12 scale bytes: A = [s0..3, s8..11, s4..7, s8..11] gives the low bits (6 of s0..7,
  * the low or high nibble of s8..11) and B = [-, s0..3, -, s4..7] the top two bits of scales and
@@ -4828,6 +4907,9 @@ static const Kernels KERNELS_AVX2 = {
                  [K_Q5_K] = rows_q5_K_avx2, [K_Q6_K] = rows_q6_K_avx2},
     .dot_w4 = {[K_Q8_0] = dot_w4_q8_0_avx2, [K_Q4_0] = dot_w4_q4_0_avx2, [K_Q4_0_8X8] = dot_w4_q4_0_8x8_avx2,
                [K_Q4_K_8X8] = dot_w4_q4_K_8x8_avx2},
+#if VNNI
+    .dot_tile = {[K_Q4_0_8X8] = tile_q4_0_8x8_avx2},
+#endif
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,

@@ -412,7 +412,7 @@ static void test_simd_dots(void) {
     void *w = xmalloc(4096 * 4), *act = xmalloc(4096 * 4 + 1024);
     uint8_t *rows_act = xmalloc(MAX_ROWS * (4096 * 4 + 1024));
     BlockQ8_0x8 *packed = xmalloc(4096 / 32 * sizeof *packed);
-    uint8_t *w4rows = xmalloc(4 * (4096 * 4 + 64));
+    uint8_t *w4rows = xmalloc(8 * (4096 * 4 + 64));
     for (int k = 0; k < N_KERNELS; k++) {
         uint32_t type = 0;
         for (int t = 0; t < N_WEIGHT_TYPES; t++)
@@ -454,6 +454,23 @@ static void test_simd_dots(void) {
                         n_checks++;
                         if (memcmp(&want, &out[r], 4) && bad++ == 0)
                             snprintf(detail, sizeof detail, "n=%lld, %d rows, row %d: scalar %.9g, simd %.9g", (long long)n, R, r, want, out[r]);
+                    }
+                    /* the tile kernel: eight weight rows (row 0 this one) against the same packed group */
+                    DotTileFn tile = kernels()->dot_tile[k];
+                    if (tile && rep % 5 == 0) {
+                        size_t rb = row_bytes(type, n);
+                        memcpy(w4rows, w, rb);
+                        for (int i = 1; i < 8; i++) random_row(type, w4rows + i * rb, n);
+                        float yt[MAX_ROWS * 8];
+                        tile(w4rows, rb, packed, R, n, yt, 8);
+                        for (int r = 0; r < R; r++)
+                            for (int i = 0; i < 8; i++) {
+                                float want = KERNELS_PLAIN.dot[k](w4rows + i * rb, rows_act + r * stride, n);
+                                n_checks++;
+                                if (memcmp(&want, &yt[r * 8 + i], 4) && bad++ == 0)
+                                    snprintf(detail, sizeof detail, "n=%lld, tile of %d rows, weight row %d, row %d: scalar %.9g, simd %.9g",
+                                             (long long)n, R, i, r, want, yt[r * 8 + i]);
+                            }
                     }
                 }
                 /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart */
