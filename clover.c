@@ -3988,7 +3988,7 @@ static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, 
 #if VNNI
 /* dot_q4_0_8x8 for eight weight rows against R rows of a packed group (DotTileFn), as llama.cpp's
  * repacked gemm lays out the work: the eight rows' block b transposed into eight registers W_g
- * whose lane i holds row i's values 4g'..4g'+3 (g' = the g-th group of four), so that each
+ * whose lane i holds row i's values 4g..4g+3, so that each
  * activation row's four values, broadcast, meet all eight weight rows in one vpdpbusd, and the
  * block's eight sums land in eight lanes with no reduction across lanes. The packed activations
  * are stored + 128 (unsigned), the weights taken signed (q - 8); the 128 sum q term of each
@@ -4027,9 +4027,9 @@ static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_byte
             const int8_t *q = p[b].qs[r];
             __m256i l[2] = {start, _mm256_setzero_si256()};   /* two chains of four (one of eight: 20% slower) */
 #pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) {   /* group g: values 4g.. (g < 4) or 16 + 4(g - 4).. */
+            for (int g = 0; g < 8; g++) {   /* W[g] holds values 4g..4g+3 (words g, or g - 4 shifted) */
                 int32_t v;
-                memcpy(&v, q + (g < 4 ? 4 * g : 16 + 4 * (g - 4)), 4);
+                memcpy(&v, q + 4 * g, 4);
                 l[g % 2] = _mm256_dpbusd_epi32(l[g % 2], _mm256_set1_epi32(v), W[g]);
             }
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(l[0], l[1])), _mm256_mul_ps(dw, _mm256_set1_ps(p[b].d[r])), acc[r]);

@@ -23,8 +23,9 @@
  * task of the thread pool timed and named: each matrix family, the experts, attention, the delta
  * rule, ...; weight bytes and GB/s per stage; the serial time between tasks; the cost of waking
  * the threads), what the last decode step's products cost at in-cache kernel speed (where that
- * is near the step's time, decoding is bound by the kernels, not by memory), and the verify's own cost: the weight bytes it must read (every dense matrix
- * once, the union of the experts its rows chose) over the bandwidth, and its compute floor (its
+ * is near the step's time, decoding is bound by the kernels, not by memory), and the verify's own
+ * cost: the weight bytes it must read (every dense matrix once, the union of the experts its rows
+ * chose) over the bandwidth, and its compute floor (its
  * products at in-cache kernel speed, plus the measured time of the stages that read no weights).
  * -s 1: the stage tables only (no llama.cpp). -c cpu: time them in the calling thread's CPU time,
  * which with -t 1 leaves out the time spent waiting for a CPU on a machine shared with other work.

@@ -3,9 +3,9 @@
 #
 #   test/bench.sh [THREADS [REPS]]     (defaults: 2 threads, 5 repetitions)
 #
-# For each weight mix (a Q4_K_M-like mix, Q8_0 and Q4_0: the three official files) and each vocabulary (the real 248320 tokens, and
-# 32768, where the layers rather than the output head dominate the bytes read per token), build/gen
-# writes a 4-layer slice with every per-layer shape of the 35B model (2-5 GB, in $BENCH_DIR or /tmp,
+# For each weight mix (a Q4_K_M-like mix, Q8_0 and Q4_0: the three official files) and each
+# vocabulary (the real 248320 tokens, and 32768, where the layers rather than the output head
+# dominate the bytes read per token), build/gen writes a 4-layer slice with every per-layer shape of the 35B model (2-5 GB, in $BENCH_DIR or /tmp,
 # deleted after use) and build/bench measures prefill (512-token prompt), decode (64 tokens) and one
 # 16-row verify batch, alternating clover and llama.cpp run by run (medians of each figure and of the
 # per-run ratios; llama.cpp at its own defaults: flash attention auto, F16 cache), then clover's stage
