@@ -149,6 +149,38 @@ def accepted(model, x, L, mask_id):
     return ok.cumprod(-1).sum(-1).float().mean().item()
 
 
+def rollout(model, x, cache, R):
+    """x [B, T] corpus windows, cache = causal(x, every=R) -> z [B, T]: x's first T-R+1 tokens, then
+    the R-1 tokens greedy decoding continues them with (the last block of model.greedy_blocks; no
+    gradient): the model's own text after a corpus prompt, as draft-self meets it after a few rounds."""
+    y = greedy_blocks(model, x, cache, R)
+    return torch.cat([x[:, :-R], y[:, -R:]], dim=1)
+
+
+def own_text(model, x, mask_id, R=128, L=16):
+    """On the model's own greedy text (rollout after T-R corpus tokens): the drafts draft-self's exact
+    rule would accept per round from L-row draft blocks inside the greedy part, and the greedy tokens
+    generated before the first one that starts an 8-token sequence already seen in that greedy part
+    (table.py's measure of repetition; R-1 when none recurs)."""
+    _, cache, _ = model.causal(x, every=R)
+    z = rollout(model, x, cache, R)
+    _, cz, _ = model.causal(z, every=L)
+    T = z.shape[1]
+    first = (torch.arange(T) % L == 0)[None, :]
+    d = model.preview(torch.where(first, z, torch.full_like(z, mask_id)), cz, L).argmax(-1)
+    ok = (d == z).reshape(z.shape[0], -1, L)[:, (T - R) // L:, 1:].long()
+    runs = []
+    for g in z[:, T - R + 1:].tolist():
+        seen, r = set(), len(g)
+        for i in range(len(g) - 7):
+            if tuple(g[i:i + 8]) in seen:
+                r = i
+                break
+            seen.add(tuple(g[i:i + 8]))
+        runs.append(r)
+    return ok.cumprod(-1).sum(-1).float().mean().item(), sum(runs) / len(runs)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("work")
@@ -162,6 +194,9 @@ def main():
     ap.add_argument("--distill", action="store_true")
     ap.add_argument("--name", default="stage1")
     ap.add_argument("--unlikely", type=float, default=0.0)
+    ap.add_argument("--rollout", type=int, default=0)
+    ap.add_argument("--draft-prob", type=float, default=0.5)
+    ap.add_argument("--eval-every", type=int, default=200)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     work = args.work
@@ -238,12 +273,17 @@ def main():
             out["self16"] = diff_loss(model, xs, 16, tok.mask_id, g, draft_prob=1.0, distill=True)[0].item()
             for L in (4, 8, 16):
                 out["accepted%d" % L] = accepted(model, xs, L, tok.mask_id)
+            out["own16"], out["run"] = own_text(model, xs, tok.mask_id)
         model.train()
         return " ".join("%s %.4f" % kv for kv in out.items())
 
     Ls, Lp = [32, 16, 8, 4], [0.4, 0.25, 0.2, 0.15]
     if args.distill:
         Ls, Lp = [16, 8, 4, 32], [0.45, 0.2, 0.15, 0.2]
+    R = args.rollout
+    if R:
+        Ls, Lp = [16, 8, 32, 4], [0.55, 0.15, 0.2, 0.1]
+    late = torch.arange(T)[None, :] > T - R     # the greedy rows of a rollout
     run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0, "ul": 0.0, "rep": 0.0}
     t0 = time.time() - elapsed
     while step < args.steps:
@@ -253,20 +293,35 @@ def main():
         y = torch.stack([train_ids[s + 1:s + T + 1] for s in starts])
         for gp in opt.param_groups:
             gp["lr"] = lr_at(step)
-        logits, cache, aux = model.causal(x, every=L)
+        logits, cache, aux = model.causal(x, every=R or L)
         lm = F.cross_entropy(logits.reshape(-1, cfg.n_vocab), y.reshape(-1))
-        tgt = greedy_blocks(model, x, cache, L) if args.distill else x
-        noisy, m = mask_blocks(tgt, L, tok.mask_id, gen)
-        dl = F.cross_entropy(model.preview(noisy, cache, L, m), tgt[m])
-        loss = lm + dl + 0.01 * aux
         ul = torch.zeros(())
-        if args.unlikely > 0:
-            r = repeats(x, tgt, L)
-            run["rep"] += r.float().sum().item() / (r.numel() * (L - 1) / L)
-            if r.any():   # the causal logits of the row before each repeating greedy token
-                p = model.preview(tgt, cache, L, r.roll(-1, dims=1), causal=True).softmax(-1)
-                ul = -torch.log((1 - p.gather(-1, tgt[r][:, None])).clamp_min(1e-5)).sum() / r.numel()
+        if R:   # stage 3: DIFF on the greedy rows of a rollout (targets: the rollout itself), UNLIKELY on its repeats
+            z = rollout(model, x, cache, R)
+            lz, cache, auxz = model.causal(z, every=L)
+            noisy, m = mask_blocks(z, L, tok.mask_id, gen, args.draft_prob)
+            m = m & late
+            dl = F.cross_entropy(model.preview(noisy, cache, L, m), z[m])
+            loss = lm + dl + 0.005 * (aux + auxz)
+            g = z[:, T - R:]            # id_last of the rollout's first round, then its greedy rows
+            r = F.pad(repeats(g, g, R), (T - R, 0))
+            run["rep"] += r.float().sum().item() / (r.shape[0] * (R - 1))
+            if args.unlikely > 0 and r.any():   # the causal logits of the row before each repeating token
+                p = lz[r.roll(-1, dims=1)].softmax(-1)
+                ul = -torch.log((1 - p.gather(-1, z[r][:, None])).clamp_min(1e-5)).sum() / (r.shape[0] * (R - 1))
                 loss = loss + args.unlikely * ul
+        else:
+            tgt = greedy_blocks(model, x, cache, L) if args.distill else x
+            noisy, m = mask_blocks(tgt, L, tok.mask_id, gen, args.draft_prob)
+            dl = F.cross_entropy(model.preview(noisy, cache, L, m), tgt[m])
+            loss = lm + dl + 0.01 * aux
+            if args.unlikely > 0:
+                r = repeats(x, tgt, L)
+                run["rep"] += r.float().sum().item() / (r.numel() * (L - 1) / L)
+                if r.any():   # the causal logits of the row before each repeating greedy token
+                    p = model.preview(tgt, cache, L, r.roll(-1, dims=1), causal=True).softmax(-1)
+                    ul = -torch.log((1 - p.gather(-1, tgt[r][:, None])).clamp_min(1e-5)).sum() / r.numel()
+                    loss = loss + args.unlikely * ul
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -281,9 +336,9 @@ def main():
             k = run["n"]
             say("step %d time %.0f lr %.2e train lm %.4f diff %.4f balance %.3f%s"
                 % (step, time.time() - t0, lr_at(step - 1), run["lm"] / k, run["diff"] / k, run["aux"] / k,
-                   " unlikely %.4f repeated %.4f" % (run["ul"] / k, run["rep"] / k) if args.unlikely > 0 else ""))
+                   " unlikely %.4f repeated %.4f" % (run["ul"] / k, run["rep"] / k) if args.unlikely > 0 or R else ""))
             run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0, "ul": 0.0, "rep": 0.0}
-        if step % 200 == 0 or step == args.steps:
+        if step % args.eval_every == 0 or step == args.steps:
             say("step %d time %.0f held-out %s" % (step, time.time() - t0, evaluate()))
         if step % 50 == 0 or step == args.steps:
             st = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": time.time() - t0,
