@@ -2,7 +2,7 @@
 """train.py: train the tiny Clover (model.py) on the King James Bible.
 
   train.py WORKDIR [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S] [--init CKPT] [--distill]
-                    [--name NAME]
+                    [--name NAME] [--unlikely W] [--rollout R] [--draft-prob P] [--eval-every N]
 
 WORKDIR holds train.txt, heldout.txt and vocab.json (corpus.py, bpe.py). Every step takes B random
 windows of T+1 tokens from the training text and minimises
@@ -39,6 +39,13 @@ probability of that token (the causal pass over the block rows with gradient), s
 by the number of rows, so that a penalised token weighs as much as one token of LM. (Averaged over
 the penalised rows alone, a few percent of them, it outweighed LM and DIFF: the training LM loss
 rose by 0.1-0.15 in 50 steps and drafts matched the greedy continuation less often.)
+
+--rollout R (an experiment, not in make.sh; README "Where the time went"): DIFF on the model's own
+text instead, the R-1 greedy rows that continue each window's first T-R+1 tokens, with the rollout
+itself as target (draft-shaped blocks with probability --draft-prob); with --unlikely, UNLIKELY on the
+rollout's tokens that complete a 6-token sequence already in it. Every evaluation also reports own16
+and run (own_text): accepted drafts per 16-row round inside such a rollout, and its greedy tokens
+before the first repeated 8-token sequence.
 
 AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine decay to 10%,
 gradient clipping at 1. Checkpoints WORKDIR/NAME.pt (NAME: --name, default stage1) every 50 steps
@@ -169,15 +176,8 @@ def own_text(model, x, mask_id, R=128, L=16):
     first = (torch.arange(T) % L == 0)[None, :]
     d = model.preview(torch.where(first, z, torch.full_like(z, mask_id)), cz, L).argmax(-1)
     ok = (d == z).reshape(z.shape[0], -1, L)[:, (T - R) // L:, 1:].long()
-    runs = []
-    for g in z[:, T - R + 1:].tolist():
-        seen, r = set(), len(g)
-        for i in range(len(g) - 7):
-            if tuple(g[i:i + 8]) in seen:
-                r = i
-                break
-            seen.add(tuple(g[i:i + 8]))
-        runs.append(r)
+    g = z[:, T - R + 1:]                        # the greedy rows: a token completing a repeat starts it 7 before
+    runs = [row.index(True) - 7 if True in row else R - 1 for row in repeats(g, g, R - 1, n=8).tolist()]
     return ok.cumprod(-1).sum(-1).float().mean().item(), sum(runs) / len(runs)
 
 
@@ -283,7 +283,8 @@ def main():
     R = args.rollout
     if R:
         Ls, Lp = [16, 8, 32, 4], [0.55, 0.15, 0.2, 0.1]
-    late = torch.arange(T)[None, :] > T - R     # the greedy rows of a rollout
+    if R:
+        late = torch.arange(T)[None, :] > T - R     # the greedy rows of a rollout
     run = {"lm": 0.0, "diff": 0.0, "aux": 0.0, "n": 0, "ul": 0.0, "rep": 0.0}
     t0 = time.time() - elapsed
     while step < args.steps:
