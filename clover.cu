@@ -28,6 +28,7 @@
 #include "test/cuda_emu.h"
 #else
 #include <cuda_runtime.h>
+#define DYNAMIC_SHARED(T, name) extern __shared__ T name[]   // a kernel's dynamic shared memory (the emulation's one buffer there)
 #endif
 #include <math.h>
 #include <stdint.h>
@@ -252,6 +253,8 @@ template <typename V> __device__ V load_vec(const void *p) {
 #endif
 }
 __device__ Vec16 load16(const uint8_t *p) { return load_vec<Vec16>(p); }
+struct alignas(8) W2 { uint32_t w[2]; };   // 8 bytes, one 64-bit load (8-byte aligned)
+__device__ W2 load8(const uint8_t *p) { return load_vec<W2>(p); }
 
 // ================================================================================================
 // 4. Reductions: a warp's 32 values folded by xor butterfly (offsets 16, 8, 4, 2, 1), so every lane
@@ -429,6 +432,67 @@ __device__ int dp4a(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
+// d = a b on the tensor cores for a warp's 16 x 8 tile over k = 32 (mma.sync m16n8k32 of signed
+// bytes, int32 sums: exact), the fragments as the PTX ISA lays them out, lane l = 4g + t holding
+//   a[0], a[2]: A (16 x 32) row g, columns 4t..4t+3 and 16+4t..16+4t+3;  a[1], a[3]: the same of row g+8;
+//   b[0], b[1]: B (32 x 8) column g, rows 4t..4t+3 and 16+4t..16+4t+3;
+//   d[r]: row g + 8 (r / 2), column 2t + r % 2.
+// Only the sum over k is used, so a caller may number the 32 k in any order that A and B share:
+// matmul_mma_kernel gives lane t the 8 consecutive values 8t..8t+7 of a group (a[0], a[2] of row g,
+// b[0], b[1] of column g), one 8-byte load each. Every lane of the warp takes part.
+__device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef __CUDA_ARCH__
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+#elif defined(CLOVER_EMU)
+    const int32_t zero[4] = {0, 0, 0, 0};
+    emu_mma_s8(d, a, b, zero, __FILE__, __LINE__);
+#else
+    d[0] = d[1] = d[2] = d[3] = 0;   // (nvcc's host pass: never run)
+#endif
+}
+
+// The batch tile of matmul_mma_kernel in shared memory: MMA_M rows of Q8_K activations (rows past
+// the batch zero), laid out so that a warp's A fragment is 256 consecutive bytes (two wavefronts, no
+// bank conflicts) and a lane's part of it one 8-byte load:
+//   q:     [unit][group of 32][row][32 bytes]  (16 n bytes; lane 4g + t's 8 bytes of row g at 8 lane)
+//   bsums: [unit][row][16 int16]               (2 n bytes)
+//   d:     [unit][row] float                   (n / 4 bytes)
+// A block has MMA_WARPS warps of 8 weight rows each.
+enum { MMA_M = 16, MMA_WARPS = 4, MMA_ROWS = 8 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024 };
+static size_t mma_tile_bytes(int64_t n) { return (size_t)n * 18 + (size_t)n / 4; }
+__device__ const uint8_t *tile_group(const uint8_t *xs, int u, int j) { return xs + (size_t)(8 * u + j) * MMA_M * 32; }
+__device__ const uint8_t *tile_bsums(const uint8_t *xs, int64_t n, int u, int r) { return xs + 16 * (size_t)n + ((size_t)u * MMA_M + r) * 32; }
+__device__ float tile_d(const uint8_t *xs, int64_t n, int u, int r) { return ((const float *)(xs + 18 * (size_t)n))[u * MMA_M + r]; }
+
+// Rows t0 .. t0+R-1 of the rounded Q8_K rows x (x_bytes apart, section 3's layout) into the tile xs,
+// by all the block's threads in 16-byte pieces.
+__device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, int R, uint8_t *xs) {
+    int per = n / 16, nu = n / 256;
+    for (int i = threadIdx.x; i < MMA_M * per; i += blockDim.x) {   // q: 16 of a row's n bytes
+        int r = i / per, k = 16 * (i % per), u = k / 256, j = k % 256 / 32;
+        Vec16 v = r < R ? load16(x + r * x_bytes + k) : Vec16{};
+        *(Vec16 *)(xs + ((size_t)(8 * u + j) * MMA_M + r) * 32 + k % 32) = v;
+    }
+    for (int i = threadIdx.x; i < MMA_M * per / 8; i += blockDim.x) {   // bsums: 8 of a row's n / 16
+        int r = i / (per / 8), k = i % (per / 8);
+        Vec16 v = r < R ? load16(x + r * x_bytes + n + 16 * k) : Vec16{};
+        *(Vec16 *)(xs + 16 * (size_t)n + ((size_t)(k / 2) * MMA_M + r) * 32 + 16 * (k % 2)) = v;
+    }
+    for (int i = threadIdx.x; i < MMA_M * nu; i += blockDim.x) {   // d: one a unit
+        int r = i / nu, u = i % nu;
+        ((float *)(xs + 18 * (size_t)n))[u * MMA_M + r] = r < R ? ((const float *)(x + r * x_bytes + n + n / 8))[u] : 0.0f;
+    }
+}
+
+// A lane's A fragment of group j of unit u (mma_s8): 8 bytes of tile row g and 8 of row g + 8
+__device__ void tile_fragment(const uint8_t *xs, int u, int j, uint32_t a[4]) {
+    const uint8_t *p = tile_group(xs, u, j) + 8 * (threadIdx.x % WARP);
+    W2 lo = load8(p), hi = load8(p + 8 * 32);
+    a[0] = lo.w[0], a[1] = hi.w[0], a[2] = lo.w[1], a[3] = hi.w[1];
+}
+
 // A matrix on the device (clover.c's Mat): n_out rows of n_in values of `type` (n_stack matrices of
 // them for the stacked experts, expert e's row o being row e * n_out + o) in the layouts of section 3:
 // row r's quants at data + r * row_bytes, and for Q8_0, Q4_0 and Q6_K its blocks' fp16 scales d at
@@ -444,7 +508,7 @@ struct Mat { uint32_t type; int64_t n_in, n_out; const uint8_t *data; size_t row
 // F32 weights . F32 activations: 4 values a lane, one 16-byte load of each
 struct DotF32 {
     static constexpr int UNIT = 4, LPB = 1;
-    static constexpr bool MINS = false;
+    static constexpr bool MINS = false, MMA = false;
     struct Piece { float w[4]; };
     __device__ static void load(const Mat &m, int64_t r, int, int u, int, Piece &p) {
         Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
@@ -461,7 +525,7 @@ struct DotF32 {
 // dot_f16_row, dot_bf16_row): 8 values a lane, one 16-byte load of each
 template <bool BF> struct DotHalf {
     static constexpr int UNIT = 8, LPB = 1;
-    static constexpr bool MINS = false;
+    static constexpr bool MINS = false, MMA = false;
     struct Piece { float w[8]; };
     __device__ static float value(const Vec16 &v, int i) {
         uint16_t h = (uint16_t)(v.w[i / 2] >> (16 * (i % 2)));
@@ -482,7 +546,7 @@ template <bool BF> struct DotHalf {
 // each, 8 dp4a
 struct DotQ8_0 {
     static constexpr int UNIT = 32, LPB = 1;
-    static constexpr bool MINS = false;
+    static constexpr bool MINS = false, MMA = false;
     struct Piece { Vec16 q[2]; float d; };
     __device__ static void load(const Mat &m, int64_t r, int nu, int u, int, Piece &p) {
         const uint8_t *b = m.data + r * m.row_bytes + 32 * (size_t)u;
@@ -503,7 +567,7 @@ struct DotQ8_0 {
 // 8 sum a, the activations' sum by dp4a with ones.
 struct DotQ4_0 {
     static constexpr int UNIT = 32, LPB = 1;
-    static constexpr bool MINS = false;
+    static constexpr bool MINS = false, MMA = false;
     struct Piece { uint32_t lo[4], hi[4]; float d; };
     __device__ static void load(const Mat &m, int64_t r, int nu, int u, int, Piece &p) {
         Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
@@ -555,7 +619,7 @@ __device__ int dot16(const Vec16 &w, const Vec16 &a) {
 // qh bytes), and adds sc_j (q . a) and m_j bsum_c per chunk: 8 dp4a.
 template <bool Q5> struct DotK4 {
     static constexpr int UNIT = 256, LPB = 8;
-    static constexpr bool MINS = true;
+    static constexpr bool MINS = true, MMA = true;
     struct Piece { Vec16 q[2]; int sc[2], mn[2]; float d, dmin; };
     __device__ static void load(const Mat &m, int64_t r, int, int u, int part, Piece &p) {
         const uint8_t *b = m.data + r * m.row_bytes + (size_t)u * (Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
@@ -587,6 +651,47 @@ template <bool Q5> struct DotK4 {
         acc = fmaf(p.d * da, (float)si, acc);
         accm = fmaf(p.dmin * da, (float)sm, accm);
     }
+    // The batch form (matmul_mma_kernel): unit u of weight rows o0..o0+7 against the tile's 16 rows,
+    // an mma a sub-block j, B = row o0 + g's values 8t..8t+7 of j (nibble j%2 of qs bytes 32 (j/2) +
+    // 8t.., Q5_K's bit j of qh bytes 8t.. as bit 4). This lane's cells e (tile row g + 8 (e/2),
+    // weight row o0 + 2t + e%2) then add sc_j times the mma's sum and m_j (bsum_2j + bsum_2j+1): the
+    // unit's integer sums of add, and its fmaf into acc[e] and accm[e].
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *xs, int64_t n, float acc[4], float accm[4]) {
+        constexpr size_t BB = Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+        int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+        bool on = o0 + g < m.n_out;
+        const uint8_t *b = m.data + (o0 + g) * m.row_bytes + (size_t)u * BB;
+        Vec16 h[2], bs[2][2];   // the headers of weight rows o0 + 2t (+1); tile rows g and g + 8's bsums
+        for (int e = 0; e < 2; e++) {
+            int64_t o = o0 + 2 * t + e;
+            h[e] = o < m.n_out ? load16(m.data + o * m.row_bytes + (size_t)u * BB) : Vec16{};
+            bs[e][0] = load16(tile_bsums(xs, n, u, g + 8 * e)), bs[e][1] = load16(tile_bsums(xs, n, u, g + 8 * e) + 16);
+        }
+        W2 qh = Q5 && on ? load8(b + 16 + 8 * t) : W2{};
+        int si[4] = {0, 0, 0, 0}, sm[4] = {0, 0, 0, 0};
+        W2 q = {};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (on && j % 2 == 0) q = load8(b + (Q5 ? 48 : 16) + 32 * (j / 2) + 8 * t);   // (both nibbles: sub-blocks j, j + 1)
+            uint32_t bw[2], a[4];
+            for (int i = 0; i < 2; i++) bw[i] = (q.w[i] >> 4 * (j % 2)) & 0x0f0f0f0f, bw[i] |= Q5 ? ((qh.w[i] >> j) & 0x01010101) << 4 : 0;
+            tile_fragment(xs, u, j, a);
+            int c[4];
+            mma_s8(c, a, bw);
+            int sc[2], mn[2], pair[2];
+            for (int e = 0; e < 2; e++) {
+                scale_min_k4(h[e].w[1], h[e].w[2], h[e].w[3], j, sc[e], mn[e]);
+                uint32_t w = bs[e][j / 4].w[j % 4];   // bsums 2j and 2j + 1 of tile row g + 8e
+                pair[e] = (int16_t)w + (int16_t)(w >> 16);
+            }
+            for (int e = 0; e < 4; e++) si[e] += sc[e % 2] * c[e], sm[e] += mn[e % 2] * pair[e / 2];
+        }
+        for (int e = 0; e < 4; e++) {
+            float da = tile_d(xs, n, u, g + 8 * (e / 2));
+            acc[e] = fmaf(fp16_to_fp32((uint16_t)h[e % 2].w[0]) * da, (float)si[e], acc[e]);
+            accm[e] = fmaf(fp16_to_fp32((uint16_t)(h[e % 2].w[0] >> 16)) * da, (float)sm[e], accm[e]);
+        }
+    }
 };
 
 // Q6_K . Q8_K: d_w d_a sum_g sc_g sum_l (q - 32) a over 16 weights per g (twin dot_q6_K); weight
@@ -596,7 +701,7 @@ template <bool Q5> struct DotK4 {
 // and adds sc_c (q . a - 32 bsum_c) per chunk: 8 dp4a.
 struct DotQ6_K {
     static constexpr int UNIT = 256, LPB = 8;
-    static constexpr bool MINS = false;
+    static constexpr bool MINS = false, MMA = true;
     struct Piece { Vec16 q[2]; int sc[2]; float d; };
     __device__ static void load(const Mat &m, int64_t r, int nu, int u, int part, Piece &p) {
         const uint8_t *row = m.data + r * m.row_bytes;   // [ql: 128 a block][qh: 64][scales: 16]
@@ -622,6 +727,44 @@ struct DotQ6_K {
         }
         for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o);
         if (on) acc = fmaf(p.d * ((const float *)(x + n + n / 8))[u], (float)si, acc);
+    }
+    // The batch form (matmul_mma_kernel, see DotK4's): B = row o0 + g's q - 32 for values 8t..8t+7 of
+    // the 32 at 128h + 32k (sub-block j = 4h + k), which hold two scale groups, 2j (lanes t < 2) and
+    // 2j + 1: two mmas a sub-block, each with the other group's lanes zero.
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *xs, int64_t n, float acc[4], float *) {
+        int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4, nu = (int)(n / UNIT);
+        bool on = o0 + g < m.n_out;
+        const uint8_t *row = m.data + (o0 + g) * m.row_bytes;   // [ql: 128 a block][qh: 64][scales: 16]
+        Vec16 sc[2];   // the scales of weight rows o0 + 2t (+1)
+        float d[2];
+        for (int e = 0; e < 2; e++) {
+            int64_t o = o0 + 2 * t + e;
+            sc[e] = o < m.n_out ? load16(m.data + o * m.row_bytes + 192 * (size_t)nu + 16 * (size_t)u) : Vec16{};
+            d[e] = o < m.n_out ? fp16_to_fp32(m.scales[o * nu + u]) : 0.0f;
+        }
+        int si[4] = {0, 0, 0, 0};
+        W2 ql[2] = {}, qh = {};   // ql bytes of k % 2 (both nibbles: k and k + 2), qh bytes of h
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int h = j / 4, k = j % 4;
+            if (on && k < 2) ql[k] = load8(row + 128 * (size_t)u + 64 * h + 32 * k + 8 * t);
+            if (on && k == 0) qh = load8(row + 128 * (size_t)nu + 64 * (size_t)u + 32 * h + 8 * t);
+            uint32_t lo[2], hi[2], a[4];
+            for (int i = 0; i < 2; i++) {
+                uint32_t q = ((ql[k % 2].w[i] >> 4 * (k / 2)) & 0x0f0f0f0f) | ((qh.w[i] >> 2 * k) & 0x03030303) << 4;
+                q = (q & 0x1f1f1f1f) | ((~q >> 5) & 0x01010101) * 0xe0;   // q - 32 in each byte (q < 64)
+                lo[i] = t < 2 ? q : 0, hi[i] = t < 2 ? 0 : q;
+            }
+            tile_fragment(xs, u, j, a);
+            int c0[4], c1[4];
+            mma_s8(c0, a, lo);
+            mma_s8(c1, a, hi);
+            for (int e = 0; e < 4; e++) {
+                const Vec16 &s = sc[e % 2];
+                si[e] += (int8_t)(s.w[j / 2] >> 16 * (j % 2)) * c0[e] + (int8_t)(s.w[j / 2] >> (16 * (j % 2) + 8)) * c1[e];
+            }
+        }
+        for (int e = 0; e < 4; e++) acc[e] = fmaf(d[e % 2] * tile_d(xs, n, u, g + 8 * (e / 2)), (float)si[e], acc[e]);
     }
 };
 
@@ -764,6 +907,53 @@ template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x,
     }
 }
 
+// The K-quant batches on the tensor cores (verify, preview, prefill: every dense matrix and the LM
+// head of a Q4_K_M model): a block takes MMA_M activation rows, staged once in shared memory
+// (stage_tile), and MMA_ROWS weight rows, a warp 8 of them; for each unit the warp's mmas give every
+// (activation row, weight row) pair its integer sums at once (D::mma_add), which the matvec lanes
+// add up by shuffles. The float steps are row_dot's: slot s of slots = lanes_per_row / LPB takes
+// units s, s + slots, ... (here acc[0] is always the slot of the next unit: the slots rotate after
+// each), then the halving fold. So a row's bits are matvec_kernel's, whatever the batch.
+__device__ void rotate_slots(float a[4][4], int slots) {
+    for (int e = 0; e < 4; e++) {
+        float f = a[0][e];
+        if (slots == 2) a[0][e] = a[1][e], a[1][e] = f;
+        if (slots == 4) a[0][e] = a[1][e], a[1][e] = a[2][e], a[2][e] = a[3][e], a[3][e] = f;
+    }
+}
+__device__ void fold_slots(float a[4][4], int slots) {
+    for (int e = 0; e < 4; e++) {
+        if (slots == 4) a[0][e] += a[2][e], a[1][e] += a[3][e];
+        if (slots >= 2) a[0][e] += a[1][e];
+    }
+}
+template <typename D> __global__ void matmul_mma_kernel(MatList L, const uint8_t *x, size_t x_bytes, int T, int slots) {
+    DYNAMIC_SHARED(Vec16, tile);
+    uint8_t *xs = (uint8_t *)tile;
+    unsigned b0;
+    Mat m;
+    float *y;
+    pick(L, blockIdx.x, m, y, b0);
+    int t0 = blockIdx.y * MMA_M, R = T - t0 < MMA_M ? T - t0 : MMA_M, nu = (int)(m.n_in / D::UNIT);
+    stage_tile(x + (size_t)t0 * x_bytes, x_bytes, (int)m.n_in, R, xs);
+    __syncthreads();
+    int64_t o0 = (int64_t)(blockIdx.x - b0) * MMA_ROWS + 8 * (threadIdx.x / WARP);
+    if (o0 >= m.n_out) return;   // the whole warp
+    float acc[4][4] = {}, accm[4][4] = {};   // [slot][cell]
+    for (int u = 0; u < nu; u++) {
+        D::mma_add(m, o0, u, xs, m.n_in, acc[0], accm[0]);
+        rotate_slots(acc, slots), rotate_slots(accm, slots);
+    }
+    for (int u = nu; u % slots; u++) rotate_slots(acc, slots), rotate_slots(accm, slots);   // back to slot 0
+    fold_slots(acc, slots), fold_slots(accm, slots);
+    int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e / 2);
+        int64_t o = o0 + 2 * t + e % 2;
+        if (r < R && o < m.n_out) y[(int64_t)(t0 + r) * m.n_out + o] = D::MINS ? acc[0][e] - accm[0][e] : acc[0][e];
+    }
+}
+
 // f(D()) for weight type t's dot type D (section 6's types)
 template <typename F> static void by_type(uint32_t t, const char *what, F f) {
     switch (t) {
@@ -797,6 +987,26 @@ static Rider riders(const Mat *const w[], int n, const float *x, float *const y[
 // Whether matvec blocks may round an input row of n values to dot type dt themselves (block_input)
 static bool rounds_in_block(uint32_t dt, int64_t n) { return dt != T_F32 && act_bytes(dt, n) <= MAX_ROUNDED; }
 
+// The batch of T rows on the tensor cores where weight type D has a batch form (D::MMA) and the
+// tile of a row length fits in shared memory (rows of up to ~11,000 values); false: not launched.
+template <typename D> static bool matmul_mma_gpu(MatList L, const Mat *const w[], int n, const uint8_t *x, size_t xb, int T, int lpr) {
+    if constexpr (!D::MMA) return false;
+    else {
+        size_t tb = mma_tile_bytes(w[0]->n_in);
+        if (tb > MMA_MAX_TILE) return false;
+        for (int i = 0; i < n; i++) L.first[i + 1] = L.first[i] + blocks_for(w[i]->n_out, MMA_ROWS);
+        static size_t opted;   // the largest tile this instance may have (cudaFuncSetAttribute's opt-in past 48 KiB)
+        if (tb > opted) {
+            CUDA_CHECK(cudaFuncSetAttribute(matmul_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tb));
+            opted = tb;
+        }
+        cudaLaunchConfig_t c = launch_config(dim3(L.first[n], blocks_for(T, MMA_M)), MMA_WARPS * WARP);
+        c.dynamicSmemBytes = tb;
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, x, xb, T, lpr / D::LPB));
+        return true;
+    }
+}
+
 // y_i[t][o] = W_i x_t for n <= MAX_MATS matrices of one type and row length and T activation rows already rounded to their dot type
 // (quantize_row_gpu), in one launch: one row (a decode step) by matvec_kernel, more by matmul_kernel;
 // the same bits for a row either way. xq NULL (T = 1, rounds_in_block): the float row xf, which each
@@ -826,7 +1036,7 @@ static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float
         if (T == 1) {
             cudaLaunchConfig_t c = launch_config(L.first[n] + rd.L.first[rd.L.n], BLOCK);
             CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, xf, dt, 1, lpr, rd));
-        } else {
+        } else if (!matmul_mma_gpu<D>(L, w, n, x, xb, T, lpr)) {
             cudaLaunchConfig_t c = launch_config(dim3(L.first[n], blocks_for(T, MAX_ROWS)), BLOCK);
             CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, L, x, xb, T, lpr));
         }

@@ -39,7 +39,10 @@
  *                touch (L1 and shared memory serve an SM about 128 bytes a cycle): a warp's 16-byte
  *                loads of 512 consecutive bytes take 4, a broadcast 1, lanes 64 bytes apart 16
  *   t_serial   = the busiest warp's loads x 20 cycles (an L1 hit's latency, partly overlapped)
- *   t          = 2 us (a graph node's launch and drain) + max(t_bytes, t_issue, t_l1, t_serial)
+ *   t_tensor   = tensor-core instructions (mma.sync m16n8k32 int8, 4096 multiply-adds each) x 2
+ *                cycles / SMs it fills: the H200's dense int8 rate (about 1979 TOPS, ~4200
+ *                multiply-adds a cycle per SM) is wgmma's; mma.sync is taken at half of it
+ *   t          = 2 us (a graph node's launch and drain) + max(t_bytes, t_issue, t_l1, t_serial, t_tensor)
  * Copies: 2 us + bytes read and written / BW on the device, bytes / 25 GB/s over PCIe.
  */
 #include <math.h>
@@ -54,6 +57,7 @@
 #define INFLIGHT_BYTES 32.0
 #define LATENCY_S 600e-9
 #define SERIAL_CYCLES 20.0
+#define MMA_CYCLES 2.0
 #define NODE_S 2e-6
 #define PCIE_BPS 25e9
 #define MAX_KERNELS 256
@@ -142,8 +146,9 @@ typedef struct {
     double launches, hbm, hot, warp_loads, thread_loads, load_bytes, max_warp, t;
     double t_bytes, t_issue, t_serial, t_l1;   /* of its launches, summed, for the bound it hits */
     double shared_loads, wavefronts, shuffles; /* warp loads from shared memory; L1 wavefronts (both kinds); warp shuffles */
+    double mmas, t_tensor;                     /* tensor-core instructions, and their bound */
 } Row;
-enum { ROW_SUMS = 15 };   /* the doubles of a Row from launches on, summed over launches and slices */
+enum { ROW_SUMS = 17 };   /* the doubles of a Row from launches on, summed over launches and slices */
 typedef struct { Row r[MAX_KERNELS]; int n; double rows; } Pass;   /* rows: the batch's T */
 enum { DECODE, PREVIEW, VERIFY, ROLLBACK, N_PASSES };
 static const char *PASS_NAMES[] = {"decode step", "preview, 16 rows", "verify, 16 rows", "rollback"};
@@ -160,7 +165,7 @@ static Row *row_of(Pass *p, const char *name) {
 
 /* one launch: its predicted seconds, and which bound */
 static double predict(const char *name, double threads, double blocks, double cold, double written, double warp_loads, double wavefronts,
-                      double max_warp, double *tb, double *ti, double *tl, double *ts) {
+                      double max_warp, double mmas, double *tb, double *ti, double *tl, double *ts, double *tt) {
     Static *s = static_of(name, 0);
     double per_sm = THREADS_PER_SM;
     if (s && s->regs > 0) per_sm = fmin(per_sm, floor(REGS_PER_SM / (double)s->regs / 32) * 32);
@@ -170,7 +175,8 @@ static double predict(const char *name, double threads, double blocks, double co
     *ti = warp_loads > 0 ? warp_loads / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
     *tl = wavefronts > 0 ? wavefronts / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
     *ts = max_warp > 0 ? max_warp * SERIAL_CYCLES / CLOCK_HZ : 0;
-    return NODE_S + fmax(fmax(*tb, *tl), fmax(*ti, *ts));
+    *tt = mmas > 0 ? mmas * MMA_CYCLES / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
+    return NODE_S + fmax(fmax(fmax(*tb, *tl), fmax(*ti, *ts)), *tt);
 }
 
 /* Segments of a count file (split at "sync"); calls take(seg, line) for the lines of the wanted ones. */
@@ -202,7 +208,7 @@ static void add_segment(Pass *p, const Seg *g) {
     int first_h2d = 1;
     for (int i = 0; i < g->n; i++) {
         char kind[32], name[160];
-        double v[16] = {0};
+        double v[17] = {0};
         if (sscanf(g->lines[i], "copy %31s %lf", kind, &v[0]) == 2) {
             if (!strcmp(kind, "h2d") && first_h2d) {
                 first_h2d = 0;
@@ -218,19 +224,19 @@ static void add_segment(Pass *p, const Seg *g) {
             r->t += NODE_S + t, r->t_bytes += t;
             continue;
         }
-        int got = sscanf(g->lines[i], "launch %159s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0], &v[1], &v[2], &v[3],
-                         &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14], &v[15]);
-        if (got != 17) continue;
+        int got = sscanf(g->lines[i], "launch %159s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14], &v[15], &v[16]);
+        if (got != 18) continue;
         double blocks = v[0] * v[1] * v[2], threads = blocks * v[3] * v[4] * v[5], hbm = v[6] + v[8];
-        double sh_loads = v[13] > 0 ? v[13] : 0, waves = v[14] > 0 ? v[14] : 0, shuffles = v[15] > 0 ? v[15] : 0;
+        double sh_loads = v[13] > 0 ? v[13] : 0, waves = v[14] > 0 ? v[14] : 0, shuffles = v[15] > 0 ? v[15] : 0, mmas = v[16] > 0 ? v[16] : 0;
         Row *r = row_of(p, name);
-        double tb, ti, tl, ts;
+        double tb, ti, tl, ts, tt;
         r->launches++;
         r->hbm += hbm, r->hot += v[7];
         if (v[9] >= 0) r->warp_loads += v[9], r->thread_loads += v[10], r->load_bytes += v[11], r->max_warp = fmax(r->max_warp, v[12]);
-        r->shared_loads += sh_loads, r->wavefronts += waves, r->shuffles += shuffles;
-        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads + shuffles, waves, v[12], &tb, &ti, &tl, &ts);
-        r->t_bytes += tb, r->t_issue += ti, r->t_l1 += tl, r->t_serial += ts;
+        r->shared_loads += sh_loads, r->wavefronts += waves, r->shuffles += shuffles, r->mmas += mmas;
+        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads + shuffles, waves, v[12], mmas, &tb, &ti, &tl, &ts, &tt);
+        r->t_bytes += tb, r->t_issue += ti, r->t_l1 += tl, r->t_serial += ts, r->t_tensor += tt;
     }
 }
 
@@ -296,18 +302,18 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
     printf("\n%s (%.0f rows): PREDICTED %.3f ms, %.0f launches and copies, %.1f MB from HBM (%.3f ms at %.0f GB/s: %.1f%% of the bandwidth)",
            title, p->rows, 1e3 * t, total(p, 2), b / 1e6, 1e3 * b / BW, BW / 1e9, 100 * b / BW / t);
     if (steps_of > 0) printf("; %.2f decode steps, %.2fx its byte time", t / steps_of, t / (b / BW));
-    printf("\n%-40s %8s %9s %8s %9s %6s %8s %8s %7s %4s %5s %6s %6s %7s %9s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M", "B/ld",
-           "shld M", "wavef M", "shfl M", "regs", "spill", "stack", "smem", "SASS", "pred us", "%", "bound");
+    printf("\n%-40s %8s %9s %8s %9s %6s %8s %8s %7s %6s %4s %5s %6s %6s %7s %9s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M",
+           "B/ld", "shld M", "wavef M", "shfl M", "mma M", "regs", "spill", "stack", "smem", "SASS", "pred us", "%", "bound");
     for (int i = 0; i < p->n; i++) {
         Row *r = &p->r[i];
         char sc[64];
         static_cols(r->name, sc, sizeof sc);
-        double tm = fmax(fmax(r->t_bytes, r->t_l1), fmax(r->t_issue, r->t_serial));
-        const char *bound = tm == r->t_issue ? "issue" : tm == r->t_l1 ? "l1" : tm == r->t_serial ? "serial" : "bytes";
+        double tm = fmax(fmax(fmax(r->t_bytes, r->t_l1), fmax(r->t_issue, r->t_serial)), r->t_tensor);
+        const char *bound = tm == r->t_issue ? "issue" : tm == r->t_l1 ? "l1" : tm == r->t_serial ? "serial" : tm == r->t_tensor ? "tensor" : "bytes";
         if (r->t - NODE_S * r->launches < 0.5 * NODE_S * r->launches) bound = "launch";
-        printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %8.2f %7.2f %s %9.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6, r->hot / 1e6,
-               r->warp_loads / 1e6, r->thread_loads > 0 ? r->load_bytes / r->thread_loads : 0, r->shared_loads / 1e6, r->wavefronts / 1e6,
-               r->shuffles / 1e6, sc, 1e6 * r->t, 100 * r->t / t, bound);
+        printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %8.2f %7.2f %6.2f %s %9.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6,
+               r->hot / 1e6, r->warp_loads / 1e6, r->thread_loads > 0 ? r->load_bytes / r->thread_loads : 0, r->shared_loads / 1e6,
+               r->wavefronts / 1e6, r->shuffles / 1e6, r->mmas / 1e6, sc, 1e6 * r->t, 100 * r->t / t, bound);
     }
 }
 

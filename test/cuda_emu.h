@@ -10,8 +10,8 @@
 // has not yet written (a missing barrier) sees different values in different orders. It checks:
 //   - __syncthreads: every thread of the block arrives, all at the same call (file:line); a thread
 //     that has returned, or one waiting at another barrier or warp operation, is an error;
-//   - warp operations (__shfl_*_sync): the mask is full, all 32 lanes of the warp take part, at the
-//     same call;
+//   - warp operations (__shfl_*_sync, and the tensor cores' mma, computed as the PTX ISA lays out
+//     its fragments): the mask is full, all 32 lanes of the warp take part, at the same call;
 //   - a block whose threads all wait with nothing to release is a deadlock, reported with who waits where;
 //   - device memory (cudaMalloc) is filled with 0xff bytes (a float NaN) so a read of unwritten memory
 //     shows; __shared__ arrays live in one linker section, set to 0xff before each block; each
@@ -111,7 +111,7 @@ asm(".text\n.globl emu_switch\n.type emu_switch,@function\nemu_switch:\n"
     ".size emu_switch, .-emu_switch\n");
 
 enum EmuState { EMU_RUNNABLE, EMU_AT_BARRIER, EMU_AT_WARP, EMU_DONE };
-enum EmuWarpOp { EMU_SHFL_XOR, EMU_SHFL_DOWN, EMU_SHFL_UP, EMU_SHFL_IDX };
+enum EmuWarpOp { EMU_SHFL_XOR, EMU_SHFL_DOWN, EMU_SHFL_UP, EMU_SHFL_IDX, EMU_MMA };
 struct EmuThread {
     void *sp;
     EmuState state;
@@ -121,9 +121,12 @@ struct EmuThread {
     unsigned mask;
     int arg, width;
     uint64_t in, out;   // a warp operation's value and result
+    uint32_t mma_a[4], mma_b[2];  // an mma's fragments (EMU_MMA) and its result
+    int32_t mma_c[4], mma_d[4];
     uint64_t loads, load_bytes;   // counting: its loads from device memory in this block
     uint64_t sloads;              // and from shared memory
     uint64_t shuffles;            // counting: its warp operations (the same pipe as the loads)
+    uint64_t mmas;                // counting: its tensor-core instructions
     std::vector<uintptr_t> lines; // counting: the 128-byte line of each of its loads, in order (shared ones tagged)
 };
 
@@ -202,6 +205,33 @@ static int emu_first_unlike(int a, int from, int to) {
     return -1;
 }
 
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 over the 32 lanes x[0..31] of a warp, as the PTX ISA
+// lays out its fragments: lane l = 4 g + t holds A (16 x 32, row-major) bytes i of register r at
+// row g + 8 (r % 2), column 4 t + i + 16 (r / 2); B (32 x 8) bytes i of register r at row 4 t + i +
+// 16 r, column g; C and D (16 x 8) register r at row g + 8 (r / 2), column 2 t + r % 2.
+// D = A B + C, exact in int32 (wrapping, as the device's adder does).
+static void emu_mma_resolve(EmuThread *x) {
+    int8_t A[16][32], B[32][8];
+    int32_t C[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l / 4, t = l % 4;
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 4; i++) A[g + 8 * (r % 2)][4 * t + i + 16 * (r / 2)] = (int8_t)(x[l].mma_a[r] >> (8 * i));
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 4; i++) B[4 * t + i + 16 * r][g] = (int8_t)(x[l].mma_b[r] >> (8 * i));
+        for (int r = 0; r < 4; r++) C[g + 8 * (r / 2)][2 * t + r % 2] = x[l].mma_c[r];
+    }
+    for (int l = 0; l < 32; l++) {
+        int g = l / 4, t = l % 4;
+        for (int r = 0; r < 4; r++) {
+            int m = g + 8 * (r / 2), n = 2 * t + r % 2;
+            uint32_t d = (uint32_t)C[m][n];
+            for (int k = 0; k < 32; k++) d += (uint32_t)(A[m][k] * B[k][n]);
+            x[l].mma_d[r] = (int32_t)d;
+        }
+    }
+}
+
 // All 32 lanes of warp w wait at one warp operation: check it and compute every lane's result.
 static bool emu_resolve_warp(int w) {
     int t0 = 32 * w;
@@ -217,6 +247,11 @@ static bool emu_resolve_warp(int w) {
         if (x->op != emu.th[t0].op || x->arg != emu.th[t0].arg || x->width != 32)
             emu_fail("%s: warp operation at %s:%d: lanes disagree on its offset or width", emu.kernel, x->file, x->line);
     }
+    if (emu.th[t0].op == EMU_MMA) {
+        emu_mma_resolve(&emu.th[t0]);
+        for (int l = 0; l < 32; l++) emu.th[t0 + l].state = EMU_RUNNABLE;
+        return true;
+    }
     for (int l = 0; l < 32; l++) {
         EmuThread *x = &emu.th[t0 + l];
         int src = l;
@@ -225,6 +260,7 @@ static bool emu_resolve_warp(int w) {
         case EMU_SHFL_DOWN: src = l + x->arg < 32 ? l + x->arg : l; break;
         case EMU_SHFL_UP: src = l - x->arg >= 0 ? l - x->arg : l; break;
         case EMU_SHFL_IDX: src = x->arg & 31; break;
+        case EMU_MMA: break;   // (resolved above)
         }
         x->out = emu.th[t0 + src].in;
     }
@@ -246,7 +282,7 @@ static void emu_run_block(void) {
         for (int r = 0; r < 6; r++) *--sp = NULL;
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
-        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].shuffles = 0;
+        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].shuffles = emu.th[t].mmas = 0;
         emu.th[t].lines.clear();
     }
     int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
@@ -324,6 +360,16 @@ static T emu_shfl(EmuWarpOp op, unsigned mask, T v, int arg, int width, const ch
     memcpy(&r, &emu.th[emu.cur].out, sizeof r);
     return r;
 }
+// the mma above for the running lane (clover.cu's mma_s8): every lane of the warp takes part
+static void emu_mma_s8(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const int32_t c[4], const char *file, int line) {
+    if (blockDim.x * blockDim.y * blockDim.z % 32) emu_fail("%s: mma at %s:%d in a block of %u threads (not whole warps)", emu.kernel, file, line, blockDim.x * blockDim.y * blockDim.z);
+    EmuThread *t = &emu.th[emu.cur];
+    t->state = EMU_AT_WARP, t->file = file, t->line = line, t->op = EMU_MMA, t->mask = 0xffffffffu, t->arg = 0, t->width = 32;
+    t->mmas++;
+    memcpy(t->mma_a, a, sizeof t->mma_a), memcpy(t->mma_b, b, sizeof t->mma_b), memcpy(t->mma_c, c, sizeof t->mma_c);
+    emu_yield();
+    memcpy(d, emu.th[emu.cur].mma_d, sizeof emu.th[emu.cur].mma_d);
+}
 #define __shfl_xor_sync(mask, v, lane_mask) emu_shfl(EMU_SHFL_XOR, mask, v, lane_mask, 32, __FILE__, __LINE__)
 #define __shfl_down_sync(mask, v, delta) emu_shfl(EMU_SHFL_DOWN, mask, v, delta, 32, __FILE__, __LINE__)
 #define __shfl_up_sync(mask, v, delta) emu_shfl(EMU_SHFL_UP, mask, v, delta, 32, __FILE__, __LINE__)
@@ -383,13 +429,13 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 // instruction on the device, which clang would split into two 8-byte loads here) is counted as one
 // (emu_load_vec). One line per launch, copy, graph launch and host wait:
 //   launch NAME GX GY GZ BX BY BZ COLD HOT WRITTEN WARP_LOADS THREAD_LOADS LOAD_BYTES MAX_WARP_LOADS
-//          SHARED_WARP_LOADS L1_WAVEFRONTS WARP_SHUFFLES
+//          SHARED_WARP_LOADS L1_WAVEFRONTS WARP_SHUFFLES WARP_MMAS
 //   copy KIND BYTES | graph | sync
 // (the load counts -1 when not counted; MAX_WARP_LOADS counts both kinds; L1_WAVEFRONTS: the
 // distinct 128-byte lines of each warp load instruction of either kind, summed: what L1 and shared
 // memory serve at about one a cycle, so that a warp's 16-byte loads of 512 consecutive bytes take 4,
 // a broadcast 1, and lanes 64 bytes apart twice the lines; WARP_SHUFFLES: warp operations, counted as
-// warp loads are). The emulator's own
+// warp loads are; WARP_MMAS: tensor-core instructions, alike). The emulator's own
 // accesses (copies, memsets) open and close the pages they touch.
 enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
 struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
@@ -400,7 +446,7 @@ struct EmuCount {
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;   // device allocations [start, end), sorted (other
                                      // memory lies between them: the fiber stacks, the host's buffers)
     double warp_loads, thread_loads, load_bytes, max_warp_loads;   // this launch's, sampled blocks only
-    double shared_warp_loads, wavefronts, shuffles;
+    double shared_warp_loads, wavefronts, shuffles, mmas;
     unsigned sampled;
     std::vector<EmuTouch> touched;   // this launch's pages, in fault order
     std::vector<uint8_t *> hot;      // pages written since the last host wait
@@ -514,7 +560,7 @@ static void emu_count_line(const char *line) {
 static void emu_count_begin(void) {
     emu_count.in_launch = emu_count.f != NULL;
     emu_count.warp_loads = emu_count.thread_loads = emu_count.load_bytes = emu_count.max_warp_loads = 0;
-    emu_count.shared_warp_loads = emu_count.wavefronts = emu_count.shuffles = 0;
+    emu_count.shared_warp_loads = emu_count.wavefronts = emu_count.shuffles = emu_count.mmas = 0;
     emu_count.sampled = 0;
 }
 // block b of n: counted when it is one of about 64 evenly spaced ones
@@ -527,14 +573,14 @@ static void emu_count_block_end(void) {
     emu_count.sampling = false;
     emu_count.sampled++;
     for (int w0 = 0; w0 < emu.n; w0 += 32) {
-        uint64_t m = 0, ms = 0, mall = 0, mw = 0;
+        uint64_t m = 0, ms = 0, mall = 0, mw = 0, mm = 0;
         for (int t = w0; t < emu.n && t < w0 + 32; t++) {
             const EmuThread &h = emu.th[t];
             m = h.loads > m ? h.loads : m, ms = h.sloads > ms ? h.sloads : ms, mw = h.shuffles > mw ? h.shuffles : mw;
-            mall = h.loads + h.sloads > mall ? h.loads + h.sloads : mall;
+            mall = h.loads + h.sloads > mall ? h.loads + h.sloads : mall, mm = h.mmas > mm ? h.mmas : mm;
             emu_count.thread_loads += (double)h.loads, emu_count.load_bytes += (double)h.load_bytes;
         }
-        emu_count.warp_loads += (double)m, emu_count.shared_warp_loads += (double)ms, emu_count.shuffles += (double)mw;
+        emu_count.warp_loads += (double)m, emu_count.shared_warp_loads += (double)ms, emu_count.shuffles += (double)mw, emu_count.mmas += (double)mm;
         if ((double)mall > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)mall;
         // L1 wavefronts: the i-th load of each lane taken as one warp instruction (convergent code),
         // which costs a wavefront per distinct 128-byte line its lanes touch (one for a broadcast)
@@ -583,10 +629,10 @@ static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
     nm[k] = 0;
     double blocks = (double)g.x * g.y * g.z, scale = emu_count.sampled ? blocks / emu_count.sampled : 0;
     if (emu_counts_loads)
-        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
                 written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale, emu_count.max_warp_loads,
-                emu_count.shared_warp_loads * scale, emu_count.wavefronts * scale, emu_count.shuffles * scale);
-    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
+                emu_count.shared_warp_loads * scale, emu_count.wavefronts * scale, emu_count.shuffles * scale, emu_count.mmas * scale);
+    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
 }
 
 static void emu_check_guards(const char *after) {
