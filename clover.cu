@@ -2030,15 +2030,17 @@ struct Layer {
     Mat shexp_gate;   // the file's vector g_sh, as a matrix of one row (sh_logit = g_sh . m is a matmul)
 };
 
-// The committed state (clover.c's State): KV rows per attention layer; conv ring and S per GDN layer.
-// Beside it, for draft-self's rollback: the state saved before a verify batch (save_ring, save_S) and
-// the batch's logged GDN inputs (log_u, log_g, log_beta), per GDN layer.
+// The committed state (clover.c's State): KV rows per attention layer; conv ring and S per GDN layer,
+// all of them in one allocation (gdn: layer by layer, ring then S), so that draft-self's save before a
+// verify batch (into gdn_saved, the same layout) and the rollback's restore are one copy each, not
+// two a layer. Beside it, the verify batch's logged GDN inputs (log_u, log_g, log_beta), per GDN layer.
 struct State {
     int n_ctx;
     uint32_t k_type, v_type;
     uint8_t **k, **v;
     float **ring, **S;
-    float **save_ring, **save_S;
+    float *gdn, *gdn_saved;
+    size_t gdn_floats;
     float **log_u, **log_g, **log_beta;
 };
 
@@ -2246,16 +2248,22 @@ static void state_init(State *s, const GpuConfig *c, const Layer *layers, int n_
     s->n_ctx = n_ctx, s->k_type = k_type, s->v_type = v_type;
     uint8_t ***bytes[] = {&s->k, &s->v};
     for (uint8_t ***b : bytes) *b = (uint8_t **)xmalloc((size_t)c->n_layer * sizeof(uint8_t *));
-    float ***floats[] = {&s->ring, &s->S, &s->save_ring, &s->save_S, &s->log_u, &s->log_g, &s->log_beta};
+    float ***floats[] = {&s->ring, &s->S, &s->log_u, &s->log_g, &s->log_beta};
     for (float ***f : floats) *f = (float **)xmalloc((size_t)c->n_layer * sizeof(float *));
-    for (int il = 0; il < c->n_layer; il++) {
+    size_t S_at = (S + 63) & ~(size_t)63, per = S_at + ((ring + 63) & ~(size_t)63);   // a layer's floats in gdn: S, then ring (each 256-byte aligned)
+    int n_rec = 0;
+    for (int il = 0; il < c->n_layer; il++) n_rec += layers[il].recurrent;
+    s->gdn_floats = per * n_rec;
+    s->gdn = s->gdn_saved = nullptr;
+    if (n_rec) {   // the state starts at zero, as on the CPU (calloc)
+        s->gdn = dev_floats(s->gdn_floats), s->gdn_saved = dev_floats(s->gdn_floats);
+        CUDA_CHECK(cudaMemset(s->gdn, 0, s->gdn_floats * 4));
+    }
+    for (int il = 0, k = 0; il < c->n_layer; il++) {
         s->k[il] = s->v[il] = nullptr;
         for (float ***f : floats) (*f)[il] = nullptr;
-        if (layers[il].recurrent) {   // the state starts at zero, as on the CPU (calloc)
-            s->ring[il] = dev_floats(ring), s->S[il] = dev_floats(S);
-            CUDA_CHECK(cudaMemset(s->ring[il], 0, ring * 4));
-            CUDA_CHECK(cudaMemset(s->S[il], 0, S * 4));
-            s->save_ring[il] = dev_floats(ring), s->save_S[il] = dev_floats(S);
+        if (layers[il].recurrent) {
+            s->S[il] = s->gdn + per * k++, s->ring[il] = s->S[il] + S_at;
             s->log_u[il] = dev_floats((size_t)cap * c->conv_dim);
             s->log_g[il] = dev_floats((size_t)cap * c->n_v_heads), s->log_beta[il] = dev_floats((size_t)cap * c->n_v_heads);
         } else {
@@ -2582,11 +2590,14 @@ static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in, Gates
 }
 
 // A Gated DeltaNet layer on the normed input in, the mixer output in s->mix; log: record the
-// recurrence's inputs (rollback).
+// recurrence's inputs (rollback): the layer computes u, g and beta straight into its log (the
+// scratch's three buffers stand in for the layer's log meanwhile), three copies a layer fewer.
 static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
+    float *scratch[] = {s->qkv, s->g, s->beta};
+    if (log) s->qkv = gpu->st.log_u[il], s->g = gpu->st.log_g[il], s->beta = gpu->st.log_beta[il];
     int H = c->n_v_heads;
     int C = c->conv_dim, d = c->d_state;
     const Mat *w[] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
@@ -2604,11 +2615,6 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     } else gdn_preview(gpu, L, il, T, in, gt);
     dump3(gpu, "beta_sigmoid", il, s->beta, T, H, 1);
     dump(gpu, "gate", il, s->g, T, H);
-    if (log) {
-        copy_floats(gpu->st.log_u[il], s->qkv, (size_t)T * c->conv_dim);
-        copy_floats(gpu->st.log_g[il], s->g, (size_t)T * H);
-        copy_floats(gpu->st.log_beta[il], s->beta, (size_t)T * H);
-    }
     dump_slice(gpu, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
     dump_slice(gpu, "k_conv_predelta", il, s->conv + c->key_dim, C, T, c->n_k_heads, d);
     dump_slice(gpu, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
@@ -2619,6 +2625,7 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     const Mat *out = &L->ssm_out;
     matmuls(gpu, {s->o_normed, s->xq2, dot_type(out->type)}, T, 1, &out, &s->mix);   // out = W_out [...]_h
     dump(gpu, "linear_attn_out", il, s->mix, T, c->n_embd);
+    s->qkv = scratch[0], s->g = scratch[1], s->beta = scratch[2];
 }
 
 // --- gated attention -----------------------------------------------------------------------------
@@ -2833,24 +2840,17 @@ extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n
     else if (n_logits > 0) memcpy(logits, s->logits_host, (size_t)n_logits * V * sizeof(float));
 }
 
-// ring[il] = from_ring[il] and S[il] = from_S[il] for every recurrent layer, in stream order (a save
-// or a restore; clover.c's gdn_copy)
-static void gdn_copy(Gpu *gpu, float **ring, float **S, float *const *from_ring, float *const *from_S) {
-    for (int il = 0; il < gpu->c.n_layer; il++) {
-        if (!gpu->layers[il].recurrent) continue;
-        copy_floats(ring[il], from_ring[il], ring_floats(&gpu->c));
-        copy_floats(S[il], from_S[il], S_floats(&gpu->c));
-    }
+// Before a verify batch: the committed GDN state of every recurrent layer, saved on the device in one
+// copy (clover.c's gdn_copy, layer by layer there).
+extern "C" void gpu_gdn_save(Gpu *gpu) {
+    if (gpu->st.gdn_floats) copy_floats(gpu->st.gdn_saved, gpu->st.gdn, gpu->st.gdn_floats);
 }
-
-// Before a verify batch: the committed GDN state of every recurrent layer, saved on the device.
-extern "C" void gpu_gdn_save(Gpu *gpu) { gdn_copy(gpu, gpu->st.save_ring, gpu->st.save_S, gpu->st.ring, gpu->st.S); }
 
 // Rollback after a partly accepted verify batch: the saved state back, then the first `rows` logged
 // rows replayed through gdn_advance, the function the batch used (clover.c's rollback).
 extern "C" void gpu_rollback(Gpu *gpu, int rows) {
     State *st = &gpu->st;
-    gdn_copy(gpu, st->ring, st->S, st->save_ring, st->save_S);
+    if (st->gdn_floats) copy_floats(st->gdn, st->gdn_saved, st->gdn_floats);
     for (int il = 0; il < gpu->c.n_layer; il++)
         if (gpu->layers[il].recurrent) gdn_advance(gpu, il, rows, st->log_u[il], st->log_g[il], st->log_beta[il], Gates{});
     CUDA_CHECK(cudaStreamSynchronize(stream));
