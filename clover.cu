@@ -1397,15 +1397,17 @@ __device__ float dot_f32_warp(const float xs[SPL], const float ys[SPL], int d) {
 // are contiguous, S + h*d*d + j*d, so each load and store of the warp is 128 consecutive bytes), k and
 // q read the same way (one 128-byte line a warp per 32 values, shared by the block's warps in L1). The
 // operations and dot orders are the CPU's; only expf(g) is the device's (it may differ from libm's in
-// the last bits). No barriers.
-__global__ void delta_rule_kernel(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+// the last bits). No barriers. The column is read from S0 (NULL: a zero state) and written to S (NULL:
+// not written): the preview scans from the committed state or from zero and keeps nothing, without
+// a copy or a memset of its own.
+__global__ void delta_rule_kernel(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
                                   int H, int n_k_heads, int d, int C, int key_dim, int value_dim) {
     int cb = (d + BLOCK / WARP - 1) / (BLOCK / WARP), h = blockIdx.x / cb, j = blockIdx.x % cb * (BLOCK / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP, kh = h % n_k_heads;
     if (j >= d) return;   // the whole warp
     float scale = 1.0f / sqrtf((float)d), st[SPL];
-    float *Sj = S + ((int64_t)h * d + j) * d;
-    for (int m = 0; m < SPL; m++) st[m] = lane + WARP * m < d ? Sj[lane + WARP * m] : 0;
+    int64_t at = ((int64_t)h * d + j) * d;
+    for (int m = 0; m < SPL; m++) st[m] = S0 && lane + WARP * m < d ? S0[at + lane + WARP * m] : 0;
     for (int n = 0; n < T; n++) {
         int t = reverse ? T - 1 - n : n;
         const float *yt = y + (int64_t)t * C, *q = yt + kh * d, *k = yt + key_dim + kh * d, *v = yt + 2 * key_dim + h * d;
@@ -1422,17 +1424,17 @@ __global__ void delta_rule_kernel(float *S, const float *y, const float *g, cons
         if (lane == 0) o[(int64_t)t * value_dim + h * d + j] = out;
     }
     for (int m = 0; m < SPL; m++)
-        if (lane + WARP * m < d) Sj[lane + WARP * m] = st[m];
+        if (S && lane + WARP * m < d) S[at + lane + WARP * m] = st[m];
 }
 
-static void delta_rule_gpu(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse, int H,
+static void delta_rule_gpu(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse, int H,
                            int n_k_heads, int d, int C, int key_dim, int value_dim) {
     if (d > MAX_DSTATE) {
         fprintf(stderr, "clover: error: delta_rule_gpu: state size %d is over %d\n", d, MAX_DSTATE);
         exit(1);
     }
     cudaLaunchConfig_t c = launch_config((unsigned)(H * ((d + BLOCK / WARP - 1) / (BLOCK / WARP))), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, delta_rule_kernel, S, y, g, beta, o, T, reverse, H, n_k_heads, d, C, key_dim, value_dim));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, delta_rule_kernel, S0, S, y, g, beta, o, T, reverse, H, n_k_heads, d, C, key_dim, value_dim));
 }
 
 // Twin: gdn_rev_mix (the preview's mix of its reverse scan): o[t][h*d+j] += gamma_h o_rev[t][h*d+j],
@@ -2055,7 +2057,7 @@ struct Scratch {
     int *sel;
     float *ge, *ue, *he, *ye, *hs, *sh, *sh_logit, *mix;   // hs: the shared expert's SwiGLU
     uint8_t *xq, *xq2;
-    float *S, *S_rev, *beta_rev_logit, *alpha_rev, *beta_rev, *g_rev, *o_rev;
+    float *beta_rev_logit, *alpha_rev, *beta_rev, *g_rev, *o_rev;
     uint8_t *coreset;
     float *logits;
     int *pos;                      // n_past of the pass, read by rope, store_as and attention
@@ -2133,7 +2135,7 @@ static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_
     double per_row = 4.0 * c->n_embd + 2.0 * c->conv_dim + 4.0 * c->value_dim + 8.0 * c->n_v_heads + 4.0 * c->n_head * c->head_dim +
                      2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + c->n_ff_shexp + 1 + c->n_vocab +
                      (double)attention_part_floats(1, c->n_head, c->head_dim);
-    p.scratch = 4 * (T * per_row + 2 * S) + 4 * (T * K * maxin + T * maxin) + c->n_expert;
+    p.scratch = 4 * T * per_row + 4 * (T * K * maxin + T * maxin) + c->n_expert;
     return p;
 }
 
@@ -2275,7 +2277,7 @@ static void state_init(State *s, const GpuConfig *c, const Layer *layers, int n_
 
 static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     size_t T = (size_t)cap, E = (size_t)c->n_embd, K = (size_t)c->n_expert_used, H = (size_t)c->n_v_heads;
-    size_t ff = widest_ff(c), q = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_head_kv * c->head_dim, S = S_floats(c);
+    size_t ff = widest_ff(c), q = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_head_kv * c->head_dim;
     size_t maxin = widest_input(c);
     s->cap = cap;
     s->x = dev_floats(T * E), s->xn = dev_floats(T * E), s->mix = dev_floats(T * E), s->sh = dev_floats(T * E);
@@ -2295,7 +2297,6 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     s->done = (unsigned *)dev_alloc(sizeof(unsigned));
     CUDA_CHECK(cudaMemset(s->done, 0, sizeof(unsigned)));
     s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
-    s->S = dev_floats(S), s->S_rev = dev_floats(S);
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
     s->logits = dev_floats(T * c->n_vocab);
     s->pos = (int *)dev_alloc(sizeof(int)), s->token = (int *)dev_alloc(T * sizeof(int));
@@ -2565,7 +2566,7 @@ static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g,
     Scratch *s = &gpu->sc;
     float *ring = gpu->st.ring[il];
     gdn_conv_gpu(gpu->layers[il].conv, nullptr, c->d_conv, c->conv_dim, ring, u, T, c->d_state, 2 * c->n_k_heads, c->eps, false, true, s->conv, gt);
-    delta_rule_gpu(gpu->st.S[il], s->conv, g, beta, s->o, T, false, c->n_v_heads, c->n_k_heads, c->d_state, c->conv_dim,
+    delta_rule_gpu(gpu->st.S[il], gpu->st.S[il], s->conv, g, beta, s->o, T, false, c->n_v_heads, c->n_k_heads, c->d_state, c->conv_dim,
                    c->key_dim, c->value_dim);
 }
 
@@ -2576,16 +2577,14 @@ static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in, Gates
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int H = c->n_v_heads, d = c->d_state;
-    copy_floats(s->S, gpu->st.S[il], S_floats(c));
     gdn_conv_gpu(L->conv, L->conv_right, c->d_conv, c->conv_dim, gpu->st.ring[il], s->qkv, T, d, 2 * c->n_k_heads, c->eps, false, false, s->conv, gt);
-    delta_rule_gpu(s->S, s->conv, s->g, s->beta, s->o, T, false, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
+    delta_rule_gpu(gpu->st.S[il], nullptr, s->conv, s->g, s->beta, s->o, T, false, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     if (!L->a_rev) return;
     const Mat *w[] = {&L->beta_rev, &L->alpha_rev};
     float *y[] = {s->beta_rev_logit, s->alpha_rev};
     matmuls(gpu, in, T, 2, w, y);   // W_beta_rev a, W_alpha_rev a
     gdn_gates_gpu(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, H, s->g_rev, s->beta_rev);
-    CUDA_CHECK(cudaMemsetAsync(s->S_rev, 0, S_floats(c) * sizeof(float), stream));
-    delta_rule_gpu(s->S_rev, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
+    delta_rule_gpu(nullptr, nullptr, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
     gdn_rev_mix_gpu(s->o, s->o_rev, L->rev_mix, T, H, d);
 }
 
@@ -3352,7 +3351,7 @@ static void check_delta_rule(Tally *tl, const GpuCheck *cpu, bool reverse) {
         float *o = (float *)xmalloc((size_t)no * 4), *got_o = (float *)xmalloc((size_t)no * 4), *got_S = (float *)xmalloc((size_t)ns * 4);
         float *dout = (float *)dev_alloc((size_t)no * 4);
         for (int h = 0; h < H; h++) cpu->gdn_scan_head(S, y, g, beta, o, T, reverse, H, cpu->n_k_heads, d, C, kd, vd, h);
-        delta_rule_gpu(dS, dy, dg, dbeta, dout, T, reverse, H, cpu->n_k_heads, d, C, kd, vd);
+        delta_rule_gpu(dS, dS, dy, dg, dbeta, dout, T, reverse, H, cpu->n_k_heads, d, C, kd, vd);
         host_copy(got_o, dout, (size_t)no * 4);
         host_copy(got_S, dS, (size_t)ns * 4);
         char name[96];
