@@ -446,8 +446,7 @@ __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
 #elif defined(CLOVER_EMU)
-    const int32_t zero[4] = {0, 0, 0, 0};
-    emu_mma_s8(d, a, b, zero, __FILE__, __LINE__);
+    emu_mma_s8(d, a, b, __FILE__, __LINE__);
 #else
     d[0] = d[1] = d[2] = d[3] = 0;   // (nvcc's host pass: never run)
 #endif
@@ -462,9 +461,11 @@ __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
 // A block has MMA_WARPS warps of 8 weight rows each.
 enum { MMA_M = 16, MMA_WARPS = 4, MMA_ROWS = 8 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024 };
 static size_t mma_tile_bytes(int64_t n) { return (size_t)n * 18 + (size_t)n / 4; }
-__device__ const uint8_t *tile_group(const uint8_t *xs, int u, int j) { return xs + (size_t)(8 * u + j) * MMA_M * 32; }
-__device__ const uint8_t *tile_bsums(const uint8_t *xs, int64_t n, int u, int r) { return xs + 16 * (size_t)n + ((size_t)u * MMA_M + r) * 32; }
-__device__ float tile_d(const uint8_t *xs, int64_t n, int u, int r) { return ((const float *)(xs + 18 * (size_t)n))[u * MMA_M + r]; }
+// byte offsets in the tile: row r's 32 bytes of group j of unit u; its 16 bsums of unit u; its d of unit u
+__device__ size_t tile_q_at(int u, int j, int r) { return ((size_t)(8 * u + j) * MMA_M + r) * 32; }
+__device__ size_t tile_bsums_at(int64_t n, int u, int r) { return 16 * (size_t)n + ((size_t)u * MMA_M + r) * 32; }
+__device__ size_t tile_d_at(int64_t n, int u, int r) { return 18 * (size_t)n + 4 * ((size_t)u * MMA_M + r); }
+__device__ float tile_d(const uint8_t *xs, int64_t n, int u, int r) { return *(const float *)(xs + tile_d_at(n, u, r)); }
 
 // Rows t0 .. t0+R-1 of the rounded Q8_K rows x (x_bytes apart, section 3's layout) into the tile xs,
 // by all the block's threads in 16-byte pieces.
@@ -473,22 +474,22 @@ __device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, int R, uint8
     for (int i = threadIdx.x; i < MMA_M * per; i += blockDim.x) {   // q: 16 of a row's n bytes
         int r = i / per, k = 16 * (i % per), u = k / 256, j = k % 256 / 32;
         Vec16 v = r < R ? load16(x + r * x_bytes + k) : Vec16{};
-        *(Vec16 *)(xs + ((size_t)(8 * u + j) * MMA_M + r) * 32 + k % 32) = v;
+        *(Vec16 *)(xs + tile_q_at(u, j, r) + k % 32) = v;
     }
     for (int i = threadIdx.x; i < MMA_M * per / 8; i += blockDim.x) {   // bsums: 8 of a row's n / 16
         int r = i / (per / 8), k = i % (per / 8);
         Vec16 v = r < R ? load16(x + r * x_bytes + n + 16 * k) : Vec16{};
-        *(Vec16 *)(xs + 16 * (size_t)n + ((size_t)(k / 2) * MMA_M + r) * 32 + 16 * (k % 2)) = v;
+        *(Vec16 *)(xs + tile_bsums_at(n, k / 2, r) + 16 * (k % 2)) = v;
     }
     for (int i = threadIdx.x; i < MMA_M * nu; i += blockDim.x) {   // d: one a unit
         int r = i / nu, u = i % nu;
-        ((float *)(xs + 18 * (size_t)n))[u * MMA_M + r] = r < R ? ((const float *)(x + r * x_bytes + n + n / 8))[u] : 0.0f;
+        *(float *)(xs + tile_d_at(n, u, r)) = r < R ? ((const float *)(x + r * x_bytes + n + n / 8))[u] : 0.0f;
     }
 }
 
 // A lane's A fragment of group j of unit u (mma_s8): 8 bytes of tile row g and 8 of row g + 8
 __device__ void tile_fragment(const uint8_t *xs, int u, int j, uint32_t a[4]) {
-    const uint8_t *p = tile_group(xs, u, j) + 8 * (threadIdx.x % WARP);
+    const uint8_t *p = xs + tile_q_at(u, j, 0) + 8 * (threadIdx.x % WARP);
     W2 lo = load8(p), hi = load8(p + 8 * 32);
     a[0] = lo.w[0], a[1] = hi.w[0], a[2] = lo.w[1], a[3] = hi.w[1];
 }
@@ -665,7 +666,8 @@ template <bool Q5> struct DotK4 {
         for (int e = 0; e < 2; e++) {
             int64_t o = o0 + 2 * t + e;
             h[e] = o < m.n_out ? load16(m.data + o * m.row_bytes + (size_t)u * BB) : Vec16{};
-            bs[e][0] = load16(tile_bsums(xs, n, u, g + 8 * e)), bs[e][1] = load16(tile_bsums(xs, n, u, g + 8 * e) + 16);
+            const uint8_t *p = xs + tile_bsums_at(n, u, g + 8 * e);
+            bs[e][0] = load16(p), bs[e][1] = load16(p + 16);
         }
         W2 qh = Q5 && on ? load8(b + 16 + 8 * t) : W2{};
         int si[4] = {0, 0, 0, 0}, sm[4] = {0, 0, 0, 0};
@@ -1008,8 +1010,8 @@ template <typename D> static bool matmul_mma_gpu(MatList L, const Mat *const w[]
 }
 
 // y_i[t][o] = W_i x_t for n <= MAX_MATS matrices of one type and row length and T activation rows already rounded to their dot type
-// (quantize_row_gpu), in one launch: one row (a decode step) by matvec_kernel, more by matmul_kernel;
-// the same bits for a row either way. xq NULL (T = 1, rounds_in_block): the float row xf, which each
+// (quantize_row_gpu), in one launch: one row (a decode step) by matvec_kernel, more by
+// matmul_mma_kernel (K-quants) or matmul_kernel; the same bits for a row either way. xq NULL (T = 1, rounds_in_block): the float row xf, which each
 // block rounds itself. rd: F32 riders (T = 1; riders(..., 0, ...): none). Twin: matmul with
 // dot_fn(wtype, false), for each W_i.
 static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float *xf, int T, float *const y[], Rider rd) {
@@ -2033,7 +2035,7 @@ struct Layer {
 };
 
 // The committed state (clover.c's State): KV rows per attention layer; conv ring and S per GDN layer,
-// all of them in one allocation (gdn: layer by layer, ring then S), so that draft-self's save before a
+// all of them in one allocation (gdn: layer by layer, S then ring), so that draft-self's save before a
 // verify batch (into gdn_saved, the same layout) and the rollback's restore are one copy each, not
 // two a layer. Beside it, the verify batch's logged GDN inputs (log_u, log_g, log_beta), per GDN layer.
 struct State {

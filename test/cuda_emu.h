@@ -122,7 +122,7 @@ struct EmuThread {
     int arg, width;
     uint64_t in, out;   // a warp operation's value and result
     uint32_t mma_a[4], mma_b[2];  // an mma's fragments (EMU_MMA) and its result
-    int32_t mma_c[4], mma_d[4];
+    int32_t mma_d[4];
     uint64_t loads, load_bytes;   // counting: its loads from device memory in this block
     uint64_t sloads;              // and from shared memory
     uint64_t shuffles;            // counting: its warp operations (the same pipe as the loads)
@@ -208,24 +208,22 @@ static int emu_first_unlike(int a, int from, int to) {
 // mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 over the 32 lanes x[0..31] of a warp, as the PTX ISA
 // lays out its fragments: lane l = 4 g + t holds A (16 x 32, row-major) bytes i of register r at
 // row g + 8 (r % 2), column 4 t + i + 16 (r / 2); B (32 x 8) bytes i of register r at row 4 t + i +
-// 16 r, column g; C and D (16 x 8) register r at row g + 8 (r / 2), column 2 t + r % 2.
-// D = A B + C, exact in int32 (wrapping, as the device's adder does).
+// 16 r, column g; D (16 x 8) register r at row g + 8 (r / 2), column 2 t + r % 2.
+// D = A B (C zero, as clover.cu issues it), exact in int32 (wrapping, as the device's adder does).
 static void emu_mma_resolve(EmuThread *x) {
     int8_t A[16][32], B[32][8];
-    int32_t C[16][8];
     for (int l = 0; l < 32; l++) {
         int g = l / 4, t = l % 4;
         for (int r = 0; r < 4; r++)
             for (int i = 0; i < 4; i++) A[g + 8 * (r % 2)][4 * t + i + 16 * (r / 2)] = (int8_t)(x[l].mma_a[r] >> (8 * i));
         for (int r = 0; r < 2; r++)
             for (int i = 0; i < 4; i++) B[4 * t + i + 16 * r][g] = (int8_t)(x[l].mma_b[r] >> (8 * i));
-        for (int r = 0; r < 4; r++) C[g + 8 * (r / 2)][2 * t + r % 2] = x[l].mma_c[r];
     }
     for (int l = 0; l < 32; l++) {
         int g = l / 4, t = l % 4;
         for (int r = 0; r < 4; r++) {
             int m = g + 8 * (r / 2), n = 2 * t + r % 2;
-            uint32_t d = (uint32_t)C[m][n];
+            uint32_t d = 0;
             for (int k = 0; k < 32; k++) d += (uint32_t)(A[m][k] * B[k][n]);
             x[l].mma_d[r] = (int32_t)d;
         }
@@ -346,12 +344,17 @@ static inline void emu_syncthreads(const char *file, int line) {
 }
 #define __syncthreads() emu_syncthreads(__FILE__, __LINE__)
 
-template <typename T>
-static T emu_shfl(EmuWarpOp op, unsigned mask, T v, int arg, int width, const char *file, int line) {
-    static_assert(sizeof(T) <= 8, "warp operations on values of at most 8 bytes");
+// the running lane arrives at a warp operation (its inputs are set next; emu_yield waits for the warp)
+static EmuThread *emu_warp_arrive(EmuWarpOp op, unsigned mask, int arg, int width, const char *file, int line) {
     if (blockDim.x * blockDim.y * blockDim.z % 32) emu_fail("%s: warp operation at %s:%d in a block of %u threads (not whole warps)", emu.kernel, file, line, blockDim.x * blockDim.y * blockDim.z);
     EmuThread *t = &emu.th[emu.cur];
     t->state = EMU_AT_WARP, t->file = file, t->line = line, t->op = op, t->mask = mask, t->arg = arg, t->width = width;
+    return t;
+}
+template <typename T>
+static T emu_shfl(EmuWarpOp op, unsigned mask, T v, int arg, int width, const char *file, int line) {
+    static_assert(sizeof(T) <= 8, "warp operations on values of at most 8 bytes");
+    EmuThread *t = emu_warp_arrive(op, mask, arg, width, file, line);
     t->shuffles++;
     t->in = 0;
     memcpy(&t->in, &v, sizeof v);
@@ -361,12 +364,10 @@ static T emu_shfl(EmuWarpOp op, unsigned mask, T v, int arg, int width, const ch
     return r;
 }
 // the mma above for the running lane (clover.cu's mma_s8): every lane of the warp takes part
-static void emu_mma_s8(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const int32_t c[4], const char *file, int line) {
-    if (blockDim.x * blockDim.y * blockDim.z % 32) emu_fail("%s: mma at %s:%d in a block of %u threads (not whole warps)", emu.kernel, file, line, blockDim.x * blockDim.y * blockDim.z);
-    EmuThread *t = &emu.th[emu.cur];
-    t->state = EMU_AT_WARP, t->file = file, t->line = line, t->op = EMU_MMA, t->mask = 0xffffffffu, t->arg = 0, t->width = 32;
+static void emu_mma_s8(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const char *file, int line) {
+    EmuThread *t = emu_warp_arrive(EMU_MMA, 0xffffffffu, 0, 32, file, line);
     t->mmas++;
-    memcpy(t->mma_a, a, sizeof t->mma_a), memcpy(t->mma_b, b, sizeof t->mma_b), memcpy(t->mma_c, c, sizeof t->mma_c);
+    memcpy(t->mma_a, a, sizeof t->mma_a), memcpy(t->mma_b, b, sizeof t->mma_b);
     emu_yield();
     memcpy(d, emu.th[emu.cur].mma_d, sizeof emu.th[emu.cur].mma_d);
 }
