@@ -459,7 +459,7 @@ __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
 //   bsums: [unit][row][16 int16]               (2 n bytes)
 //   d:     [unit][row] float                   (n / 4 bytes)
 // A block has MMA_WARPS warps of 8 weight rows each.
-enum { MMA_M = 16, MMA_WARPS = 4, MMA_ROWS = 8 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024 };
+enum { MMA_M = 16, MMA_WARPS = 4, MMA_ROWS = 8 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024, MMA_MAX_PAIRS = 4096 };
 static size_t mma_tile_bytes(int64_t n) { return (size_t)n * 18 + (size_t)n / 4; }
 // byte offsets in the tile: row r's 32 bytes of group j of unit u; its 16 bsums of unit u; its d of unit u
 __device__ size_t tile_q_at(int u, int j, int r) { return ((size_t)(8 * u + j) * MMA_M + r) * 32; }
@@ -467,23 +467,60 @@ __device__ size_t tile_bsums_at(int64_t n, int u, int r) { return 16 * (size_t)n
 __device__ size_t tile_d_at(int64_t n, int u, int r) { return 18 * (size_t)n + 4 * ((size_t)u * MMA_M + r); }
 __device__ float tile_d(const uint8_t *xs, int64_t n, int u, int r) { return *(const float *)(xs + tile_d_at(n, u, r)); }
 
-// Rows t0 .. t0+R-1 of the rounded Q8_K rows x (x_bytes apart, section 3's layout) into the tile xs,
-// by all the block's threads in 16-byte pieces.
-__device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, int R, uint8_t *xs) {
-    int per = n / 16, nu = n / 256;
+// The rows of a batch tile (shared memory): R <= MMA_M of them, tile row r reading activation row
+// act[r] and writing output row out[r], with expert e's matrix (0: the one matrix; e < 0: none, the
+// output rows are zeros, as matvec_kernel's for an id -1).
+struct TileRows { int e, R, act[MMA_M], out[MMA_M]; };
+
+// Block y's tile of a batch into tr (every thread calls it; false: this block has none):
+//   ids NULL: rows 16y .. 16y + 15 of the n rows;
+//   else n pairs, pair p running expert ids[p] on activation row p / in_div: the pairs of one expert
+//   in order, in runs of MMA_M; pair y leads a run where the pairs of its expert before it are a
+//   multiple of MMA_M (its block takes that run), else its block has no tile. So an expert's weights
+//   are read once for every MMA_M pairs that chose it, and the grid (n pairs) is fixed, as a graph
+//   needs. Warp 0 finds the run, 32 pairs a load, in pair order (its prefix sums by shuffles).
+__device__ bool tile_rows(const int *ids, int n, int in_div, TileRows &tr) {
+    int y = blockIdx.y, lane = threadIdx.x % WARP;
+    if (threadIdx.x < WARP && !ids) {
+        int R = n - MMA_M * y < MMA_M ? n - MMA_M * y : MMA_M;
+        if (lane < R) tr.act[lane] = tr.out[lane] = MMA_M * y + lane;
+        if (lane == 0) tr.e = 0, tr.R = R;
+    } else if (threadIdx.x < WARP) {
+        int e = ids[y], before = 0, R = 0;
+        for (int p = lane; p < y; p += WARP) before += ids[p] == e;
+        before = warp_sum(before);
+        for (int p0 = y; before % MMA_M == 0 && p0 < n && R < MMA_M; p0 += WARP) {   // (warp-uniform)
+            int p = p0 + lane, f = p < n && ids[p] == e, at = f;   // at: the pairs of e among lanes 0..lane
+            for (int o = 1; o < WARP; o *= 2) {
+                int v = __shfl_up_sync(0xffffffffu, at, o);
+                if (lane >= o) at += v;
+            }
+            if (f && R + at <= MMA_M) tr.act[R + at - 1] = p / in_div, tr.out[R + at - 1] = p;
+            R += __shfl_sync(0xffffffffu, at, WARP - 1);
+        }
+        if (lane == 0) tr.e = e, tr.R = R < MMA_M ? R : MMA_M;
+    }
+    __syncthreads();
+    return tr.R > 0;
+}
+
+// Tile rows tr of the rounded Q8_K rows x (x_bytes apart, section 3's layout) into the tile xs, by
+// all the block's threads in 16-byte pieces (rows past tr.R zero).
+__device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRows &tr, uint8_t *xs) {
+    int per = n / 16, nu = n / 256, R = tr.R;
     for (int i = threadIdx.x; i < MMA_M * per; i += blockDim.x) {   // q: 16 of a row's n bytes
         int r = i / per, k = 16 * (i % per), u = k / 256, j = k % 256 / 32;
-        Vec16 v = r < R ? load16(x + r * x_bytes + k) : Vec16{};
+        Vec16 v = r < R ? load16(x + tr.act[r] * x_bytes + k) : Vec16{};
         *(Vec16 *)(xs + tile_q_at(u, j, r) + k % 32) = v;
     }
     for (int i = threadIdx.x; i < MMA_M * per / 8; i += blockDim.x) {   // bsums: 8 of a row's n / 16
         int r = i / (per / 8), k = i % (per / 8);
-        Vec16 v = r < R ? load16(x + r * x_bytes + n + 16 * k) : Vec16{};
+        Vec16 v = r < R ? load16(x + tr.act[r] * x_bytes + n + 16 * k) : Vec16{};
         *(Vec16 *)(xs + tile_bsums_at(n, k / 2, r) + 16 * (k % 2)) = v;
     }
     for (int i = threadIdx.x; i < MMA_M * nu; i += blockDim.x) {   // d: one a unit
         int r = i / nu, u = i % nu;
-        *(float *)(xs + tile_d_at(n, u, r)) = r < R ? ((const float *)(x + r * x_bytes + n + n / 8))[u] : 0.0f;
+        *(float *)(xs + tile_d_at(n, u, r)) = r < R ? ((const float *)(x + tr.act[r] * x_bytes + n + n / 8))[u] : 0.0f;
     }
 }
 
@@ -499,6 +536,14 @@ __device__ void tile_fragment(const uint8_t *xs, int u, int j, uint32_t a[4]) {
 // row r's quants at data + r * row_bytes, and for Q8_0, Q4_0 and Q6_K its blocks' fp16 scales d at
 // scales + r * blocks.
 struct Mat { uint32_t type; int64_t n_in, n_out; const uint8_t *data; size_t row_bytes; const uint16_t *scales; };
+
+// expert e of stacked experts m as a matrix of its own
+__host__ __device__ Mat expert(const Mat *m, int e) {
+    Mat x = *m;
+    x.data += (size_t)e * m->n_out * m->row_bytes;
+    if (x.scales) x.scales += (size_t)e * m->n_out * (m->n_in / (m->type == T_Q6_K ? 256 : 32));
+    return x;
+}
 
 // One type per weight type: UNIT values a unit, LPB lanes a unit, MINS (the Q4_K/Q5_K mins' term).
 // load: this lane's part of unit u of row r (nu units a row) into registers, unpacked, once for all
@@ -909,13 +954,14 @@ template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x,
     }
 }
 
-// The K-quant batches on the tensor cores (verify, preview, prefill: every dense matrix and the LM
-// head of a Q4_K_M model): a block takes MMA_M activation rows, staged once in shared memory
-// (stage_tile), and MMA_ROWS weight rows, a warp 8 of them; for each unit the warp's mmas give every
-// (activation row, weight row) pair its integer sums at once (D::mma_add), which the matvec lanes
-// add up by shuffles. The float steps are row_dot's: slot s of slots = lanes_per_row / LPB takes
-// units s, s + slots, ... (here acc[0] is always the slot of the next unit: the slots rotate after
-// each), then the halving fold. So a row's bits are matvec_kernel's, whatever the batch.
+// The K-quant batches on the tensor cores (verify, preview, prefill: every dense matrix, the LM
+// head of a Q4_K_M model and the experts): a block takes a tile of MMA_M activation rows (tile_rows),
+// staged once in shared memory (stage_tile), and MMA_ROWS weight rows, a warp 8 of them; for each
+// unit the warp's mmas give every (activation row, weight row) pair its integer sums at once
+// (D::mma_add), which the matvec lanes add up by shuffles. The float steps are row_dot's: slot s of
+// slots = lanes_per_row / LPB takes units s, s + slots, ... (here acc[0] is always the slot of the
+// next unit: the slots rotate after each), then the halving fold. So a row's bits are
+// matvec_kernel's, whatever the batch.
 __device__ void rotate_slots(float a[4][4], int slots) {
     for (int e = 0; e < 4; e++) {
         float f = a[0][e];
@@ -929,30 +975,42 @@ __device__ void fold_slots(float a[4][4], int slots) {
         if (slots >= 2) a[0][e] += a[1][e];
     }
 }
-template <typename D> __global__ void matmul_mma_kernel(MatList L, const uint8_t *x, size_t x_bytes, int T, int slots) {
-    DYNAMIC_SHARED(Vec16, tile);
-    uint8_t *xs = (uint8_t *)tile;
-    unsigned b0;
-    Mat m;
-    float *y;
-    pick(L, blockIdx.x, m, y, b0);
-    int t0 = blockIdx.y * MMA_M, R = T - t0 < MMA_M ? T - t0 : MMA_M, nu = (int)(m.n_in / D::UNIT);
-    stage_tile(x + (size_t)t0 * x_bytes, x_bytes, (int)m.n_in, R, xs);
-    __syncthreads();
-    int64_t o0 = (int64_t)(blockIdx.x - b0) * MMA_ROWS + 8 * (threadIdx.x / WARP);
-    if (o0 >= m.n_out) return;   // the whole warp
+// A warp's 8 weight rows o0.. of m against the staged tile: this lane's cells e (tile row g + 8 (e/2),
+// weight row o0 + 2t + e%2) as row_dot gives them
+template <typename D> __device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, int slots, float v[4]) {
     float acc[4][4] = {}, accm[4][4] = {};   // [slot][cell]
+    int nu = (int)(m.n_in / D::UNIT);
     for (int u = 0; u < nu; u++) {
         D::mma_add(m, o0, u, xs, m.n_in, acc[0], accm[0]);
         rotate_slots(acc, slots), rotate_slots(accm, slots);
     }
     for (int u = nu; u % slots; u++) rotate_slots(acc, slots), rotate_slots(accm, slots);   // back to slot 0
     fold_slots(acc, slots), fold_slots(accm, slots);
+    for (int e = 0; e < 4; e++) v[e] = D::MINS ? acc[0][e] - accm[0][e] : acc[0][e];
+}
+
+// y[out[r]][o] = W_e[o] . x[act[r]] for block y's tile (tile_rows: of the n rows, ids NULL; or of the
+// n pairs of experts ids, the stacked matrices of L): matmul's, and matmul_id's (matvec_kernel's) bits
+template <typename D> __global__ void matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots) {
+    DYNAMIC_SHARED(Vec16, tile);
+    __shared__ TileRows tr;
+    uint8_t *xs = (uint8_t *)tile;
+    unsigned b0;
+    Mat m;
+    float *y;
+    pick(L, blockIdx.x, m, y, b0);
+    if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
+    if (tr.e >= 0) stage_tile(x, x_bytes, (int)m.n_in, tr, xs);
+    __syncthreads();
+    int64_t o0 = (int64_t)(blockIdx.x - b0) * MMA_ROWS + 8 * (threadIdx.x / WARP);
+    if (o0 >= m.n_out) return;   // the whole warp
+    float v[4] = {};
+    if (tr.e >= 0) mma_rows<D>(expert(&m, tr.e), o0, xs, slots, v);
     int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     for (int e = 0; e < 4; e++) {
         int r = g + 8 * (e / 2);
         int64_t o = o0 + 2 * t + e % 2;
-        if (r < R && o < m.n_out) y[(int64_t)(t0 + r) * m.n_out + o] = D::MINS ? acc[0][e] - accm[0][e] : acc[0][e];
+        if (r < tr.R && o < m.n_out) y[(int64_t)tr.out[r] * m.n_out + o] = v[e];
     }
 }
 
@@ -989,23 +1047,32 @@ static Rider riders(const Mat *const w[], int n, const float *x, float *const y[
 // Whether matvec blocks may round an input row of n values to dot type dt themselves (block_input)
 static bool rounds_in_block(uint32_t dt, int64_t n) { return dt != T_F32 && act_bytes(dt, n) <= MAX_ROUNDED; }
 
-// The batch of T rows on the tensor cores where weight type D has a batch form (D::MMA) and the
-// tile of a row length fits in shared memory (rows of up to ~11,000 values); false: not launched.
-template <typename D> static bool matmul_mma_gpu(MatList L, const Mat *const w[], int n, const uint8_t *x, size_t xb, int T, int lpr) {
-    if constexpr (!D::MMA) return false;
-    else {
-        size_t tb = mma_tile_bytes(w[0]->n_in);
-        if (tb > MMA_MAX_TILE) return false;
-        for (int i = 0; i < n; i++) L.first[i + 1] = L.first[i] + blocks_for(w[i]->n_out, MMA_ROWS);
-        static size_t opted;   // the largest tile this instance may have (cudaFuncSetAttribute's opt-in past 48 KiB)
-        if (tb > opted) {
-            CUDA_CHECK(cudaFuncSetAttribute(matmul_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tb));
-            opted = tb;
-        }
-        cudaLaunchConfig_t c = launch_config(dim3(L.first[n], blocks_for(T, MMA_M)), MMA_WARPS * WARP);
-        c.dynamicSmemBytes = tb;
-        CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, x, xb, T, lpr / D::LPB));
-        return true;
+// Whether a batch's rows (T > 1) of weight type t and row length n go to the tensor cores: the type
+// has a batch form (D::MMA) and a tile of rows fits in shared memory (rows of up to ~11,000 values)
+static bool mma_batch(uint32_t t, int64_t n) {
+    bool mma = false;
+    by_type(t, "mma_batch", [&](auto d) { mma = decltype(d)::MMA; });
+    return mma && mma_tile_bytes(n) <= MMA_MAX_TILE;
+}
+
+// The launch of mma kernel k (matmul_mma_kernel, swiglu_mma_kernel): MMA_WARPS warps a block, the
+// tile of rows of n values in dynamic shared memory (past 48 KiB by k's opt-in, to MMA_MAX_TILE for
+// every one of them alike)
+template <typename... P> static cudaLaunchConfig_t mma_config(void (*k)(P...), dim3 grid, int64_t n) {
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, MMA_MAX_TILE));
+    cudaLaunchConfig_t c = launch_config(grid, MMA_WARPS * WARP);
+    c.dynamicSmemBytes = mma_tile_bytes(n);
+    return c;
+}
+
+// The batch on the tensor cores (mma_batch): n rows (ids NULL: a grid row a tile of MMA_M) or n pairs
+// of experts ids (a grid row a pair, which leads a tile or not: tile_rows), for the matrices of L
+template <typename D> static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t *x, size_t xb, int n, int lpr) {
+    if constexpr (D::MMA) {
+        for (int i = 0; i < L.n; i++) L.first[i + 1] = L.first[i] + blocks_for(L.m[i].n_out, MMA_ROWS);
+        dim3 grid(L.first[L.n], ids ? n : blocks_for(n, MMA_M));
+        cudaLaunchConfig_t c = mma_config(matmul_mma_kernel<D>, grid, L.m[0].n_in);
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, ids, in_div, x, xb, n, lpr / D::LPB));
     }
 }
 
@@ -1038,7 +1105,9 @@ static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float
         if (T == 1) {
             cudaLaunchConfig_t c = launch_config(L.first[n] + rd.L.first[rd.L.n], BLOCK);
             CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, xf, dt, 1, lpr, rd));
-        } else if (!matmul_mma_gpu<D>(L, w, n, x, xb, T, lpr)) {
+        } else if (mma_batch(w[0]->type, w[0]->n_in)) {
+            matmul_mma_gpu<D>(L, nullptr, 1, x, xb, T, lpr);
+        } else {
             cudaLaunchConfig_t c = launch_config(dim3(L.first[n], blocks_for(T, MAX_ROWS)), BLOCK);
             CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, L, x, xb, T, lpr));
         }
@@ -1050,8 +1119,10 @@ static void matmul_gpu(const Mat *w, const void *xq, int T, float *y) { matmuls_
 
 // y[p] = W_{ids[p]} xq[p / in_div] for n_pairs pairs (see matvec_kernel); in_div: n_used for gate/up
 // (pair t*n_used + r reads row t), 1 for down. W: the stacked [n_expert][n_out][n_in] experts. xq
-// NULL (rounds_in_block): the float rows xf, each block rounding the row it reads.
-static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div, const void *xq, const float *xf, float *y) {
+// NULL (rounds_in_block): the float rows xf, each block rounding the row it reads. batch: the pairs
+// of a batch (T > 1), which go to the tensor cores where they can (mma_batch, rounded rows, at most
+// MMA_MAX_PAIRS), an expert's weights read once for its pairs; else a job a pair. The same bits.
+static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div, bool batch, const void *xq, const float *xf, float *y) {
     uint32_t dt = dot_type(w->type);
     size_t xb = act_bytes(dt, w->n_in);
     const uint8_t *x = (const uint8_t *)xq;
@@ -1059,7 +1130,12 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
         using D = decltype(d);
         int lpr = lanes_per_row(D::LPB, w->n_in / D::UNIT);
         MatList L = {};
-        L.n = 1, L.m[0] = *w, L.y[0] = y, L.first[1] = blocks_for(w->n_out, BLOCK / lpr);
+        L.n = 1, L.m[0] = *w, L.y[0] = y;
+        if (batch && x && n_pairs <= MMA_MAX_PAIRS && mma_batch(w->type, w->n_in)) {
+            matmul_mma_gpu<D>(L, ids, in_div, x, xb, n_pairs, lpr);
+            return;
+        }
+        L.first[1] = blocks_for(w->n_out, BLOCK / lpr);
         cudaLaunchConfig_t c = launch_config(L.first[1] * (unsigned)n_pairs, BLOCK);
         CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, ids, x, xb, xf, dt, in_div, lpr, Rider{}));
     });
@@ -1906,17 +1982,54 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
     if (active && threadIdx.x % lpr == 0) h[job * G.n_out + o] = silu(g) * u;
 }
 
+// h[out[r]][o] = silu(G_e[o] . x[act[r]]) * (U_e[o] . x[act[r]]) for block y's tile (as
+// matmul_mma_kernel's; ids NULL: the one matrix G, U, the shared expert): swiglu_id_kernel's bits. A
+// block takes 16 rows o of both: warps 0 and 1 their gate rows, warps 2 and 3 the same up rows, the
+// gate's cells passed in shared memory (MMA_ROWS / 2 rows o a block).
+template <typename D>
+__global__ void swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h) {
+    DYNAMIC_SHARED(Vec16, tile);
+    __shared__ TileRows tr;
+    __shared__ float gs[MMA_M][MMA_ROWS / 2];
+    uint8_t *xs = (uint8_t *)tile;
+    if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
+    if (tr.e >= 0) stage_tile(x, x_bytes, (int)G.n_in, tr, xs);
+    __syncthreads();
+    int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+    int64_t o0 = (int64_t)blockIdx.x * (MMA_ROWS / 2) + 8 * (w % 2);
+    float v[4] = {};
+    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(w < 2 ? &G : &U, tr.e), o0, xs, slots, v);   // (warp-uniform)
+    if (w < 2)
+        for (int e = 0; e < 4; e++) gs[g + 8 * (e / 2)][8 * w + 2 * t + e % 2] = v[e];
+    __syncthreads();
+    if (w < 2) return;
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e / 2), c = 8 * (w % 2) + 2 * t + e % 2;
+        int64_t o = o0 + 2 * t + e % 2;
+        if (r < tr.R && o < G.n_out) h[(int64_t)tr.out[r] * G.n_out + o] = silu(gs[r][c]) * v[e];
+    }
+}
+
 // xq NULL (rounds_in_block): the float rows xf, each block rounding the row it reads; rd: F32 riders
 // (one row: n_pairs 1), and rt.done not NULL: they are the router, and the row is routed after them
-// in the same launch (route_gpu's work for one row)
-static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, const void *xq, const float *xf, float *h, Rider rd,
-                          Routing rt) {
+// in the same launch (route_gpu's work for one row). batch: as matmul_id_gpu's (swiglu_mma_kernel;
+// riders only without it).
+static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, bool batch, const void *xq, const float *xf, float *h,
+                          Rider rd, Routing rt) {
     uint32_t dt = dot_type(G->type);
     size_t xb = act_bytes(dt, G->n_in);
     const uint8_t *ax = (const uint8_t *)xq;
     by_type(G->type, "swiglu_id_gpu", [&](auto d) {
         using D = decltype(d);
         int lpr = lanes_per_row(D::LPB, G->n_in / D::UNIT);
+        if constexpr (D::MMA) {
+            if (batch && ax && !rd.L.n && n_pairs <= MMA_MAX_PAIRS && mma_batch(G->type, G->n_in)) {
+                dim3 grid(blocks_for(G->n_out, MMA_ROWS / 2), ids ? n_pairs : blocks_for(n_pairs, MMA_M));
+                cudaLaunchConfig_t c = mma_config(swiglu_mma_kernel<D>, grid, G->n_in);
+                CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_mma_kernel<D>, *G, *U, ids, in_div, ax, xb, n_pairs, lpr / D::LPB, h));
+                return;
+            }
+        }
         unsigned rb = blocks_for(G->n_out, BLOCK / lpr);
         cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs + rd.L.first[rd.L.n], BLOCK);
         CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ax, xb, xf, dt, lpr, (int64_t)rb, h, rd, rt));
@@ -2209,14 +2322,6 @@ static Mat upload_weights(uint32_t t, int64_t n_in, int64_t n_out, int n_stack, 
 static Mat upload_mat(const GpuMat *m, int n_stack) {
     if (!m->data) return {m->type, m->n_in, m->n_out, nullptr, quant_row_bytes(m->type, m->n_in), nullptr};
     return upload_weights(m->type, m->n_in, m->n_out, n_stack, m->data);
-}
-
-// expert e of stacked experts m as a matrix of its own
-static Mat expert(const Mat *m, int e) {
-    Mat x = *m;
-    x.data += (size_t)e * m->n_out * m->row_bytes;
-    if (x.scales) x.scales += (size_t)e * m->n_out * (m->n_in / (m->type == T_Q6_K ? 256 : 32));
-    return x;
 }
 
 static Layer upload_layer(const GpuConfig *c, const GpuLayer *h) {
@@ -2523,6 +2628,11 @@ static void dump_shared_expert(Gpu *gpu, int il, int T) {
 // they write sc.xq), so the first matrices after it read the rounding it made.
 struct Input { const float *x; const void *xq; uint32_t dt; };
 
+// Whether the blocks of an expert kernel (matmul_id_gpu, swiglu_id_gpu) for T rows of matrix w
+// round their input rows themselves (block_input): one row a job (a decode step; a few rows of a type
+// without a batch form); a batch on the tensor cores reads rows rounded before it, by a launch.
+static bool rows_by_block(const Mat *w, int T) { return T <= MAX_ROWS && !(T > 1 && mma_batch(w->type, w->n_in)); }
+
 // in as a matmul with weights of type wtype reads it: x itself for F32, the input's rounding where it
 // has this dot type; else, for a kernel of one row a job (by_block: matvec_kernel, swiglu_id_kernel)
 // where the row fits, NULL: each block rounds the floats in.x itself (block_input), no launch; else
@@ -2670,17 +2780,17 @@ static void moe_experts(Gpu *gpu, const Layer *L, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
-    bool by_block = T <= MAX_ROWS;   // (a prefill's rows are rounded once, by a launch: each row has many blocks)
+    bool batch = T > 1;
     if (L->gate_exps.type == L->up_exps.type && !gpu->dump) {   // h = silu(gate_e m) * up_e m in one launch (dumps: gate and up kept)
-        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T, by_block), in.x, s->he,
-                      Rider{}, Routing{});
+        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, batch, rounded(gpu, in, L->up_exps.type, E, T, rows_by_block(&L->up_exps, T)), in.x,
+                      s->he, Rider{}, Routing{});
     } else {   // (gate's rounding, if in xq2, is read before the next rounding there)
-        matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, rounded(gpu, in, L->gate_exps.type, E, T, by_block), in.x, s->ge);
-        matmul_id_gpu(&L->up_exps, s->sel, T * K, K, rounded(gpu, in, L->up_exps.type, E, T, by_block), in.x, s->ue);
+        matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, batch, rounded(gpu, in, L->gate_exps.type, E, T, rows_by_block(&L->gate_exps, T)), in.x, s->ge);
+        matmul_id_gpu(&L->up_exps, s->sel, T * K, K, batch, rounded(gpu, in, L->up_exps.type, E, T, rows_by_block(&L->up_exps, T)), in.x, s->ue);
         swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
     }
     Input h = {s->he, nullptr, 0};
-    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, rounded(gpu, h, L->down_exps.type, F, T * K, by_block), s->he, s->ye);
+    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, batch, rounded(gpu, h, L->down_exps.type, F, T * K, rows_by_block(&L->down_exps, T)), s->he, s->ye);
 }
 
 // Shared expert: sh = down_sh(hs), hs = silu(gate_sh m) * up_sh m (its gate sigmoid(g_sh . m) is
@@ -2692,8 +2802,8 @@ static void moe_shared_up(Gpu *gpu, const Layer *L, int T, Input in, const Rider
     Scratch *s = &gpu->sc;
     int E = c->n_embd, F = c->n_ff_shexp;
     if (L->gate_shexp.type == L->up_shexp.type && !gpu->dump) {   // one launch (swiglu_id with one matrix; dumps: gate and up kept)
-        const void *x = rounded(gpu, in, L->up_shexp.type, E, T, T <= MAX_ROWS);
-        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, x, in.x, s->hs, rd ? *rd : Rider{}, rt);
+        const void *x = rounded(gpu, in, L->up_shexp.type, E, T, rows_by_block(&L->up_shexp, T));
+        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, T > 1, x, in.x, s->hs, rd ? *rd : Rider{}, rt);
     } else {
         const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
         float *y[] = {s->ue, s->ge};
@@ -3667,7 +3777,7 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
     for (int T : BATCHES) {
         int n_pairs = T * K, rows = n_pairs / in_div;
         int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
-        for (int p = 0; p < n_pairs; p++) ids[p] = p % 5 == 4 ? -1 : (int)(rng_next() % E);
+        for (int p = 0; p < n_pairs; p++) ids[p] = p % 5 == 4 ? -1 : p < 3 * MMA_M && p % 4 != 1 ? 1 % E : (int)(rng_next() % E);   // (a run past MMA_M)
         float *x = random_floats(n * rows, 1), *want = (float *)xmalloc((size_t)(n_out * n_pairs) * 4);
         float *got = (float *)xmalloc((size_t)(n_out * n_pairs) * 4), *dense = (float *)xmalloc((size_t)(n_out * rows) * 4);
         uint8_t *xq = (uint8_t *)xmalloc(ab * rows);
@@ -3680,19 +3790,26 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
         void *dxq = dev_alloc(xb * rows);
         quantize_row_gpu(wt, dx, dxq, n, rows);
-        matmul_id_gpu(&dm, dids, n_pairs, in_div, dxq, nullptr, dy);
+        matmul_id_gpu(&dm, dids, n_pairs, in_div, false, dxq, nullptr, dy);
         host_copy(got, dy, (size_t)(n_out * n_pairs) * 4);
         char name[128];
         snprintf(name, sizeof name, "matmul_id %s %lldx%lld x%d pairs=%d/%d T=%d", type_name(wt), (long long)n_out, (long long)n, E, n_pairs, in_div, T);
         report(tl, name, rel_err(got, want, n_out * n_pairs), 1e-5, "rel");
         if (rounds_in_block(dot_type(wt), n)) {   // the float rows, each block rounding its own (block_input): the same bits
             float *dy2 = (float *)dev_alloc((size_t)(n_out * n_pairs) * 4), *got2 = (float *)xmalloc((size_t)(n_out * n_pairs) * 4);
-            matmul_id_gpu(&dm, dids, n_pairs, in_div, nullptr, dx, dy2);
+            matmul_id_gpu(&dm, dids, n_pairs, in_div, false, nullptr, dx, dy2);
             host_copy(got2, dy2, (size_t)(n_out * n_pairs) * 4);
             snprintf(name, sizeof name, "matmul_id %s %lldx%lld T=%d rounded in the blocks = rounded first", type_name(wt), (long long)n_out, (long long)n, T);
             report(tl, name, bytes_differ(got2, got, (size_t)(n_out * n_pairs) * 4), 0, "bytes");
             CUDA_CHECK(cudaFree(dy2));
             free(got2);
+        }
+        if (T > 1 && mma_batch(wt, n)) {   // the batch form (tensor cores, a tile an expert's run of pairs): the same bits
+            CUDA_CHECK(cudaMemset(dy, 0xff, (size_t)(n_out * n_pairs) * 4));   // (NaNs where a row is not written)
+            matmul_id_gpu(&dm, dids, n_pairs, in_div, true, dxq, nullptr, dy);
+            host_copy(want, dy, (size_t)(n_out * n_pairs) * 4);
+            snprintf(name, sizeof name, "matmul_id %s %lldx%lld T=%d batch = a job a pair", type_name(wt), (long long)n_out, (long long)n, T);
+            report(tl, name, bytes_differ(want, got, (size_t)(n_out * n_pairs) * 4), 0, "bytes");
         }
         int e0 = ids[0];
         Mat de = expert(&dm, e0);
@@ -3749,8 +3866,8 @@ static void check_riders(Tally *tl, const GpuCheck *cpu) {
             matmuls_gpu(&up, 1, dxq, nullptr, 1, &dy, rd);
             matmul_gpu(&u0, dxq, 1, dy1);
         } else {   // with the first rider's 37 rows as a router's logits, the row routed after them (last_block)
-            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, dxq, nullptr, dy, rd, Routing{dr[0], dp, dsel, dw, (int)rows[0], K, 1, ddone});
-            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, dxq, nullptr, dy1, Rider{}, Routing{});
+            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, false, dxq, nullptr, dy, rd, Routing{dr[0], dp, dsel, dw, (int)rows[0], K, 1, ddone});
+            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, false, dxq, nullptr, dy1, Rider{}, Routing{});
             route_gpu(dr[0], dp + rows[0], nullptr, dsel + K, dw + K, 1, (int)rows[0], K, 1, true, true);
             float *hp = (float *)xmalloc((size_t)rows[0] * 8), *hw = (float *)xmalloc((size_t)K * 8);
             int *hs = (int *)xmalloc((size_t)K * 2 * sizeof(int));
@@ -3797,32 +3914,47 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
     for (int T : BATCHES) {
         int n_pairs = T * K;
         int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
-        for (int p = 0; p < n_pairs; p++) ids[p] = p % 5 == 3 ? -1 : (int)(rng_next() % E);
+        for (int p = 0; p < n_pairs; p++) ids[p] = p % 5 == 3 ? -1 : p < 3 * MMA_M && p % 4 != 1 ? 1 % E : (int)(rng_next() % E);   // (a run past MMA_M)
         float *x = random_floats(n * T, 1), *got = (float *)xmalloc((size_t)(F * n_pairs) * 4), *want = (float *)xmalloc((size_t)(F * n_pairs) * 4);
         float *dx = (float *)dev_copy(x, (size_t)(n * T) * 4), *dh = (float *)dev_alloc((size_t)(F * n_pairs) * 4);
         float *dgo = (float *)dev_alloc((size_t)(F * n_pairs) * 4), *duo = (float *)dev_alloc((size_t)(F * n_pairs) * 4);
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
         void *dxq = dev_alloc(xb * T);
         quantize_row_gpu(wt, dx, dxq, n, T);
-        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, dxq, nullptr, dh, Rider{}, Routing{});
+        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, false, dxq, nullptr, dh, Rider{}, Routing{});
         host_copy(got, dh, (size_t)(F * n_pairs) * 4);
-        matmul_id_gpu(&dg, dids, n_pairs, K, dxq, nullptr, dgo);
-        matmul_id_gpu(&du, dids, n_pairs, K, dxq, nullptr, duo);
+        matmul_id_gpu(&dg, dids, n_pairs, K, false, dxq, nullptr, dgo);
+        matmul_id_gpu(&du, dids, n_pairs, K, false, dxq, nullptr, duo);
         swiglu_gpu(dgo, duo, dh, F * n_pairs);
         host_copy(want, dh, (size_t)(F * n_pairs) * 4);
         char name[128];
         snprintf(name, sizeof name, "swiglu_id %s %lldx%lld x%d pairs=%d T=%d = matmul_id x2 + swiglu", type_name(wt), (long long)F, (long long)n, E, n_pairs, T);
         report(tl, name, bytes_differ(got, want, (size_t)(F * n_pairs) * 4), 0, "bytes");
         if (rounds_in_block(dot_type(wt), n)) {   // the float rows, each block rounding its own (block_input)
-            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, nullptr, dx, dh, Rider{}, Routing{});
+            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, false, nullptr, dx, dh, Rider{}, Routing{});
             host_copy(want, dh, (size_t)(F * n_pairs) * 4);
             snprintf(name, sizeof name, "swiglu_id %s %lldx%lld T=%d rounded in the blocks = rounded first", type_name(wt), (long long)F, (long long)n, T);
             report(tl, name, bytes_differ(want, got, (size_t)(F * n_pairs) * 4), 0, "bytes");
         }
+        bool mma = T > 1 && mma_batch(wt, n);
+        if (mma) {   // the batch form (tensor cores, a tile an expert's run of pairs)
+            CUDA_CHECK(cudaMemset(dh, 0xff, (size_t)(F * n_pairs) * 4));   // (NaNs where a row is not written)
+            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, true, dxq, nullptr, dh, Rider{}, Routing{});
+            host_copy(want, dh, (size_t)(F * n_pairs) * 4);
+            snprintf(name, sizeof name, "swiglu_id %s %lldx%lld T=%d batch = a job a pair", type_name(wt), (long long)F, (long long)n, T);
+            report(tl, name, bytes_differ(want, got, (size_t)(F * n_pairs) * 4), 0, "bytes");
+        }
         // one matrix (the shared expert's form: ids NULL, row t of h from row t of x) against matmul x2 + swiglu
         Mat g0 = expert(&dg, 1 % E), u0 = expert(&du, 1 % E);
-        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, dxq, nullptr, dh, Rider{}, Routing{});
+        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, false, dxq, nullptr, dh, Rider{}, Routing{});
         host_copy(got, dh, (size_t)(F * T) * 4);
+        if (mma) {
+            CUDA_CHECK(cudaMemset(dgo, 0xff, (size_t)(F * T) * 4));
+            swiglu_id_gpu(&g0, &u0, nullptr, T, 1, true, dxq, nullptr, dgo, Rider{}, Routing{});
+            host_copy(want, dgo, (size_t)(F * T) * 4);
+            snprintf(name, sizeof name, "swiglu_id %s %lldx%lld one matrix T=%d batch = a job a row", type_name(wt), (long long)F, (long long)n, T);
+            report(tl, name, bytes_differ(want, got, (size_t)(F * T) * 4), 0, "bytes");
+        }
         matmul_gpu(&g0, dxq, T, dgo);
         matmul_gpu(&u0, dxq, T, duo);
         swiglu_gpu(dgo, duo, dh, F * T);

@@ -3,8 +3,11 @@
 # planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row
 # fold, the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie
 # rule, the online softmax's rescaling, the matvec blocks' own rounding, the conv's ring push and
-# gates, the riders' rows, the routing after the riders, moe_out's unused ranks) into clover-emu and
-# runs --check-ops on MODEL in the three thread orders of test/cuda_emu.h. Prints one line per
+# gates, the riders' rows, the routing after the riders, moe_out's unused ranks; on the tensor cores:
+# the A fragment's rows, the slots' fold, the K-quant mins' rows, an expert's run of pairs, the
+# gate's cells in swiglu_mma) into clover-emu and runs --check-ops on MODEL in the three thread
+# orders of test/cuda_emu.h. The mma-* mutants need a model with K-quants (gen --type q4_k_m);
+# ONLY=REGEX: only the mutants whose names match. Prints one line per
 # mutant and order: `caught` with the first failure line (a check-ops FAIL or a cuda-emu error), or
 # `missed`. Exit status 1 when a mutant does not apply (the sed changed nothing) or is missed in all
 # three orders. Needs build/clover-emu.o (make cuda-emu) and clang++ (CXX_EMU). FIRST_CATCH=1: stop
@@ -30,10 +33,16 @@ conv-push-window-off-by-one|s/if (r < R) ring\[(int64_t)r \* C + c\] = win\[r\];
 conv-gates-skip-block-0|s/if (gt.g)$/if (gt.g \&\& b > 0)/
 rider-row-off-by-one|s/(b - b0) \* (BLOCK \/ rd.lpr)/(b - b0 + 1) * (BLOCK \/ rd.lpr)/
 last-block-too-early|s/last = atomicAdd(count, 1u) == blocks - 1;/last = atomicAdd(count, 1u) == blocks - 2;/
-moe-out-unused-rank|s/if (!used\[r\]) continue;/if (!used[r] \&\& r > 0) continue;/'
+moe-out-unused-rank|s/if (!used\[r\]) continue;/if (!used[r] \&\& r > 0) continue;/
+mma-a-rows-swapped|s/a\[0\] = lo.w\[0\], a\[1\] = hi.w\[0\]/a[0] = hi.w[0], a[1] = lo.w[0]/
+mma-fold-order|s/if (slots == 4) a\[0\]\[e\] += a\[2\]\[e\], a\[1\]\[e\] += a\[3\]\[e\];/if (slots == 4) a[0][e] += a[1][e], a[1][e] = a[2][e] + a[3][e];/
+mma-mins-one-row|s/sm\[e\] += mn\[e % 2\] \* pair\[e \/ 2\]/sm[e] += mn[e % 2] * pair[0]/
+mma-expert-run-start|s/for (int p = lane; p < y; p += WARP) before += ids\[p\] == e;/for (int p = lane; p <= y; p += WARP) before += ids[p] == e;/
+mma-swiglu-gate-cells|s/gs\[g + 8 \* (e \/ 2)\]\[8 \* w + 2 \* t + e % 2\] = v\[e\]/gs[g + 8 * (e \/ 2)][8 * (1 - w) + 2 * t + e % 2] = v[e]/'
 
 status=0
 while IFS='|' read -r name script; do
+    [[ "$name" =~ ${ONLY:-.} ]] || continue
     sed "$script" "$ROOT/clover.cu" > "$TMP/clover.cu"
     if cmp -s "$ROOT/clover.cu" "$TMP/clover.cu"; then
         echo "mutant $name: does not apply (clover.cu changed?)"
