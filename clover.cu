@@ -4066,6 +4066,15 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
         if (!seen_n) check_quantize(&tl, cpu, m->type, m->n_in);
         if (!seen_type) check_matmul(&tl, cpu, m, true, rows);
         check_matmul(&tl, cpu, m, false, rows);
+        if (!seen_type && m->n_in < 1024 && mma_batch(m->type, 1024)) {   // rows of 4 units (random weights): the tensor-core
+            GpuMat w = *m;                                              // batch's slots, rotated and folded, against matvec's
+            w.n_in = 1024, w.n_out = 96;
+            uint8_t *data = (uint8_t *)xmalloc(row_bytes(w.type, w.n_in) * w.n_out);
+            fill_exact_weights(w.type, data, w.n_in, w.n_out);
+            w.data = data;
+            check_matmul(&tl, cpu, &w, false, w.n_out);
+            free(data);
+        }
     }
     check_row_op(&tl, cpu, OP_RMSNORM, cpu->n_embd);
     check_row_op(&tl, cpu, OP_RMSNORM, cpu->head_dim);

@@ -7,7 +7,7 @@
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, an expert's run of pairs, the
 # gate's cells in swiglu_mma) into clover-emu and runs --check-ops on MODEL in the three thread
 # orders of test/cuda_emu.h. The mma-* mutants need a model with K-quants (gen --type q4_k_m);
-# ONLY=REGEX: only the mutants whose names match. Prints one line per
+# ONLY=REGEX: only the mutants whose names match; SKIP=REGEX: not those. Prints one line per
 # mutant and order: `caught` with the first failure line (a check-ops FAIL or a cuda-emu error), or
 # `missed`. Exit status 1 when a mutant does not apply (the sed changed nothing) or is missed in all
 # three orders. Needs build/clover-emu.o (make cuda-emu) and clang++ (CXX_EMU). FIRST_CATCH=1: stop
@@ -43,6 +43,7 @@ mma-swiglu-gate-cells|s/gs\[g + 8 \* (e \/ 2)\]\[8 \* w + 2 \* t + e % 2\] = v\[
 status=0
 while IFS='|' read -r name script; do
     [[ "$name" =~ ${ONLY:-.} ]] || continue
+    [ -z "${SKIP:-}" ] || ! [[ "$name" =~ $SKIP ]] || continue
     sed "$script" "$ROOT/clover.cu" > "$TMP/clover.cu"
     if cmp -s "$ROOT/clover.cu" "$TMP/clover.cu"; then
         echo "mutant $name: does not apply (clover.cu changed?)"

@@ -29,15 +29,22 @@ for t in $TYPES; do
         fi
     done
 done
-if check "mutants: every planted bug caught" && have_emu; then
-    if ! m=$(model q4_0 1 --layers 1); then
+# mutants NAME MODEL-ARGS FILTER...: the planted bugs of test/gpu_mutants.sh that FILTER picks (ONLY=
+# or SKIP=), on a model of MODEL-ARGS: each must be caught
+mutants() {
+    local name=$1 margs=$2 m out
+    shift 2
+    check "$name" && have_emu || return
+    if ! m=$(model $margs); then
         fail "cannot generate the model"
-    elif out=$(FIRST_CATCH=1 CXX_EMU=${CXX_EMU:-clang++} test/gpu_mutants.sh "$m" 2>&1); then
+    elif out=$(env "$@" FIRST_CATCH=1 CXX_EMU=${CXX_EMU:-clang++} test/gpu_mutants.sh "$m" 2>&1); then
         pass "$(echo "$out" | sed 's/: caught.*//' | tr '\n' ';')"
     else
         fail "$(echo "$out" | grep -v ': caught' | tr '\n' ';' | cut -c1-300)"
     fi
-fi
+}
+mutants "mutants: every planted bug caught" "q4_0 1 --layers 1" SKIP='^mma-'
+mutants "mutants on the tensor cores (K-quant batches): every planted bug caught" "q4_k_m 1 --layers 1" ONLY='^mma-'
 if check "cpu-build: ./clover --check-ops is one error line"; then
     if ! m=$(model q8_0 1 --layers 1); then
         fail "cannot generate the model"
