@@ -875,37 +875,44 @@ __device__ const uint8_t *block_input(const uint8_t *x, size_t x_bytes, const fl
     return xs;
 }
 
-// F32 matrices that ride along in a launch of another kernel (a decode step's row): extra blocks at
-// the end of its grid compute their rows as matvec_kernel<DotF32> would alone (the same row_dot, the
-// same bits), from the float row x. A GDN layer's alpha and beta ride with its q/k/v and gate
-// projections, the router and the shared expert's gate with the shared expert's gate and up: a launch
-// less each (a graph node, ~2 us), and their few blocks no longer wait for HBM on their own.
-struct Rider { MatList L; const float *x; int lpr; };
+// F32 matrices that ride along in a launch of another kernel (a decode step's row, or the few rows
+// of a verify or preview batch): extra blocks at the end of its grid x (grid row 0) compute their
+// rows as matvec_kernel<DotF32> would alone (the same row_dot, the same bits), from the T float rows
+// x, L's row blocks for each row in turn (rows per block: the launch's threads / lpr). A GDN layer's
+// alpha and beta ride with its q/k/v and gate projections, the router and the shared expert's gate
+// with the shared expert's gate and up: a launch less each (a graph node, ~2 us), and their few
+// blocks no longer wait for HBM on their own.
+struct Rider { MatList L; const float *x; int lpr, T; };
 
-__device__ void ride(const Rider &rd, unsigned b) {
+__host__ __device__ unsigned rider_blocks(const Rider &rd) { return rd.L.first[rd.L.n] * (unsigned)rd.T; }
+
+// Whether this block is one of rd's (the last rider_blocks(rd) of grid x), which it then computes
+// (in grid row 0; the launch's other rows have none). Every thread of the block calls it.
+__device__ bool ridden(const Rider &rd) {
+    unsigned own = gridDim.x - rider_blocks(rd), per = rd.L.first[rd.L.n];
+    if (blockIdx.x < own) return false;
+    if (blockIdx.y) return true;
+    unsigned b = (blockIdx.x - own) % per, b0;
+    int64_t t = (blockIdx.x - own) / per;
     Mat m;
     float *y;
-    unsigned b0;
     pick(rd.L, b, m, y, b0);
-    int64_t o = (int64_t)(b - b0) * (BLOCK / rd.lpr) + threadIdx.x / rd.lpr;
+    int64_t o = (int64_t)(b - b0) * (blockDim.x / rd.lpr) + threadIdx.x / rd.lpr;
     bool active = o < m.n_out;
-    float v = row_dot<DotF32>(m, o, (const uint8_t *)rd.x, rd.lpr, active);
-    if (active && threadIdx.x % rd.lpr == 0) y[o] = v;
+    float v = row_dot<DotF32>(m, o, (const uint8_t *)(rd.x + t * m.n_in), rd.lpr, active);
+    if (active && threadIdx.x % rd.lpr == 0) y[t * m.n_out + o] = v;
+    return true;
 }
 
 // One activation row per job: job j multiplies expert ids[j]'s matrix (ids NULL: the matrices of L)
 // by activation row j / in_div (block_input: rounded rows x, or floats xf rounded here to dt) into
 // y + j * n_out; ids[j] < 0: zeros. Blocks of BLOCK threads take BLOCK / lpr rows (a warp 32 / lpr),
-// grid L's row blocks x jobs in x alone (jobs may pass 65,535), then rd's blocks.
+// grid L's row blocks x jobs in x alone (jobs may pass 65,535), then rd's blocks (T = 1).
 template <typename D>
 __global__ void matvec_kernel(MatList L, const int *ids, const uint8_t *x, size_t x_bytes, const float *xf, uint32_t dt, int in_div, int lpr,
                               Rider rd) {
     __shared__ Vec16 xs[MAX_ROUNDED / 16];
-    unsigned own = gridDim.x - rd.L.first[rd.L.n];
-    if (blockIdx.x >= own) {   // the whole block
-        ride(rd, blockIdx.x - own);
-        return;
-    }
+    if (ridden(rd)) return;   // the whole block
     unsigned blocks = L.first[L.n], b = blockIdx.x % blocks, b0;
     int64_t job = blockIdx.x / blocks;
     Mat m;
@@ -925,11 +932,12 @@ __global__ void matvec_kernel(MatList L, const int *ids, const uint8_t *x, size_
 
 enum { MAX_ROWS = 16 };   // activation rows of matmul_kernel's tile (a verify or preview batch: all of them)
 
-// T activation rows in tiles of MAX_ROWS (grid y): a lane loads and unpacks its part of a unit once
+// T activation rows in tiles of MAX_ROWS (grid y; then rd's blocks in x): a lane loads and unpacks its part of a unit once
 // and adds it to every row of the tile, its accumulators for the tile's rows in shared memory (its
 // own cells, [warp][row][lane]: no bank conflicts, no barrier); then each row is folded as in row_dot.
-template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x, size_t x_bytes, int T, int lpr) {
+template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x, size_t x_bytes, int T, int lpr, Rider rd) {
     __shared__ float acc[BLOCK / WARP][MAX_ROWS][WARP], accm[BLOCK / WARP][MAX_ROWS][WARP];
+    if (ridden(rd)) return;   // the whole block
     unsigned b0;
     Mat m;
     float *y;
@@ -990,11 +998,14 @@ template <typename D> __device__ void mma_rows(const Mat &m, int64_t o0, const u
 }
 
 // y[out[r]][o] = W_e[o] . x[act[r]] for block y's tile (tile_rows: of the n rows, ids NULL; or of the
-// n pairs of experts ids, the stacked matrices of L): matmul's, and matmul_id's (matvec_kernel's) bits
-template <typename D> __global__ void matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots) {
+// n pairs of experts ids, the stacked matrices of L; then rd's blocks): matmul's, and matmul_id's
+// (matvec_kernel's) bits
+template <typename D>
+__global__ void matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, Rider rd) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
     uint8_t *xs = (uint8_t *)tile;
+    if (ridden(rd)) return;   // the whole block
     unsigned b0;
     Mat m;
     float *y;
@@ -1029,19 +1040,25 @@ template <typename F> static void by_type(uint32_t t, const char *what, F f) {
     }
 }
 
-// The F32 matrices w[0..n-1] (n <= MAX_MATS, one row length) as riders reading float row x; n = 0: none
-static Rider riders(const Mat *const w[], int n, const float *x, float *const y[]) {
+// rd's row blocks for a launch of blocks of `threads` threads
+static Rider rider_layout(Rider rd, int threads) {
+    for (int i = 0; i < rd.L.n; i++) rd.L.first[i + 1] = rd.L.first[i] + blocks_for(rd.L.m[i].n_out, threads / rd.lpr);
+    return rd;
+}
+
+// The F32 matrices w[0..n-1] (n <= MAX_MATS, one row length) as riders reading the T float rows x
+// (T <= MAX_ROWS), into y[i] ([T][n_out]); n = 0: none
+static Rider riders(const Mat *const w[], int n, const float *x, float *const y[], int T) {
     Rider rd = {};
-    rd.x = x, rd.L.n = n, rd.lpr = n ? lanes_per_row(DotF32::LPB, w[0]->n_in / DotF32::UNIT) : WARP;
+    rd.x = x, rd.L.n = n, rd.T = n ? T : 0, rd.lpr = n ? lanes_per_row(DotF32::LPB, w[0]->n_in / DotF32::UNIT) : WARP;
     for (int i = 0; i < n; i++) {
-        if (w[i]->type != T_F32 || w[i]->n_in != w[0]->n_in) {
-            fprintf(stderr, "clover: error: internal: riders of another type than F32 or of different widths\n");
+        if (w[i]->type != T_F32 || w[i]->n_in != w[0]->n_in || T > MAX_ROWS) {
+            fprintf(stderr, "clover: error: internal: riders of another type than F32, of different widths or of over %d rows\n", (int)MAX_ROWS);
             exit(1);
         }
         rd.L.m[i] = *w[i], rd.L.y[i] = y[i];
-        rd.L.first[i + 1] = rd.L.first[i] + blocks_for(w[i]->n_out, BLOCK / rd.lpr);
     }
-    return rd;
+    return rider_layout(rd, BLOCK);
 }
 
 // Whether matvec blocks may round an input row of n values to dot type dt themselves (block_input)
@@ -1066,27 +1083,29 @@ template <typename... P> static cudaLaunchConfig_t mma_config(void (*k)(P...), d
 }
 
 // The batch on the tensor cores (mma_batch): n rows (ids NULL: a grid row a tile of MMA_M) or n pairs
-// of experts ids (a grid row a pair, which leads a tile or not: tile_rows), for the matrices of L
-template <typename D> static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t *x, size_t xb, int n, int lpr) {
+// of experts ids (a grid row a pair, which leads a tile or not: tile_rows), for the matrices of L;
+// rd: riders (rows of ids NULL)
+template <typename D> static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t *x, size_t xb, int n, int lpr, Rider rd) {
     if constexpr (D::MMA) {
         for (int i = 0; i < L.n; i++) L.first[i + 1] = L.first[i] + blocks_for(L.m[i].n_out, MMA_ROWS);
-        dim3 grid(L.first[L.n], ids ? n : blocks_for(n, MMA_M));
+        rd = rider_layout(rd, MMA_WARPS * WARP);
+        dim3 grid(L.first[L.n] + rider_blocks(rd), ids ? n : blocks_for(n, MMA_M));
         cudaLaunchConfig_t c = mma_config(matmul_mma_kernel<D>, grid, L.m[0].n_in);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, ids, in_div, x, xb, n, lpr / D::LPB));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, ids, in_div, x, xb, n, lpr / D::LPB, rd));
     }
 }
 
 // y_i[t][o] = W_i x_t for n <= MAX_MATS matrices of one type and row length and T activation rows already rounded to their dot type
 // (quantize_row_gpu), in one launch: one row (a decode step) by matvec_kernel, more by
 // matmul_mma_kernel (K-quants) or matmul_kernel; the same bits for a row either way. xq NULL (T = 1, rounds_in_block): the float row xf, which each
-// block rounds itself. rd: F32 riders (T = 1; riders(..., 0, ...): none). Twin: matmul with
+// block rounds itself. rd: F32 riders of the same T rows (riders(..., 0, ...): none). Twin: matmul with
 // dot_fn(wtype, false), for each W_i.
 static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float *xf, int T, float *const y[], Rider rd) {
     uint32_t dt = dot_type(w[0]->type);
     size_t xb = act_bytes(dt, w[0]->n_in);
     const uint8_t *x = (const uint8_t *)xq;
-    if ((!x && !rounds_in_block(dt, w[0]->n_in)) || (T != 1 && (!x || rd.L.n))) {
-        fprintf(stderr, "clover: error: internal: matmuls_gpu of unrounded rows or riders in a batch\n");
+    if ((!x && !rounds_in_block(dt, w[0]->n_in)) || (T != 1 && !x) || (rd.L.n && rd.T != T)) {
+        fprintf(stderr, "clover: error: internal: matmuls_gpu of unrounded rows or of riders of other rows\n");
         exit(1);
     }
     by_type(w[0]->type, "matmul_gpu", [&](auto d) {
@@ -1103,13 +1122,13 @@ static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float
             L.first[i + 1] = L.first[i] + blocks_for(w[i]->n_out, BLOCK / lpr);
         }
         if (T == 1) {
-            cudaLaunchConfig_t c = launch_config(L.first[n] + rd.L.first[rd.L.n], BLOCK);
+            cudaLaunchConfig_t c = launch_config(L.first[n] + rider_blocks(rd), BLOCK);
             CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, xf, dt, 1, lpr, rd));
         } else if (mma_batch(w[0]->type, w[0]->n_in)) {
-            matmul_mma_gpu<D>(L, nullptr, 1, x, xb, T, lpr);
+            matmul_mma_gpu<D>(L, nullptr, 1, x, xb, T, lpr, rd);
         } else {
-            cudaLaunchConfig_t c = launch_config(dim3(L.first[n], blocks_for(T, MAX_ROWS)), BLOCK);
-            CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, L, x, xb, T, lpr));
+            cudaLaunchConfig_t c = launch_config(dim3(L.first[n] + rider_blocks(rd), blocks_for(T, MAX_ROWS)), BLOCK);
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, L, x, xb, T, lpr, rd));
         }
     });
 }
@@ -1132,7 +1151,7 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
         MatList L = {};
         L.n = 1, L.m[0] = *w, L.y[0] = y;
         if (batch && x && n_pairs <= MMA_MAX_PAIRS && mma_batch(w->type, w->n_in)) {
-            matmul_mma_gpu<D>(L, ids, in_div, x, xb, n_pairs, lpr);
+            matmul_mma_gpu<D>(L, ids, in_div, x, xb, n_pairs, lpr, Rider{});
             return;
         }
         L.first[1] = blocks_for(w->n_out, BLOCK / lpr);
@@ -1949,9 +1968,17 @@ __device__ bool last_block(unsigned *count, unsigned blocks) {
     return last;
 }
 
-// The routing of one row after its router logits: route_row's arguments, and the count of the
+// The routing of the rows after their router logits: route_row's arguments, and the count of the
 // blocks that compute the logits (done NULL: no routing)
 struct Routing { const float *logits; float *p; int *sel; float *w; int n_expert, n_used; float scale; unsigned *done; };
+
+// For a rider block (ridden) of a launch whose riders are the router: the last of them to finish
+// routes the riders' T rows, a warp a row (route_gpu's work). Every thread of the block calls it.
+__device__ void route_after(const Rider &rd, const Routing &rt) {
+    if (!rt.done || blockIdx.y || !last_block(rt.done, rider_blocks(rd))) return;
+    for (int t = threadIdx.x / WARP; t < rd.T; t += blockDim.x / WARP)   // (whole warps)
+        route_row(rt.logits, rt.p, nullptr, rt.sel, rt.w, t, rt.n_expert, rt.n_used, rt.scale, true, true);
+}
 
 // Gate, up and SwiGLU in one launch, for gate and up matrices of one type: the fused twin of
 // matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is row_dot's,
@@ -1963,11 +1990,8 @@ template <typename D>
 __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, const float *xf, uint32_t dt, int lpr,
                                  int64_t row_blocks, float *h, Rider rd, Routing rt) {
     __shared__ Vec16 xs[MAX_ROUNDED / 16];
-    unsigned own = gridDim.x - rd.L.first[rd.L.n];
-    if (blockIdx.x >= own) {   // the whole block: a rider's (then rd's blocks, as in matvec_kernel)
-        ride(rd, blockIdx.x - own);
-        if (rt.done && last_block(rt.done, gridDim.x - own) && threadIdx.x < WARP)   // the riders were the router: route the row
-            route_row(rt.logits, rt.p, nullptr, rt.sel, rt.w, 0, rt.n_expert, rt.n_used, rt.scale, true, true);
+    if (ridden(rd)) {   // the whole block: a rider's (then rd's blocks, as in matvec_kernel)
+        route_after(rd, rt);
         return;
     }
     int64_t job = blockIdx.x / row_blocks, o = blockIdx.x % row_blocks * (BLOCK / lpr) + threadIdx.x / lpr;
@@ -1987,18 +2011,25 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
 // block takes 16 rows o of both: warps 0 and 1 their gate rows, warps 2 and 3 the same up rows, the
 // gate's cells passed in shared memory (MMA_ROWS / 2 rows o a block).
 template <typename D>
-__global__ void swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h) {
+__global__ void swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
+                                  Routing rt) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
     __shared__ float gs[MMA_M][MMA_ROWS / 2];
     uint8_t *xs = (uint8_t *)tile;
+    if (ridden(rd)) {   // the whole block (riders and routing as in swiglu_id_kernel)
+        route_after(rd, rt);
+        return;
+    }
     if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
     if (tr.e >= 0) stage_tile(x, x_bytes, (int)G.n_in, tr, xs);
     __syncthreads();
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int64_t o0 = (int64_t)blockIdx.x * (MMA_ROWS / 2) + 8 * (w % 2);
     float v[4] = {};
-    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(w < 2 ? &G : &U, tr.e), o0, xs, slots, v);   // (warp-uniform)
+    Mat m = G;   // (a copy, not a pointer to one of the two: they stay in registers)
+    if (w >= 2) m = U;
+    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, slots, v);   // (warp-uniform)
     if (w < 2)
         for (int e = 0; e < 4; e++) gs[g + 8 * (e / 2)][8 * w + 2 * t + e % 2] = v[e];
     __syncthreads();
@@ -2011,9 +2042,9 @@ __global__ void swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, cons
 }
 
 // xq NULL (rounds_in_block): the float rows xf, each block rounding the row it reads; rd: F32 riders
-// (one row: n_pairs 1), and rt.done not NULL: they are the router, and the row is routed after them
-// in the same launch (route_gpu's work for one row). batch: as matmul_id_gpu's (swiglu_mma_kernel;
-// riders only without it).
+// (of the rows of ids NULL: n_pairs = T), and rt.done not NULL: they are the router, and the rows are
+// routed after them in the same launch (route_gpu's work). batch: as matmul_id_gpu's
+// (swiglu_mma_kernel).
 static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, bool batch, const void *xq, const float *xf, float *h,
                           Rider rd, Routing rt) {
     uint32_t dt = dot_type(G->type);
@@ -2023,15 +2054,16 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
         using D = decltype(d);
         int lpr = lanes_per_row(D::LPB, G->n_in / D::UNIT);
         if constexpr (D::MMA) {
-            if (batch && ax && !rd.L.n && n_pairs <= MMA_MAX_PAIRS && mma_batch(G->type, G->n_in)) {
-                dim3 grid(blocks_for(G->n_out, MMA_ROWS / 2), ids ? n_pairs : blocks_for(n_pairs, MMA_M));
+            if (batch && ax && n_pairs <= MMA_MAX_PAIRS && mma_batch(G->type, G->n_in)) {
+                Rider r = rider_layout(rd, MMA_WARPS * WARP);
+                dim3 grid(blocks_for(G->n_out, MMA_ROWS / 2) + rider_blocks(r), ids ? n_pairs : blocks_for(n_pairs, MMA_M));
                 cudaLaunchConfig_t c = mma_config(swiglu_mma_kernel<D>, grid, G->n_in);
-                CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_mma_kernel<D>, *G, *U, ids, in_div, ax, xb, n_pairs, lpr / D::LPB, h));
+                CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_mma_kernel<D>, *G, *U, ids, in_div, ax, xb, n_pairs, lpr / D::LPB, h, r, rt));
                 return;
             }
         }
         unsigned rb = blocks_for(G->n_out, BLOCK / lpr);
-        cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs + rd.L.first[rd.L.n], BLOCK);
+        cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs + rider_blocks(rd), BLOCK);
         CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ax, xb, xf, dt, lpr, (int64_t)rb, h, rd, rt));
     });
 }
@@ -2650,15 +2682,15 @@ static const void *rounded(Gpu *gpu, Input in, uint32_t wtype, int64_t n, int T,
 // matrices of one type (a GDN layer's projections, attention's q, k and v, the router and the shared
 // expert's gate), the input rounded once a run at most (a decode step's row: by the blocks).
 // clover.c's matmul, for each of them.
-// A decode step's trailing run of F32 matrices (a GDN layer's beta and alpha) rides with the run
-// before it (riders).
+// The trailing run of F32 matrices (a GDN layer's beta and alpha) of a decode step or of a verify or
+// preview batch (T <= MAX_ROWS) rides with the run before it (riders).
 static void matmuls(Gpu *gpu, Input in, int T, int n, const Mat *const w[], float *const y[]) {
     int k = n;   // w[k..n-1]: the riders
-    while (T == 1 && k > 0 && w[k - 1]->type == T_F32) k--;
+    while (T <= MAX_ROWS && k > 0 && w[k - 1]->type == T_F32) k--;
     if (k == 0) k = n;   // all F32: nothing to ride with
     for (int i = 0, j; i < k; i = j) {
         for (j = i + 1; j < k && w[j]->type == w[i]->type; j++) {}
-        Rider rd = riders(w + k, j == k ? n - k : 0, in.x, y + k);
+        Rider rd = riders(w + k, j == k ? n - k : 0, in.x, y + k, T);
         matmuls_gpu(w + i, j - i, rounded(gpu, in, w[i]->type, w[i]->n_in, T, T == 1), in.x, T, y + i, rd);
     }
 }
@@ -2821,13 +2853,13 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     int K = c->n_expert_used;
     const Mat *w[] = {&L->router, &L->shexp_gate};
     float *y[] = {s->router_logits, s->sh_logit};
-    // W_router m, g_sh . m: riding with the shared expert's gate and up in a decode step, else one launch where both are F32
-    // and the routing after them in the same launch (the last rider block routes the row)
-    bool ride = T == 1 && !gpu->dump && L->gate_shexp.type == L->up_shexp.type && L->router.type == T_F32 && L->shexp_gate.type == T_F32 &&
+    // W_router m, g_sh . m: riding with the shared expert's gate and up in a decode step or a verify or preview batch, else
+    // one launch where both are F32, and the routing after them in the same launch (the last rider block routes the rows)
+    bool ride = T <= MAX_ROWS && !gpu->dump && L->gate_shexp.type == L->up_shexp.type && L->router.type == T_F32 && L->shexp_gate.type == T_F32 &&
                 c->n_expert <= MAX_EXPERT;
     bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
     if (ride) {
-        Rider rd = riders(w, 2, in.x, y);
+        Rider rd = riders(w, 2, in.x, y, T);
         Routing rt = {s->router_logits, s->probs, s->sel, s->w, c->n_expert, K, c->expert_weights_scale, s->done};
         moe_shared_up(gpu, L, T, in, &rd, use_coreset ? Routing{} : rt);
     } else matmuls(gpu, in, T, 2, w, y);
@@ -3831,73 +3863,82 @@ static void check_matmul_id(Tally *tl, const GpuCheck *cpu, const GpuMat *m, int
 }
 
 // Riders (F32 matrices computed by extra blocks of another launch): two of them, 37 and 5 rows, in a
-// matvec of expert 0 of up_exps and in the shared expert's form of swiglu_id: every output the bits
-// of its launch alone (the F32 matvec alone is checked against the CPU by check_matmul); and the
-// routing of the first rider's rows after them in the swiglu_id launch, the bits of route_gpu's
-// (checked against the CPU by check_route)
+// matmul of expert 0 of up_exps (a decode step's matvec, a batch's tensor-core or tile kernel) and in
+// the shared expert's form of swiglu_id, for T = 1, 7, 16 rows: every output the bits of its launch
+// alone (the F32 matmul alone is checked against the CPU by check_matmul); and the routing of the
+// first rider's rows after them in the swiglu_id launch, the bits of route_gpu's (checked against
+// the CPU by check_route)
 static void check_riders(Tally *tl, const GpuCheck *cpu) {
     const GpuMat *um = &cpu->up_exps;
     int64_t n = um->n_in, F = um->n_out, rows[2] = {37, 5};
     uint32_t wt = um->type;
     Mat du = upload_weights(wt, n, F, cpu->n_expert, um->data), u0 = expert(&du, 0), rm[2];
-    float *wf[2], *dr[2], *dr1[2], *got[2], *want[2];
-    for (int i = 0; i < 2; i++) {
-        wf[i] = random_floats(n * rows[i], 1);
-        rm[i] = upload_weights(T_F32, n, rows[i], 1, wf[i]);
-        dr[i] = (float *)dev_alloc((size_t)rows[i] * 4), dr1[i] = (float *)dev_alloc((size_t)rows[i] * 4);
-        got[i] = (float *)xmalloc((size_t)rows[i] * 4), want[i] = (float *)xmalloc((size_t)rows[i] * 4);
-    }
-    const Mat *rp[] = {&rm[1], &rm[0]}, *up = &u0;   // the routed rider last, as the router would be if it were
-    float *yr[] = {dr[1], dr[0]};                    // last: a block that routes too early misses its logits
-    float *x = random_floats(n, 1), *dx = dev_copy_floats(x, n), *dy = (float *)dev_alloc((size_t)F * 4), *dy1 = (float *)dev_alloc((size_t)F * 4);
-    float *y = (float *)xmalloc((size_t)F * 4), *y1 = (float *)xmalloc((size_t)F * 4);
-    void *dxq = dev_alloc(act_bytes(dot_type(wt), n));
-    quantize_row_gpu(wt, dx, dxq, n, 1);
+    float *wf[2];
+    for (int i = 0; i < 2; i++) wf[i] = random_floats(n * rows[i], 1), rm[i] = upload_weights(T_F32, n, rows[i], 1, wf[i]);
     int K = cpu->n_expert_used < (int)rows[0] ? cpu->n_expert_used : (int)rows[0];
-    float *dp = (float *)dev_alloc((size_t)rows[0] * 8), *dw = (float *)dev_alloc((size_t)K * 8);   // riding, then alone
-    int *dsel = (int *)dev_alloc((size_t)K * 2 * sizeof(int));
     unsigned *ddone = (unsigned *)dev_alloc(sizeof(unsigned));
     CUDA_CHECK(cudaMemset(ddone, 0, sizeof(unsigned)));
-    double routed = 0;
-    for (int form = 0; form < 2; form++) {   // 0: matvec, 1: swiglu_id of one matrix (gate = up = expert 0)
-        Rider rd = riders(rp, 2, dx, yr);
-        for (int i = 0; i < 2; i++) CUDA_CHECK(cudaMemsetAsync(dr[i], 0xff, (size_t)rows[i] * 4, stream));   // NaNs until written
-        if (form == 0) {
-            matmuls_gpu(&up, 1, dxq, nullptr, 1, &dy, rd);
-            matmul_gpu(&u0, dxq, 1, dy1);
-        } else {   // with the first rider's 37 rows as a router's logits, the row routed after them (last_block)
-            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, false, dxq, nullptr, dy, rd, Routing{dr[0], dp, dsel, dw, (int)rows[0], K, 1, ddone});
-            swiglu_id_gpu(&u0, &u0, nullptr, 1, 1, false, dxq, nullptr, dy1, Rider{}, Routing{});
-            route_gpu(dr[0], dp + rows[0], nullptr, dsel + K, dw + K, 1, (int)rows[0], K, 1, true, true);
-            float *hp = (float *)xmalloc((size_t)rows[0] * 8), *hw = (float *)xmalloc((size_t)K * 8);
-            int *hs = (int *)xmalloc((size_t)K * 2 * sizeof(int));
-            host_copy(hp, dp, (size_t)rows[0] * 8), host_copy(hw, dw, (size_t)K * 8), host_copy(hs, dsel, (size_t)K * 2 * sizeof(int));
-            routed = bytes_differ(hp, hp + rows[0], (size_t)rows[0] * 4) + bytes_differ(hw, hw + K, (size_t)K * 4) +
-                     bytes_differ(hs, hs + K, (size_t)K * sizeof(int));
-            free(hp), free(hw), free(hs);
-        }
-        for (int i = 0; i < 2; i++) matmul_gpu(&rm[i], dx, 1, dr1[i]);
-        host_copy(y, dy, (size_t)F * 4);
-        host_copy(y1, dy1, (size_t)F * 4);
-        double differ = bytes_differ(y, y1, (size_t)F * 4);
+    for (int T : BATCHES) {
+        float *dr[2], *dr1[2], *got[2], *want[2];
         for (int i = 0; i < 2; i++) {
-            host_copy(got[i], dr[i], (size_t)rows[i] * 4);
-            host_copy(want[i], dr1[i], (size_t)rows[i] * 4);
-            differ += bytes_differ(got[i], want[i], (size_t)rows[i] * 4);
+            dr[i] = (float *)dev_alloc((size_t)(T * rows[i]) * 4), dr1[i] = (float *)dev_alloc((size_t)(T * rows[i]) * 4);
+            got[i] = (float *)xmalloc((size_t)(T * rows[i]) * 4), want[i] = (float *)xmalloc((size_t)(T * rows[i]) * 4);
+        }
+        const Mat *rp[] = {&rm[1], &rm[0]}, *up = &u0;   // the routed rider last, as the router would be if it were
+        float *yr[] = {dr[1], dr[0]};                    // last: a block that routes too early misses its logits
+        float *x = random_floats(n * T, 1), *dx = dev_copy_floats(x, n * T);
+        float *dy = (float *)dev_alloc((size_t)(F * T) * 4), *dy1 = (float *)dev_alloc((size_t)(F * T) * 4);
+        float *y = (float *)xmalloc((size_t)(F * T) * 4), *y1 = (float *)xmalloc((size_t)(F * T) * 4);
+        void *dxq = dev_alloc(act_bytes(dot_type(wt), n) * T);
+        quantize_row_gpu(wt, dx, dxq, n, T);
+        float *dp = (float *)dev_alloc((size_t)(T * rows[0]) * 8), *dw = (float *)dev_alloc((size_t)(T * K) * 8);   // riding, then alone
+        int *dsel = (int *)dev_alloc((size_t)(T * K) * 2 * sizeof(int));
+        double routed = 0;
+        for (int form = 0; form < 2; form++) {   // 0: matmul, 1: swiglu_id of one matrix (gate = up = expert 0)
+            Rider rd = riders(rp, 2, dx, yr, T);
+            for (int i = 0; i < 2; i++) CUDA_CHECK(cudaMemsetAsync(dr[i], 0xff, (size_t)(T * rows[i]) * 4, stream));   // NaNs until written
+            if (form == 0) {
+                matmuls_gpu(&up, 1, dxq, nullptr, T, &dy, rd);
+                matmul_gpu(&u0, dxq, T, dy1);
+            } else {   // with the first rider's 37 rows as a router's logits, the rows routed after them (last_block)
+                Routing rt = {dr[0], dp, dsel, dw, (int)rows[0], K, 1, ddone};
+                swiglu_id_gpu(&u0, &u0, nullptr, T, 1, T > 1, dxq, nullptr, dy, rd, rt);
+                swiglu_id_gpu(&u0, &u0, nullptr, T, 1, T > 1, dxq, nullptr, dy1, Rider{}, Routing{});
+                route_gpu(dr[0], dp + T * rows[0], nullptr, dsel + T * K, dw + T * K, T, (int)rows[0], K, 1, true, true);
+                size_t np = (size_t)(T * rows[0]), nk = (size_t)(T * K);
+                float *hp = (float *)xmalloc(np * 8), *hw = (float *)xmalloc(nk * 8);
+                int *hs = (int *)xmalloc(nk * 2 * sizeof(int));
+                host_copy(hp, dp, np * 8), host_copy(hw, dw, nk * 8), host_copy(hs, dsel, nk * 2 * sizeof(int));
+                routed = bytes_differ(hp, hp + np, np * 4) + bytes_differ(hw, hw + nk, nk * 4) + bytes_differ(hs, hs + nk, nk * sizeof(int));
+                free(hp), free(hw), free(hs);
+            }
+            for (int i = 0; i < 2; i++) matmul_gpu(&rm[i], dx, T, dr1[i]);
+            host_copy(y, dy, (size_t)(F * T) * 4);
+            host_copy(y1, dy1, (size_t)(F * T) * 4);
+            double differ = bytes_differ(y, y1, (size_t)(F * T) * 4);
+            for (int i = 0; i < 2; i++) {
+                host_copy(got[i], dr[i], (size_t)(T * rows[i]) * 4);
+                host_copy(want[i], dr1[i], (size_t)(T * rows[i]) * 4);
+                differ += bytes_differ(got[i], want[i], (size_t)(T * rows[i]) * 4);
+            }
+            char name[128];
+            snprintf(name, sizeof name, "%s %s %lldx%lld + F32 riders 37x%lld, 5x%lld T=%d = each alone", form ? "swiglu_id" : "matmul", type_name(wt),
+                     (long long)F, (long long)n, (long long)n, (long long)n, T);
+            report(tl, name, differ, 0, "bytes");
         }
         char name[128];
-        snprintf(name, sizeof name, "%s %s %lldx%lld + F32 riders 37x%lld, 5x%lld = each alone", form ? "swiglu_id" : "matvec", type_name(wt),
-                 (long long)F, (long long)n, (long long)n, (long long)n);
-        report(tl, name, differ, 0, "bytes");
+        snprintf(name, sizeof name, "swiglu_id + router riders + routing after them (last_block) T=%d = route alone", T);
+        report(tl, name, routed, 0, "bytes");
+        for (void *p : {(void *)dp, (void *)dw, (void *)dsel, (void *)dx, (void *)dy, (void *)dy1, dxq}) CUDA_CHECK(cudaFree(p));
+        for (int i = 0; i < 2; i++) {
+            for (void *p : {(void *)dr[i], (void *)dr1[i]}) CUDA_CHECK(cudaFree(p));
+            free(got[i]), free(want[i]);
+        }
+        free(x), free(y), free(y1);
     }
-    report(tl, "swiglu_id + router riders + routing after them (last_block) = route alone", routed, 0, "bytes");
-    for (void *p : {(void *)dp, (void *)dw, (void *)dsel, (void *)ddone}) CUDA_CHECK(cudaFree(p));
-    for (int i = 0; i < 2; i++) {
-        for (void *p : {(void *)rm[i].data, (void *)dr[i], (void *)dr1[i]}) CUDA_CHECK(cudaFree(p));
-        free(wf[i]), free(got[i]), free(want[i]);
-    }
-    for (void *p : {(void *)du.data, (void *)dx, (void *)dy, (void *)dy1, dxq}) CUDA_CHECK(cudaFree(p));
-    free(x), free(y), free(y1);
+    CUDA_CHECK(cudaFree(ddone));
+    for (int i = 0; i < 2; i++) CUDA_CHECK(cudaFree((void *)rm[i].data)), free(wf[i]);
+    CUDA_CHECK(cudaFree((void *)du.data));
 }
 
 // swiglu_id (gate, up and SwiGLU of the experts in one launch) against its plain twins on the GPU,

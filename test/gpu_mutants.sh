@@ -3,7 +3,7 @@
 # planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row
 # fold, the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie
 # rule, the online softmax's rescaling, the matvec blocks' own rounding, the conv's ring push and
-# gates, the riders' rows, the routing after the riders, moe_out's unused ranks; on the tensor cores:
+# gates, the riders' rows (a batch's too), the routing after the riders, moe_out's unused ranks; on the tensor cores:
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, an expert's run of pairs, the
 # gate's cells in swiglu_mma) into clover-emu and runs --check-ops on MODEL in the three thread
 # orders of test/cuda_emu.h. The mma-* mutants need a model with K-quants (gen --type q4_k_m);
@@ -31,7 +31,8 @@ attention-no-rescale|s/float a = o\[i\] \* c;/float a = o[i];/
 block-input-no-barrier|/round_row_block(xf + r \* n, (int)n, dt, xs);/{n;/__syncthreads();/d}
 conv-push-window-off-by-one|s/if (r < R) ring\[(int64_t)r \* C + c\] = win\[r\];/if (r < R) ring[(int64_t)r * C + c] = win[r + 1];/
 conv-gates-skip-block-0|s/if (gt.g)$/if (gt.g \&\& b > 0)/
-rider-row-off-by-one|s/(b - b0) \* (BLOCK \/ rd.lpr)/(b - b0 + 1) * (BLOCK \/ rd.lpr)/
+rider-row-off-by-one|s/(b - b0) \* (blockDim.x \/ rd.lpr)/(b - b0 + 1) * (blockDim.x \/ rd.lpr)/
+rider-batch-row-zero|s/(const uint8_t \*)(rd.x + t \* m.n_in)/(const uint8_t *)rd.x/
 last-block-too-early|s/last = atomicAdd(count, 1u) == blocks - 1;/last = atomicAdd(count, 1u) == blocks - 2;/
 moe-out-unused-rank|s/if (!used\[r\]) continue;/if (!used[r] \&\& r > 0) continue;/
 mma-a-rows-swapped|s/a\[0\] = lo.w\[0\], a\[1\] = hi.w\[0\]/a[0] = hi.w[0], a[1] = lo.w[0]/
