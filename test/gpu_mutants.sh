@@ -59,9 +59,10 @@ while IFS='|' read -r name script; do
     fi
     caught=0
     for order in forward reverse random; do
-        CLOVER_EMU_ORDER=$order timeout 120 "$TMP/clover-emu" -m "$MODEL" --check-ops > "$TMP/out" 2>&1
-        rc=$?
-        first=$(grep -m 1 'FAIL\|clover: error' "$TMP/out" | tr -s ' ' | cut -c1-160)
+        # (the first failure ends the run: grep leaves, and the check's next write meets a closed pipe)
+        CLOVER_EMU_ORDER=$order timeout 120 "$TMP/clover-emu" -m "$MODEL" --check-ops 2>&1 | grep -m 1 'FAIL\|clover: error' > "$TMP/first"
+        rc=${PIPESTATUS[0]}
+        first=$(tr -s ' ' < "$TMP/first" | cut -c1-160)
         if [ "$rc" -ne 0 ] && [ -n "$first" ]; then
             echo "mutant $name, $order order: caught (exit $rc): $first"
             caught=$((caught + 1))
