@@ -438,8 +438,8 @@ __device__ int dp4a(uint32_t a, uint32_t b, int c) {
 //   b[0], b[1]: B (32 x 8) column g, rows 4t..4t+3 and 16+4t..16+4t+3;
 //   d[r]: row g + 8 (r / 2), column 2t + r % 2.
 // Only the sum over k is used, so a caller may number the 32 k in any order that A and B share:
-// matmul_mma_kernel gives lane t the 8 consecutive values 8t..8t+7 of a group (a[0], a[2] of row g,
-// b[0], b[1] of column g), one 8-byte load each. Every lane of the warp takes part.
+// matmul_mma_kernel gives lane t 8 consecutive values of a group, its piece tile_piece(j, t) (a[0],
+// a[2] of row g, b[0], b[1] of column g). Every lane of the warp takes part.
 __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
 #ifdef __CUDA_ARCH__
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
@@ -455,7 +455,8 @@ __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
 // The batch tile of matmul_mma_kernel in shared memory: MMA_M rows of Q8_K activations (rows past
 // the batch zero), laid out so that a warp's A fragment is 256 consecutive bytes (two wavefronts, no
 // bank conflicts) and a lane's part of it one 8-byte load:
-//   q:     [unit][group of 32][row][32 bytes]  (16 n bytes; lane 4g + t's 8 bytes of row g at 8 lane)
+//   q:     [unit][group of 32][row][4 pieces of 8 bytes]  (16 n bytes; lane 4g + t's piece of row g
+//          at 8 lane: its values 8 tile_piece(j, t) .. + 7 of group j)
 //   bsums: [unit][row][16 int16]               (2 n bytes)
 //   d:     [unit][row] float                   (n / 4 bytes)
 // A block has MMA_WARPS warps of 8 weight rows each.
@@ -466,6 +467,17 @@ __device__ size_t tile_q_at(int u, int j, int r) { return ((size_t)(8 * u + j) *
 __device__ size_t tile_bsums_at(int64_t n, int u, int r) { return 16 * (size_t)n + ((size_t)u * MMA_M + r) * 32; }
 __device__ size_t tile_d_at(int64_t n, int u, int r) { return 18 * (size_t)n + 4 * ((size_t)u * MMA_M + r); }
 __device__ float tile_d(const uint8_t *xs, int64_t n, int u, int r) { return *(const float *)(xs + tile_d_at(n, u, r)); }
+// Which 8 values (piece 0-3) of group j lane t holds: the order in which DotK4 reads its weights. Its
+// lane t loads 16 bytes of a row's 64 at 16t (pieces 2(t%2) and 2(t%2) + 1 of the 32-byte half t/2)
+// and swaps its second piece with lane t^2's (two shuffles): then for the groups of half s
+// ((j/2) % 2) it holds piece 2(t%2) + (s xor t/2), a 64-byte span a warp instruction per row.
+__device__ int tile_piece(int j, int t) { return 2 * (t & 1) + (((j >> 1) & 1) ^ (t >> 1)); }
+// 16 bytes that hold lane t's pieces 2(t%2) and 2(t%2) + 1 of a group, as p[s]: the piece of the
+// groups of half s (selects, not an index that would put them on the stack)
+__device__ void pieces_by_half(const Vec16 &v, int t, W2 p[2]) {
+    W2 lo = {{v.w[0], v.w[1]}}, hi = {{v.w[2], v.w[3]}};
+    p[0] = t < 2 ? lo : hi, p[1] = t < 2 ? hi : lo;
+}
 
 // The rows of a batch tile (shared memory): R <= MMA_M of them, tile row r reading activation row
 // act[r] and writing output row out[r], with expert e's matrix (0: the one matrix; e < 0: none, the
@@ -508,10 +520,10 @@ __device__ bool tile_rows(const int *ids, int n, int in_div, TileRows &tr) {
 // all the block's threads in 16-byte pieces (rows past tr.R zero).
 __device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRows &tr, uint8_t *xs) {
     int per = n / 16, nu = n / 256, R = tr.R;
-    for (int i = threadIdx.x; i < MMA_M * per; i += blockDim.x) {   // q: 16 of a row's n bytes
-        int r = i / per, k = 16 * (i % per), u = k / 256, j = k % 256 / 32;
-        Vec16 v = r < R ? load16(x + tr.act[r] * x_bytes + k) : Vec16{};
-        *(Vec16 *)(xs + tile_q_at(u, j, r) + k % 32) = v;
+    for (int i = threadIdx.x; i < MMA_M * 2 * per; i += blockDim.x) {   // q: piece t of group j, 8 bytes
+        int r = i / (2 * per), k = i % (2 * per), u = k / 32, j = k % 32 / 4, t = k % 4;
+        W2 v = r < R ? load8(x + tr.act[r] * x_bytes + 256 * u + 32 * j + 8 * tile_piece(j, t)) : W2{};
+        *(W2 *)(xs + tile_q_at(u, j, r) + 8 * t) = v;
     }
     for (int i = threadIdx.x; i < MMA_M * per / 8; i += blockDim.x) {   // bsums: 8 of a row's n / 16
         int r = i / (per / 8), k = i % (per / 8);
@@ -524,10 +536,11 @@ __device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRo
     }
 }
 
-// A lane's A fragment of group j of unit u (mma_s8): 8 bytes of tile row g and 8 of row g + 8
-__device__ void tile_fragment(const uint8_t *xs, int u, int j, uint32_t a[4]) {
+// A lane's A fragment of group j of unit u (mma_s8): 8 bytes of tile row g and 8 of row g + 8 (upper
+// false: zeros, not loaded, where the tile has at most 8 rows, as a verify's experts mostly do)
+__device__ void tile_fragment(const uint8_t *xs, int u, int j, bool upper, uint32_t a[4]) {
     const uint8_t *p = xs + tile_q_at(u, j, 0) + 8 * (threadIdx.x % WARP);
-    W2 lo = load8(p), hi = load8(p + 8 * 32);
+    W2 lo = load8(p), hi = upper ? load8(p + 8 * 32) : W2{};
     a[0] = lo.w[0], a[1] = hi.w[0], a[2] = lo.w[1], a[3] = hi.w[1];
 }
 
@@ -698,31 +711,38 @@ template <bool Q5> struct DotK4 {
         accm = fmaf(p.dmin * da, (float)sm, accm);
     }
     // The batch form (matmul_mma_kernel): unit u of weight rows o0..o0+7 against the tile's 16 rows,
-    // an mma a sub-block j, B = row o0 + g's values 8t..8t+7 of j (nibble j%2 of qs bytes 32 (j/2) +
-    // 8t.., Q5_K's bit j of qh bytes 8t.. as bit 4). This lane's cells e (tile row g + 8 (e/2),
-    // weight row o0 + 2t + e%2) then add sc_j times the mma's sum and m_j (bsum_2j + bsum_2j+1): the
-    // unit's integer sums of add, and its fmaf into acc[e] and accm[e].
-    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *xs, int64_t n, float acc[4], float accm[4]) {
+    // an mma a sub-block j, B = row o0 + g's values of j at piece tile_piece(j, t) (nibble j%2 of the
+    // qs bytes 32 (j/2) + 8 piece.., Q5_K's bit j of qh bytes 8 piece.. as bit 4): a lane loads 16
+    // bytes of qs for four sub-blocks and swaps half of them with lane t^2 (tile_piece). This lane's
+    // cells e (tile row g + 8 (e/2), weight row o0 + 2t + e%2) then add sc_j times the mma's sum and
+    // m_j (bsum_2j + bsum_2j+1): the unit's integer sums of add, and its fmaf into acc[e] and accm[e].
+    // upper false (at most 8 tile rows): the cells of rows g + 8 are not computed.
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *xs, int64_t n, bool upper, float acc[4], float accm[4]) {
         constexpr size_t BB = Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
         int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
         bool on = o0 + g < m.n_out;
         const uint8_t *b = m.data + (o0 + g) * m.row_bytes + (size_t)u * BB;
-        Vec16 h[2], bs[2][2];   // the headers of weight rows o0 + 2t (+1); tile rows g and g + 8's bsums
+        Vec16 h[2], bs[2][2] = {};   // the headers of weight rows o0 + 2t (+1); tile rows g and g + 8's bsums
         for (int e = 0; e < 2; e++) {
             int64_t o = o0 + 2 * t + e;
             h[e] = o < m.n_out ? load16(m.data + o * m.row_bytes + (size_t)u * BB) : Vec16{};
             const uint8_t *p = xs + tile_bsums_at(n, u, g + 8 * e);
-            bs[e][0] = load16(p), bs[e][1] = load16(p + 16);
+            if (e == 0 || upper) bs[e][0] = load16(p), bs[e][1] = load16(p + 16);
         }
-        W2 qh = Q5 && on ? load8(b + 16 + 8 * t) : W2{};
+        W2 qh[2] = {}, q[2] = {};   // this lane's pieces of halves 0 and 1: of qh, and of qs (both nibbles: sub-blocks j, j + 1)
+        if (Q5) pieces_by_half(on ? load16(b + 16 + 16 * (t & 1)) : Vec16{}, t, qh);
         int si[4] = {0, 0, 0, 0}, sm[4] = {0, 0, 0, 0};
-        W2 q = {};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            if (on && j % 2 == 0) q = load8(b + (Q5 ? 48 : 16) + 32 * (j / 2) + 8 * t);   // (both nibbles: sub-blocks j, j + 1)
+            if (j % 4 == 0) {   // lane t's 16 bytes at 16t of 64, its second piece swapped with lane t^2's
+                Vec16 v = on ? load16(b + (Q5 ? 48 : 16) + 64 * (j / 4) + 16 * t) : Vec16{};
+                v.w[2] = __shfl_xor_sync(0xffffffffu, v.w[2], 2), v.w[3] = __shfl_xor_sync(0xffffffffu, v.w[3], 2);
+                pieces_by_half(v, t, q);
+            }
+            int s = (j / 2) % 2;
             uint32_t bw[2], a[4];
-            for (int i = 0; i < 2; i++) bw[i] = (q.w[i] >> 4 * (j % 2)) & 0x0f0f0f0f, bw[i] |= Q5 ? ((qh.w[i] >> j) & 0x01010101) << 4 : 0;
-            tile_fragment(xs, u, j, a);
+            for (int i = 0; i < 2; i++) bw[i] = (q[s].w[i] >> 4 * (j % 2)) & 0x0f0f0f0f, bw[i] |= Q5 ? ((qh[s].w[i] >> j) & 0x01010101) << 4 : 0;
+            tile_fragment(xs, u, j, upper, a);
             int c[4];
             mma_s8(c, a, bw);
             int sc[2], mn[2], pair[2];
@@ -734,7 +754,7 @@ template <bool Q5> struct DotK4 {
             for (int e = 0; e < 4; e++) si[e] += sc[e % 2] * c[e], sm[e] += mn[e % 2] * pair[e / 2];
         }
         for (int e = 0; e < 4; e++) {
-            float da = tile_d(xs, n, u, g + 8 * (e / 2));
+            float da = e < 2 || upper ? tile_d(xs, n, u, g + 8 * (e / 2)) : 0.0f;
             acc[e] = fmaf(fp16_to_fp32((uint16_t)h[e % 2].w[0]) * da, (float)si[e], acc[e]);
             accm[e] = fmaf(fp16_to_fp32((uint16_t)(h[e % 2].w[0] >> 16)) * da, (float)sm[e], accm[e]);
         }
@@ -775,10 +795,11 @@ struct DotQ6_K {
         for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o);
         if (on) acc = fmaf(p.d * ((const float *)(x + n + n / 8))[u], (float)si, acc);
     }
-    // The batch form (matmul_mma_kernel, see DotK4's): B = row o0 + g's q - 32 for values 8t..8t+7 of
-    // the 32 at 128h + 32k (sub-block j = 4h + k), which hold two scale groups, 2j (lanes t < 2) and
-    // 2j + 1: two mmas a sub-block, each with the other group's lanes zero.
-    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *xs, int64_t n, float acc[4], float *) {
+    // The batch form (matmul_mma_kernel, see DotK4's): B = row o0 + g's q - 32 for the values of
+    // piece tile_piece(j, t) of the 32 at 128h + 32k (sub-block j = 4h + k), which hold two scale
+    // groups, 2j (pieces 0 and 1: lanes t%2 = 0) and 2j + 1: two mmas a sub-block, each with the
+    // other group's lanes zero. A lane loads the 16 bytes of its two pieces (ql, qh) and takes one.
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *xs, int64_t n, bool upper, float acc[4], float *) {
         int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4, nu = (int)(n / UNIT);
         bool on = o0 + g < m.n_out;
         const uint8_t *row = m.data + (o0 + g) * m.row_bytes;   // [ql: 128 a block][qh: 64][scales: 16]
@@ -790,19 +811,19 @@ struct DotQ6_K {
             d[e] = o < m.n_out ? fp16_to_fp32(m.scales[o * nu + u]) : 0.0f;
         }
         int si[4] = {0, 0, 0, 0};
-        W2 ql[2] = {}, qh = {};   // ql bytes of k % 2 (both nibbles: k and k + 2), qh bytes of h
+        W2 ql[2][2] = {}, qh[2] = {};   // this lane's pieces of halves 0, 1: ql bytes of k % 2 (both nibbles: k and k + 2), qh bytes of h
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            int h = j / 4, k = j % 4;
-            if (on && k < 2) ql[k] = load8(row + 128 * (size_t)u + 64 * h + 32 * k + 8 * t);
-            if (on && k == 0) qh = load8(row + 128 * (size_t)nu + 64 * (size_t)u + 32 * h + 8 * t);
+            int h = j / 4, k = j % 4, s = k / 2;   // (s: half (j/2) % 2)
+            if (k < 2) pieces_by_half(on ? load16(row + 128 * (size_t)u + 64 * h + 32 * k + 16 * (t & 1)) : Vec16{}, t, ql[k]);
+            if (k == 0) pieces_by_half(on ? load16(row + 128 * (size_t)nu + 64 * (size_t)u + 32 * h + 16 * (t & 1)) : Vec16{}, t, qh);
             uint32_t lo[2], hi[2], a[4];
             for (int i = 0; i < 2; i++) {
-                uint32_t q = ((ql[k % 2].w[i] >> 4 * (k / 2)) & 0x0f0f0f0f) | ((qh.w[i] >> 2 * k) & 0x03030303) << 4;
+                uint32_t q = ((ql[k % 2][s].w[i] >> 4 * (k / 2)) & 0x0f0f0f0f) | ((qh[s].w[i] >> 2 * k) & 0x03030303) << 4;
                 q = (q & 0x1f1f1f1f) | ((~q >> 5) & 0x01010101) * 0xe0;   // q - 32 in each byte (q < 64)
-                lo[i] = t < 2 ? q : 0, hi[i] = t < 2 ? 0 : q;
+                lo[i] = t % 2 == 0 ? q : 0, hi[i] = t % 2 == 0 ? 0 : q;
             }
-            tile_fragment(xs, u, j, a);
+            tile_fragment(xs, u, j, upper, a);
             int c0[4], c1[4];
             mma_s8(c0, a, lo);
             mma_s8(c1, a, hi);
@@ -811,7 +832,10 @@ struct DotQ6_K {
                 si[e] += (int8_t)(s.w[j / 2] >> 16 * (j % 2)) * c0[e] + (int8_t)(s.w[j / 2] >> (16 * (j % 2) + 8)) * c1[e];
             }
         }
-        for (int e = 0; e < 4; e++) acc[e] = fmaf(d[e % 2] * tile_d(xs, n, u, g + 8 * (e / 2)), (float)si[e], acc[e]);
+        for (int e = 0; e < 4; e++) {
+            float da = e < 2 || upper ? tile_d(xs, n, u, g + 8 * (e / 2)) : 0.0f;
+            acc[e] = fmaf(d[e % 2] * da, (float)si[e], acc[e]);
+        }
     }
 };
 
@@ -984,12 +1008,13 @@ __device__ void fold_slots(float a[4][4], int slots) {
     }
 }
 // A warp's 8 weight rows o0.. of m against the staged tile: this lane's cells e (tile row g + 8 (e/2),
-// weight row o0 + 2t + e%2) as row_dot gives them
-template <typename D> __device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, int slots, float v[4]) {
+// weight row o0 + 2t + e%2) as row_dot gives them (upper false: the tile's rows are at most 8, and
+// the cells of rows g + 8 are left out)
+template <typename D> __device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, int slots, bool upper, float v[4]) {
     float acc[4][4] = {}, accm[4][4] = {};   // [slot][cell]
     int nu = (int)(m.n_in / D::UNIT);
     for (int u = 0; u < nu; u++) {
-        D::mma_add(m, o0, u, xs, m.n_in, acc[0], accm[0]);
+        D::mma_add(m, o0, u, xs, m.n_in, upper, acc[0], accm[0]);
         rotate_slots(acc, slots), rotate_slots(accm, slots);
     }
     for (int u = nu; u % slots; u++) rotate_slots(acc, slots), rotate_slots(accm, slots);   // back to slot 0
@@ -997,11 +1022,13 @@ template <typename D> __device__ void mma_rows(const Mat &m, int64_t o0, const u
     for (int e = 0; e < 4; e++) v[e] = D::MINS ? acc[0][e] - accm[0][e] : acc[0][e];
 }
 
+// (Both tensor-core kernels are bounded to 128 registers, four blocks of MMA_WARPS warps an SM: left
+// alone, ptxas gives the Q5_K form 130, and none of them spills under the bound.)
 // y[out[r]][o] = W_e[o] . x[act[r]] for block y's tile (tile_rows: of the n rows, ids NULL; or of the
 // n pairs of experts ids, the stacked matrices of L; then rd's blocks): matmul's, and matmul_id's
 // (matvec_kernel's) bits
 template <typename D>
-__global__ void matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, Rider rd) {
+__global__ void __launch_bounds__(MMA_WARPS * WARP, 4) matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, Rider rd) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
     uint8_t *xs = (uint8_t *)tile;
@@ -1016,7 +1043,7 @@ __global__ void matmul_mma_kernel(MatList L, const int *ids, int in_div, const u
     int64_t o0 = (int64_t)(blockIdx.x - b0) * MMA_ROWS + 8 * (threadIdx.x / WARP);
     if (o0 >= m.n_out) return;   // the whole warp
     float v[4] = {};
-    if (tr.e >= 0) mma_rows<D>(expert(&m, tr.e), o0, xs, slots, v);
+    if (tr.e >= 0) mma_rows<D>(expert(&m, tr.e), o0, xs, slots, tr.R > MMA_M / 2, v);
     int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     for (int e = 0; e < 4; e++) {
         int r = g + 8 * (e / 2);
@@ -2011,7 +2038,7 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
 // block takes 16 rows o of both: warps 0 and 1 their gate rows, warps 2 and 3 the same up rows, the
 // gate's cells passed in shared memory (MMA_ROWS / 2 rows o a block).
 template <typename D>
-__global__ void swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
+__global__ void __launch_bounds__(MMA_WARPS * WARP, 4) swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
                                   Routing rt) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
@@ -2029,7 +2056,7 @@ __global__ void swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, cons
     float v[4] = {};
     Mat m = G;   // (a copy, not a pointer to one of the two: they stay in registers)
     if (w >= 2) m = U;
-    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, slots, v);   // (warp-uniform)
+    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, slots, tr.R > MMA_M / 2, v);   // (warp-uniform)
     if (w < 2)
         for (int e = 0; e < 4; e++) gs[g + 8 * (e / 2)][8 * w + 2 * t + e % 2] = v[e];
     __syncthreads();

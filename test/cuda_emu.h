@@ -75,6 +75,7 @@ static EmuGraph *emu_capture;   // the graph being captured (cudaStreamBeginCapt
 #define __global__
 #define __device__
 #define __host__
+#define __launch_bounds__(...)
 #define __forceinline__ inline
 // Static shared arrays become function-static storage in one section (valid: blocks run one at a
 // time), so the scheduler can poison all of it before each block.
