@@ -2714,8 +2714,10 @@ static void forward_layers(Ctx *ctx, Pass pass, const int *tokens, int T, GdnLog
 
 /* The same pass on the GPU (section 15): the host looks up the embeddings, the device does the rest
  * (log: record the GDN inputs); logits of rows first..first+n_logits-1, or, token non-NULL (a greedy
- * decode step, a greedy verify batch), only the argmax of each of those rows. */
-static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token);
+ * decode step, a greedy verify batch), only the argmax of each of those rows; or, p_H non-NULL too
+ * (a preview's drafts), each row's best_token without the mask, p_H[i] its p, p_H[n_logits + i] H. */
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token,
+                     float *p_H);
 /* draft-self's save of the device's GDN state before a verify batch, and its rollback to the first
  * `rows` rows of that batch (clover.cu; no-ops in the CPU build, which never calls them) */
 void gpu_gdn_save(Gpu *gpu);
@@ -2725,7 +2727,7 @@ void gpu_rollback(Gpu *gpu, int rows);
  * fed one at a time (in decoding order; on the CPU, prompt prefill may use the batch order,
  * tile_order); logits of the last n_logits rows, [n_logits][n_vocab] (0: none). */
 static void forward_causal(Ctx *ctx, const int *tokens, int T, float *logits, int n_logits) {
-    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, false, logits, T - n_logits, n_logits, NULL);
+    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, false, logits, T - n_logits, n_logits, NULL, NULL);
     else {
         forward_layers(ctx, CAUSAL, tokens, T, NULL);
         if (n_logits > 0) lm_head(ctx, T - n_logits, n_logits, logits);
@@ -2738,7 +2740,7 @@ static void forward_causal(Ctx *ctx, const int *tokens, int T, float *logits, in
  * GPU, a greedy run with the exact rule): instead of the logits, each row's argmax, taken on the
  * device, so that T ids cross the bus instead of T x n_vocab floats. */
 static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, int *targets, GdnLog *log) {
-    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, log != NULL, logits, 0, T, targets);
+    if (ctx->gpu) gpu_pass(ctx, CAUSAL, tokens, T, log != NULL, logits, 0, T, targets, NULL);
     else {
         forward_layers(ctx, CAUSAL, tokens, T, log);
         lm_head(ctx, 0, T, logits);
@@ -2749,7 +2751,7 @@ static void forward_verify(Ctx *ctx, const int *tokens, int T, float *logits, in
 /* The preview pass (spec S2.2) over a block of T rows after the committed prefix: reads the
  * state, never writes it; logits of every row. */
 static void forward_preview(Ctx *ctx, const int *block, int T, float *logits) {
-    if (ctx->gpu) gpu_pass(ctx, PREVIEW, block, T, false, logits, 0, T, NULL);
+    if (ctx->gpu) gpu_pass(ctx, PREVIEW, block, T, false, logits, 0, T, NULL, NULL);
     else {
         forward_layers(ctx, PREVIEW, block, T, NULL);
         lm_head(ctx, 0, T, logits);
@@ -2843,7 +2845,7 @@ static int forward_greedy(Ctx *ctx, int token, float *logits) {
         return argmax(logits, ctx->m->c.n_vocab);
     }
     int id;
-    gpu_pass(ctx, CAUSAL, &token, 1, false, NULL, 0, 1, &id);
+    gpu_pass(ctx, CAUSAL, &token, 1, false, NULL, 0, 1, &id, NULL);
     ctx->st.n_past++;
     return id;
 }
@@ -2907,24 +2909,37 @@ static int best_token(const float *z, int V, int skip, float *p_top, float *H) {
     return best;
 }
 
+/* A preview pass over block[0..T-1] and its candidates: cand[i] = best_token of logits row first + i
+ * (i < n), the mask excluded. On the GPU they are taken on the device (clover.cu's twin), so that n
+ * ids and 2n floats come back instead of n rows of logits (16 MB for 16 rows of the real vocabulary). */
+static void preview_candidates(Ctx *ctx, const int *block, int T, int first, int n, float *logits, Draft *cand) {
+    const Config *c = &ctx->m->c;
+    if (ctx->gpu) {
+        int ids[n];
+        float p_H[2 * n];
+        gpu_pass(ctx, PREVIEW, block, T, false, NULL, first, n, ids, p_H);
+        for (int i = 0; i < n; i++) cand[i] = (Draft){ids[i], p_H[i], p_H[n + i]};
+        return;
+    }
+    forward_preview(ctx, block, T, logits);
+    for (int i = 0; i < n; i++) cand[i].id = best_token(logits + (size_t)(first + i) * c->n_vocab, c->n_vocab, c->mask_id, &cand[i].p, &cand[i].H);
+}
+
 /* Draft up to n tokens after id_last with --spec-draft-steps denoising steps; returns how many to
  * verify after the p-min cut, the end-of-generation cut and the n-min rule. */
 static int draft_block(Ctx *ctx, const Args *a, const EogSet *eog, int id_last, int n, Draft *d, int *block, float *logits) {
     const Config *c = &ctx->m->c;
-    int V = c->n_vocab;
     block[0] = id_last;
     for (int j = 1; j <= n; j++) block[j] = c->mask_id;
     for (int step = 0; step < a->draft_steps; step++) {
         bool last = step == a->draft_steps - 1, leftmost = true;
-        forward_preview(ctx, block, n + 1, logits);
+        Draft cand[n];   /* row j's: logits row j, or j - 1 with shift_logits */
+        preview_candidates(ctx, block, n + 1, c->shift_logits ? 0 : 1, n, logits, cand);
         for (int j = 1; j <= n; j++) {
             if (block[j] != c->mask_id) continue;
-            const float *z = logits + (size_t)(c->shift_logits ? j - 1 : j) * V;
-            Draft cand;
-            cand.id = best_token(z, V, c->mask_id, &cand.p, &cand.H);
-            if (last || leftmost || cand.p >= 0.9f) {   /* unmask the leftmost and the confident */
-                block[j] = cand.id;
-                d[j - 1] = cand;
+            if (last || leftmost || cand[j - 1].p >= 0.9f) {   /* unmask the leftmost and the confident */
+                block[j] = cand[j - 1].id;
+                d[j - 1] = cand[j - 1];
             }
             leftmost = false;
         }
@@ -3257,19 +3272,16 @@ static void generate_diffusion(Run *r, const int *prompt, int n_prompt) {
         if (n <= 0) break;
         for (int j = 0; j < n; j++) block[j] = c->mask_id;
         for (int masked = n; masked > 0;) {
-            forward_preview(ctx, block, n, logits);
+            Draft cand[n + 1];   /* position j's: row j, or, shifted, row j - 1 (the last committed row's for j = 0) */
+            if (c->shift_logits) cand[0].id = best_token(last, V, c->mask_id, &cand[0].p, &cand[0].H);
+            preview_candidates(ctx, block, n, 0, c->shift_logits ? n - 1 : n, logits, cand + c->shift_logits);
             passes++;
-            int best_j = -1, best_id = 0, ids[n];
-            float best_p = -1, p[n], H;
-            for (int j = 0; j < n; j++) {
-                if (block[j] != c->mask_id) continue;
-                int row = c->shift_logits ? j - 1 : j;   /* shifted: row j-1 predicts position j */
-                ids[j] = best_token(row < 0 ? last : logits + (size_t)row * V, V, c->mask_id, &p[j], &H);
-                if (p[j] > best_p) { best_p = p[j]; best_j = j; best_id = ids[j]; }
-            }
+            int best_j = -1;
             for (int j = 0; j < n; j++)
-                if (block[j] == c->mask_id && p[j] >= a->diffusion_threshold) { block[j] = ids[j]; masked--; }
-            if (block[best_j] == c->mask_id) { block[best_j] = best_id; masked--; }
+                if (block[j] == c->mask_id && (best_j < 0 || cand[j].p > cand[best_j].p)) best_j = j;
+            for (int j = 0; j < n; j++)
+                if (block[j] == c->mask_id && cand[j].p >= a->diffusion_threshold) { block[j] = cand[j].id; masked--; }
+            if (block[best_j] == c->mask_id) { block[best_j] = cand[best_j].id; masked--; }
         }
         int keep = n;
         for (int j = 0; j < n; j++)
@@ -6186,6 +6198,7 @@ typedef struct {
     void (*softmax)(float *x, int n);
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
+    int (*best_token)(const float *z, int V, int skip, float *p, float *H);
     /* GDN twins (clover.cu section 8) */
     void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
     void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
@@ -6222,7 +6235,7 @@ bool gpu_init(char *info, size_t n);
 int gpu_check_ops(const GpuCheck *c);
 Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_t v_type);
 void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits,
-                 int *token);
+                 int *token, int skip, float *p_H);
 #endif
 
 /* the single-row dot product of a matrix of n_rows rows (the CPU's matmul for one row) */
@@ -6250,7 +6263,7 @@ static void check_ops(const Model *m) {
         }
     const Config *c = &m->c;
     GpuCheck g = {.size = sizeof g, .quantize_row = quantize_row, .dot = dot_row_order, .rmsnorm = rmsnorm, .l2norm = l2norm,
-                  .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax,
+                  .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax, .best_token = best_token,
                   /* GDN twins (clover.cu section 8) */
                   .gdn_gates = gdn_gates, .gdn_conv = kernels()->gdn_conv, .gdn_conv_right = gdn_conv_right,
                   .gdn_qk_norm = gdn_qk_norm, .gdn_ring_push = gdn_ring_push, .gdn_scan_head = gdn_scan_head,
@@ -6308,12 +6321,13 @@ static void gpu_dump(void *arg, const char *name, int il, const void *x, bool i3
     dump_nd(arg, name, il, x, i32, rows, ne2, ne1, ne0);
 }
 
-static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token,
+                     float *p_H) {
     int E = ctx->m->c.n_embd;
     for (int t = 0; t < T; t++) embed(ctx->m, tokens[t], ctx->sc.x + (size_t)t * E);
     ctx->dump_preview = pass == PREVIEW;
     dump(ctx, "model.input_embed", -1, ctx->sc.x, T, E);
-    gpu_forward(ctx->gpu, pass == PREVIEW, ctx->sc.x, T, ctx->st.n_past, log, logits, first, n_logits, token);
+    gpu_forward(ctx->gpu, pass == PREVIEW, ctx->sc.x, T, ctx->st.n_past, log, logits, first, n_logits, token, ctx->m->c.mask_id, p_H);
 }
 
 /* -ngl N: the whole model on the GPU when N is at least the layer count (or -1), the CPU for 0; a
@@ -6346,8 +6360,9 @@ static bool gpu_setup(Ctx *ctx, Model *m, const Args *a, int n_ctx, int cap) {
     if (a->n_gpu_layers != 0) fprintf(stderr, "clover: note: -ngl %d has no effect in this CPU build (make cuda builds clover-cuda)\n", a->n_gpu_layers);
     return false;
 }
-static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token) {
-    (void)ctx, (void)pass, (void)tokens, (void)T, (void)log, (void)logits, (void)first, (void)n_logits, (void)token;
+static void gpu_pass(Ctx *ctx, Pass pass, const int *tokens, int T, bool log, float *logits, int first, int n_logits, int *token,
+                     float *p_H) {
+    (void)ctx, (void)pass, (void)tokens, (void)T, (void)log, (void)logits, (void)first, (void)n_logits, (void)token, (void)p_H;
 }
 void gpu_gdn_save(Gpu *gpu) { (void)gpu; }
 void gpu_rollback(Gpu *gpu, int rows) { (void)gpu, (void)rows; }

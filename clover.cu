@@ -1391,6 +1391,61 @@ static void argmax_gpu(const float *x, int n, int T, int *out) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, argmax_kernel, x, n, out));
 }
 
+// Twin: best_token. A drafter's candidate from row z of logits: the first index of the largest value
+// other than `skip` (argmax's rule, from skip == 0 ? 1 : 0), its probability and the distribution's
+// entropy, p = exp(z_best - max) / S and H = log S - sum_i e_i (z_i - max) / S with S = sum_i e_i,
+// e_i = exp(z_i - max), in double as the CPU's. Thread k takes i = k, k + BLOCK, ... and the sums
+// are folded as block_sum does, so p and H are the CPU's to a few ulps (another order), the id
+// exactly. A block a row; a preview's 16 rows then cross the bus as 16 ids and 32 floats instead of
+// 16 rows of n_vocab floats (~16 MB, ~0.6 ms over PCIe).
+__global__ void best_token_kernel(const float *x, int n, int skip, int *id, float *p, float *H) {
+    __shared__ float pv[BLOCK / WARP], pm[BLOCK / WARP];
+    __shared__ int pi[BLOCK / WARP];
+    __shared__ float top[2];   // the row's max and the best value
+    __shared__ int best;
+    const float *z = x + (int64_t)blockIdx.x * n;
+    int first = skip == 0 ? 1 : 0, w = threadIdx.x / WARP;
+    float v = -INFINITY, m = -INFINITY;
+    int at = n;   // n: nothing above -inf yet
+    for (int i = threadIdx.x; i < n; i += BLOCK) {
+        m = fmaxf(m, z[i]);
+        if (i != skip && z[i] > v) v = z[i], at = i;
+    }
+    for (int o = 16; o >= 1; o /= 2) {
+        float v2 = __shfl_xor_sync(0xffffffffu, v, o), m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+        if (v2 > v || (v2 == v && at2 < at)) v = v2, at = at2;
+        m = fmaxf(m, m2);
+    }
+    if (threadIdx.x % WARP == 0) pv[w] = v, pi[w] = at, pm[w] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < BLOCK / WARP; k++) {
+            if (pv[k] > v || (pv[k] == v && pi[k] < at)) v = pv[k], at = pi[k];
+            m = fmaxf(m, pm[k]);
+        }
+        best = (at == n || z[first] != z[first]) ? first : at;
+        top[0] = m, top[1] = z[best];
+    }
+    __syncthreads();
+    double S = 0, Sz = 0, max = top[0];
+    for (int i = threadIdx.x; i < n; i += BLOCK) {
+        double e = exp((double)z[i] - max);
+        S += e;
+        Sz += e * ((double)z[i] - max);
+    }
+    S = block_sum(S), Sz = block_sum(Sz);
+    if (threadIdx.x) return;
+    id[blockIdx.x] = best;
+    p[blockIdx.x] = (float)(exp((double)top[1] - max) / S);
+    H[blockIdx.x] = (float)(log(S) - Sz / S);
+}
+
+static void best_token_gpu(const float *x, int n, int T, int skip, int *id, float *p, float *H) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, best_token_kernel, x, n, skip, id, p, H));
+}
+
 // ================================================================================================
 // 8. Gated DeltaNet (clover.c section 9, "Gated DeltaNet")
 // ================================================================================================
@@ -2235,10 +2290,13 @@ struct Scratch {
     uint8_t *coreset;
     float *logits;
     int *pos;                      // n_past of the pass, read by rope, store_as and attention
-    int *token;                    // greedy ids: the argmax of each row of logits asked for (a decode step, a verify batch)
+    int *token;                    // greedy ids: the argmax of each row of logits asked for (a decode step, a verify batch),
+                                   // or a preview's best_token
+    float *p_H;                    // best_token's p of each of those rows, then their H ([2][cap])
     unsigned *done;                // last_block's count (the routing after the router's riders)
     float *x_host, *logits_host;   // pinned host staging of the embeddings in and the logits out
     int *pos_host, *token_host;
+    float *p_H_host;
 };
 
 struct Gpu {
@@ -2465,11 +2523,12 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
     s->logits = dev_floats(T * c->n_vocab);
-    s->pos = (int *)dev_alloc(sizeof(int)), s->token = (int *)dev_alloc(T * sizeof(int));
+    s->pos = (int *)dev_alloc(sizeof(int)), s->token = (int *)dev_alloc(T * sizeof(int)), s->p_H = dev_floats(2 * T);
     CUDA_CHECK(cudaMallocHost(&s->x_host, T * E * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&s->logits_host, T * c->n_vocab * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&s->pos_host, sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&s->token_host, T * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost(&s->p_H_host, 2 * T * sizeof(float)));
 }
 
 // Plan the device memory for n_ctx positions and batches of cap rows, print the plan, refuse
@@ -2985,11 +3044,12 @@ static void decode_step(Gpu *gpu) {
 // [T][n_embd]) at n_past, logging the GDN inputs if asked (a verify batch), with the logits of rows
 // first..first+n_logits-1 copied to `logits`; or, token non-NULL (a greedy decode step, a greedy
 // verify batch), only the argmax of each of those rows: n_logits ids down instead of n_logits rows
-// of n_vocab floats (16 rows of the 248,320-token vocabulary are 16 MB, ~0.6 ms over PCIe). In
-// stream order: the inputs up (through pinned memory), the pass, the logits or the ids down; the
-// host waits once, for those.
+// of n_vocab floats (16 rows of the 248,320-token vocabulary are 16 MB, ~0.6 ms over PCIe); or,
+// token and p_H non-NULL (a preview's drafts), each row's best_token without `skip`, its p in p_H[i]
+// and H in p_H[n_logits + i]. In stream order: the inputs up (through pinned memory), the pass, the
+// logits or the ids down; the host waits once, for those.
 extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n_past, bool log, float *logits, int first, int n_logits,
-                            int *token) {
+                            int *token, int skip, float *p_H) {
     Scratch *s = &gpu->sc;
     size_t E = (size_t)gpu->c.n_embd, V = (size_t)gpu->c.n_vocab;
     memcpy(s->x_host, x, (size_t)T * E * sizeof(float));
@@ -2999,13 +3059,18 @@ extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n
     if (T == 1 && !preview && !log && n_logits <= 1 && !gpu->dump) decode_step(gpu);   // (dumps copy at each point: no graph)
     else {
         Input out = forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
-        if (n_logits > 0) lm_head(gpu, out, first, n_logits);
-        if (token) argmax_gpu(s->logits, (int)V, n_logits, s->token);
+        if (n_logits > 0) {
+            lm_head(gpu, out, first, n_logits);
+            if (token && p_H) best_token_gpu(s->logits, (int)V, n_logits, skip, s->token, s->p_H, s->p_H + n_logits);
+            else if (token) argmax_gpu(s->logits, (int)V, n_logits, s->token);
+        }
     }
+    if (p_H) CUDA_CHECK(cudaMemcpyAsync(s->p_H_host, s->p_H, 2 * (size_t)n_logits * sizeof(float), cudaMemcpyDeviceToHost, stream));
     if (token) CUDA_CHECK(cudaMemcpyAsync(s->token_host, s->token, (size_t)n_logits * sizeof(int), cudaMemcpyDeviceToHost, stream));
     else if (n_logits > 0)
         CUDA_CHECK(cudaMemcpyAsync(s->logits_host, s->logits, (size_t)n_logits * V * sizeof(float), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (p_H) memcpy(p_H, s->p_H_host, 2 * (size_t)n_logits * sizeof(float));
     if (token) memcpy(token, s->token_host, (size_t)n_logits * sizeof(int));
     else if (n_logits > 0) memcpy(logits, s->logits_host, (size_t)n_logits * V * sizeof(float));
 }
@@ -3042,6 +3107,7 @@ struct GpuCheck {
     void (*softmax)(float *x, int n);
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
+    int (*best_token)(const float *z, int V, int skip, float *p, float *H);
     // GDN twins (section 8)
     void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
     void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
@@ -3367,6 +3433,37 @@ static void check_argmax(Tally *tl, const GpuCheck *cpu, int n) {
 }
 
 static float *dev_copy_floats(const float *h, int64_t n) { return (float *)dev_copy(h, (size_t)n * 4); }
+
+// best_token over T rows of n (logits of a spread like a model's, ties and NaNs planted, the largest
+// value at `skip` in some rows): the ids exactly, p and H to a few ulps (their sums in another order)
+static void check_best_token(Tally *tl, const GpuCheck *cpu, int n, int skip) {
+    for (int T : BATCHES) {
+        float *x = (float *)xmalloc((size_t)n * T * 4), *want = (float *)xmalloc(2 * T * 4), *got = (float *)xmalloc(2 * T * 4);
+        int *want_id = (int *)xmalloc(T * sizeof(int)), *got_id = (int *)xmalloc(T * sizeof(int));
+        for (int64_t i = 0; i < (int64_t)n * T; i++) x[i] = (float)(rng_next() % 200) / 16 - 6;
+        for (int t = 0; t < T; t++) {
+            float *r = x + (size_t)t * n;
+            if (t % 3 == 1) r[rng_next() % n] = NAN;
+            if (t % 4 == 2 && skip >= 0) r[skip] = 20;
+            if (t % 5 == 3) r[n - 1] = 9;
+            want_id[t] = cpu->best_token(r, n, skip, &want[t], &want[T + t]);
+        }
+        float *dx = dev_copy_floats(x, (int64_t)n * T), *dp = dev_floats(2 * T);
+        int *did = (int *)dev_alloc(T * sizeof(int));
+        best_token_gpu(dx, n, T, skip, did, dp, dp + T);
+        host_copy(got_id, did, T * sizeof(int));
+        host_copy(got, dp, 2 * T * 4);
+        char name[96];
+        snprintf(name, sizeof name, "best_token n=%d skip=%d T=%d id", n, skip, T);
+        report(tl, name, bytes_differ(got_id, want_id, T * sizeof(int)), 0, "bytes");
+        snprintf(name, sizeof name, "best_token n=%d skip=%d T=%d p, H", n, skip, T);
+        report(tl, name, rel_err(got, want, 2 * T), 1e-6, "rel");
+        CUDA_CHECK(cudaFree(dx));
+        CUDA_CHECK(cudaFree(dp));
+        CUDA_CHECK(cudaFree(did));
+        free(x), free(want), free(got), free(want_id), free(got_id);
+    }
+}
 
 // n random normal floats times scale
 static float *random_floats(int64_t n, float scale) {
@@ -4152,6 +4249,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_row_op(&tl, cpu, OP_SOFTMAX, 1000);
     check_row_op(&tl, cpu, OP_SILU, cpu->n_ff);
     check_argmax(&tl, cpu, cpu->n_vocab);
+    for (int skip : {-1, 0, cpu->n_vocab - 2}) check_best_token(&tl, cpu, cpu->n_vocab, skip);
     for (int i = 0; i < cpu->n_mats; i++) {   // the norms' roundings: every dot type of an n_embd-wide matrix, once
         const GpuMat *m = &cpu->mats[i];
         bool seen = m->n_in != cpu->n_embd;
