@@ -3,8 +3,8 @@
 //
 // What runs here: with -ngl >= the layer count, the whole forward pass (sections 11-12: weights
 // uploaded once as stored, KV cache and GDN state on the device, causal batches, verify batches with
-// the GDN log, the preview pass, the rollback replay, a decode step as one CUDA graph ending in the
-// greedy argmax, the --dump-tensors points); clover.c keeps the tokenizer, the embedding lookup, the
+// the GDN log, the preview pass, the rollback replay, every pass of up to 16 rows as one CUDA graph
+// ending in the greedy argmax or the drafts' best tokens, the --dump-tensors points); clover.c keeps the tokenizer, the embedding lookup, the
 // sampler and the draft-self loop. Every kernel is checked against its CPU twin by --check-ops.
 //
 // Layout, as clover.c's sections: 1. errors and launches; 2. half precision; 3. block layouts;
@@ -2299,6 +2299,15 @@ struct Scratch {
     float *p_H_host;
 };
 
+// A pass of one shape as a CUDA graph: the pass (causal or preview), its rows, whether it logs the
+// GDN inputs, the rows of logits it ends with (first, n) and what it makes of them (out: the logits,
+// their argmax, or best_token without skip). Its kernels read the position (s->pos), the routing and
+// the rows from device memory, so the same graph serves every call of that shape.
+enum PassOut { LOGITS, ARGMAX, BEST };
+struct PassShape { bool preview, log; int T, first, n, skip; PassOut out; };
+struct Captured { PassShape k; cudaGraphExec_t g; };
+enum { MAX_GRAPHS = 64 };   // a draft-self run meets 2 x 16 shapes at most (verify and preview of 1..16 rows)
+
 struct Gpu {
     GpuConfig c;
     Mat output;
@@ -2306,8 +2315,8 @@ struct Gpu {
     Layer *layers;
     State st;
     Scratch sc;
-    cudaGraphExec_t step;          // the decode step as a CUDA graph (section 12), once captured
-    bool captured;
+    Captured graphs[MAX_GRAPHS];   // the passes of up to MAX_ROWS rows as CUDA graphs (section 12), each once captured
+    int n_graphs;
     GpuDumpFn dump;                // --dump-tensors (section 12)
     void *dump_arg;
     float *dump_host[4];           // host copies for it, dump_n[i] floats each
@@ -3019,25 +3028,48 @@ static void lm_head(Gpu *gpu, Input in, int first, int n) {
     dump(gpu, "result_output", -1, s->logits, n, c->n_vocab);
 }
 
-// A decode step (one causal row, no log): every layer, the LM head and the argmax (the greedy token)
-// as one CUDA graph, captured at the first step and replayed at every one after. Its kernels read the
-// position from s->pos, so the same graph serves every step, and a step costs one launch instead of
-// one per kernel.
-static void decode_step(Gpu *gpu) {
-    if (!gpu->captured) {
+// The pass of shape k, from the layers to what it makes of its logits (pass_shape). Every pass of
+// at most MAX_ROWS rows (a decode step, a verify or preview batch) runs as one CUDA graph, captured
+// the first time its shape is met and replayed after: a launch instead of one per kernel (~460 at
+// T = 1, ~540 in a verify), so the GPU runs the kernels back to back instead of waiting for the
+// host to launch each. Longer passes (a prompt's prefill) and dumps (the host copies at each point)
+// launch kernel by kernel.
+static void run_pass(Gpu *gpu, PassShape k) {
+    Scratch *s = &gpu->sc;
+    int V = gpu->c.n_vocab;
+    Input out = forward_layers(gpu, k.preview ? PREVIEW : CAUSAL, k.T, k.log);
+    if (k.n == 0) return;
+    lm_head(gpu, out, k.first, k.n);
+    if (k.out == BEST) best_token_gpu(s->logits, V, k.n, k.skip, s->token, s->p_H, s->p_H + k.n);
+    else if (k.out == ARGMAX) argmax_gpu(s->logits, V, k.n, s->token);
+}
+
+static bool same_shape(PassShape a, PassShape b) {
+    return a.preview == b.preview && a.log == b.log && a.T == b.T && a.first == b.first && a.n == b.n && a.skip == b.skip && a.out == b.out;
+}
+
+static void run_pass_graph(Gpu *gpu, PassShape k) {
+    int i = 0;
+    while (i < gpu->n_graphs && !same_shape(gpu->graphs[i].k, k)) i++;
+    if (k.T > MAX_ROWS || gpu->dump || i == MAX_GRAPHS) {   // (the last: never in draft-self, a graph per shape it meets)
+        run_pass(gpu, k);
+        return;
+    }
+    if (i == gpu->n_graphs) {
         cudaGraph_t g;
         CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        lm_head(gpu, forward_layers(gpu, CAUSAL, 1, false), 0, 1);
-        argmax_gpu(gpu->sc.logits, gpu->c.n_vocab, 1, gpu->sc.token);
+        run_pass(gpu, k);
         CUDA_CHECK(cudaStreamEndCapture(stream, &g));
         size_t nodes = 0;
         CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
-        CUDA_CHECK(cudaGraphInstantiate(&gpu->step, g, 0));
+        CUDA_CHECK(cudaGraphInstantiate(&gpu->graphs[i].g, g, 0));
         CUDA_CHECK(cudaGraphDestroy(g));
-        gpu->captured = true;
-        fprintf(stderr, "clover: GPU decode step: one CUDA graph of %zu kernels and copies\n", nodes);
+        gpu->graphs[i].k = k;
+        gpu->n_graphs++;
+        if (k.T == 1 && !k.preview && !k.log)
+            fprintf(stderr, "clover: GPU decode step: one CUDA graph of %zu kernels and copies\n", nodes);
     }
-    CUDA_CHECK(cudaGraphLaunch(gpu->step, stream));
+    CUDA_CHECK(cudaGraphLaunch(gpu->graphs[i].g, stream));
 }
 
 // What clover.c calls (clover.c section 15). A causal or preview pass over T rows of embeddings x (host,
@@ -3056,15 +3088,8 @@ extern "C" void gpu_forward(Gpu *gpu, bool preview, const float *x, int T, int n
     *s->pos_host = n_past;
     CUDA_CHECK(cudaMemcpyAsync(s->x, s->x_host, (size_t)T * E * sizeof(float), cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(s->pos, s->pos_host, sizeof(int), cudaMemcpyHostToDevice, stream));
-    if (T == 1 && !preview && !log && n_logits <= 1 && !gpu->dump) decode_step(gpu);   // (dumps copy at each point: no graph)
-    else {
-        Input out = forward_layers(gpu, preview ? PREVIEW : CAUSAL, T, log);
-        if (n_logits > 0) {
-            lm_head(gpu, out, first, n_logits);
-            if (token && p_H) best_token_gpu(s->logits, (int)V, n_logits, skip, s->token, s->p_H, s->p_H + n_logits);
-            else if (token) argmax_gpu(s->logits, (int)V, n_logits, s->token);
-        }
-    }
+    PassOut out = token && p_H ? BEST : token ? ARGMAX : LOGITS;
+    run_pass_graph(gpu, {preview, log, T, n_logits > 0 ? first : 0, n_logits > 0 ? n_logits : 0, out == BEST ? skip : 0, out});
     if (p_H) CUDA_CHECK(cudaMemcpyAsync(s->p_H_host, s->p_H, 2 * (size_t)n_logits * sizeof(float), cudaMemcpyDeviceToHost, stream));
     if (token) CUDA_CHECK(cudaMemcpyAsync(s->token_host, s->token, (size_t)n_logits * sizeof(int), cudaMemcpyDeviceToHost, stream));
     else if (n_logits > 0)
