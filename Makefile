@@ -149,7 +149,7 @@ fuzz: build/fuzz/fuzz_gguf build/fuzz/fuzz_tokenizer build/gen
 
 .PHONY: test tools cuda cuda-emu bench sanitize fuzz ptxas costmodel
 
-# The tiny trained Clover of test/tiny/ (test/train/, PyTorch from Debian, about 1.5 hours on 2 cores,
+# The tiny trained Clover of test/tiny/ (test/train/, PyTorch from Debian, about 2.7 hours on 2 cores,
 # apt-get as root): not part of `make test`, which uses the committed files.
 #   make tiny-clover        the whole recipe: corpus, tokenizer, training, GGUF export, references
 #   make tiny-clover-refs   only the PyTorch references of test/tiny/refs/ from the committed GGUFs

@@ -8,16 +8,21 @@
 # Limits on max |delta log-softmax| per row (build/cmp): F32 1e-4 on every row. Q8_0: the reference
 # rounds each activation row entering a Q8_0 matrix as llama.cpp's CPU path does, so most rows
 # agree to ~1e-6 too, but a float64 value landing on the other side of a rounding boundary than
-# clover's float32 one moves a row by ~1e-3: median 1e-4, every row 1e-2. The causal case of the
-# stage-2 model has one such row (of 64) at 0.059, where clover and llama.cpp agree with each other
-# to every digit: the Q8_0 causal case allows 0.1 on a row (its median stays at 1e-4).
+# clover's float32 one moves a row by ~1e-3: median 1e-4, every row 1e-2. In a preview block such a
+# row moves every row (each row attends to and scans over all of them). The mixed 32-row block of
+# the stage-3 model has one: in layer 1, row 25's ssm_out input has a 32-value block whose scale
+# amax/127 is 0.0103340158 in clover and 0.0103340076 in the reference, on either side of the fp16
+# midpoint 0.0103340149 (the amax differ by 8e-7 relative, the float32 spread), so fp16(d) differs
+# by one ulp; every row of the block then moves by 0.01-0.05 (median 0.023; the same case in F32
+# agrees to 7e-6, and a float32 PyTorch run lands on the reference's side). That case allows median
+# 5e-2, every row 1e-1; the other Q8_0 cases keep 1e-4 and 1e-2.
 TINY=test/tiny
 TINY_VOCAB=3072
 #        type    median  max
 TINY_TOL="
          f32     1e-4    1e-4
          q8_0    1e-4    1e-2
-         q8_0.causal 1e-4 1e-1
+         q8_0.block32-mixed 5e-2 1e-1
 "
 declare -A TMED TMAX
 while read -r t x y; do [ -n "$t" ] && TMED[$t]=$x TMAX[$t]=$y; done <<< "$TINY_TOL"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""export.py WORKDIR OUTDIR [NAME]: the trained checkpoint WORKDIR/NAME.pt (default stage2, the
+"""export.py WORKDIR OUTDIR [NAME]: the trained checkpoint WORKDIR/NAME.pt (default stage3, the
 last stage of make.sh) as clover_moe GGUFs,
 OUTDIR/tiny-clover-f32.gguf and OUTDIR/tiny-clover-q8_0.gguf (every key and extra tensor of
 README.md's spec S2.1; the Q8_0 file keeps norms, conv taps, ssm_a, biases, the
@@ -21,7 +21,7 @@ def main():
     tok = bpe.Tokenizer(os.path.join(work, "vocab.json"))
     cfg = Config(n_vocab=len(tok.tokens))
     model = Clover(cfg)
-    name = sys.argv[3] if len(sys.argv) > 3 else "stage2"
+    name = sys.argv[3] if len(sys.argv) > 3 else "stage3"
     st = torch.load(os.path.join(work, name + ".pt"))
     model.load_state_dict(st["model"])
     tensors = model.gguf_tensors()

@@ -2,10 +2,11 @@
 """plots.py TRAIN.LOG DRAFT.TSV OUTDIR [BEFORE.TSV]: the README's figures of the tiny Clover, as PNG
 files, from the measured logs (Debian's python3-matplotlib).
 
-  OUTDIR/training.png    the losses against step from train.py's log (both stages, stage 2's steps
-                         counted on from stage 1's last): LM and DIFF, the running training means
-                         (every 10 steps) and the held-out evaluations; stage 2's DIFF is against
-                         the greedy continuation (--distill), so both its curves are drawn.
+  OUTDIR/training.png    the losses against step from train.py's log (every stage, each one's steps
+                         counted on from the last of the one before): LM and DIFF, the running
+                         training means (every 10 steps) and the held-out evaluations; from stage
+                         2 on DIFF is against the greedy continuation (--distill), so both its
+                         curves are drawn.
   OUTDIR/acceptance.png  draft-self's acceptance by draft position (table.py's TSV: the fraction
                          of the drafts made at position j that the exact rule accepted, summed over
                          the held-out prompts) for n_max 15 and steps 1, 2, 4; with BEFORE.TSV, the
@@ -53,15 +54,14 @@ def read_tsv(path):
 def training_figure(log, out):
     train, held = read_log(log)
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=100)
-    for st, style in ((1, "-"), (2, "-")):
+    stages = sorted(set(r[3] for r in train))
+    for st in stages:
         rows = [r for r in train if r[3] == st]
-        if not rows:
-            continue
-        ax.plot([r[0] for r in rows], [r[1] for r in rows], style, color="tab:blue", lw=1, alpha=0.6,
+        ax.plot([r[0] for r in rows], [r[1] for r in rows], "-", color="tab:blue", lw=1, alpha=0.6,
                 label="LM, training" if st == 1 else None)
-        ax.plot([r[0] for r in rows], [r[2] for r in rows], style, color="tab:orange" if st == 1 else "tab:green",
+        ax.plot([r[0] for r in rows], [r[2] for r in rows], "-", color="tab:orange" if st == 1 else "tab:green",
                 lw=1, alpha=0.6, label="DIFF, training (corpus targets)" if st == 1 else
-                "DIFF, training (greedy-continuation targets)")
+                "DIFF, training (greedy-continuation targets)" if st == 2 else None)
     pts = lambda key: [(h[0], h[1][key]) for h in held if key in h[1]]
     for key, color, label in (("lm", "tab:blue", "LM, held-out"),
                               ("draft16", "tab:orange", "DIFF, held-out 16-row draft blocks, corpus targets"),
@@ -69,11 +69,10 @@ def training_figure(log, out):
         p = pts(key)
         if p:
             ax.plot([s for s, _ in p], [v for _, v in p], "o--", color=color, ms=5, lw=1, label=label)
-    stages = sorted(set(r[3] for r in train))
-    if len(stages) > 1:
-        b = max(r[0] for r in train if r[3] == stages[0])
+    for st in stages[1:]:   # each later stage (self-distillation) from where the one before it ended
+        b = max(r[0] for r in train if r[3] == st - 1)
         ax.axvline(b, color="gray", lw=0.8, ls=":")
-        ax.text(b, ax.get_ylim()[1], " stage 2: self-distillation", va="top", fontsize=8, color="gray")
+        ax.text(b, ax.get_ylim()[1], " stage %d" % st + (": self-distillation" if st == 2 else ""), va="top", fontsize=8, color="gray")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
     ax.set_title("tiny Clover: training losses (test/tiny/train.log)", fontsize=10)

@@ -21,7 +21,7 @@ windows of T+1 tokens from the training text and minimises
   BALANCE  switch-style expert load balancing (n_expert * sum_e fraction_e * mean_prob_e) of the
            causal pass, averaged over layers.
 
---distill (self-distillation, the second stage of make.sh): DIFF's targets are not the corpus tokens
+--distill (self-distillation, stages 2 and 3 of make.sh): DIFF's targets are not the corpus tokens
 but what draft-self's verifier accepts, the causal model's own greedy continuation of each block:
 row 0 keeps the corpus token at the block start (id_last), row j (1..L-1) is the token that greedy
 decoding from the clean prefix produces j steps later. Draft position j is accepted exactly when
