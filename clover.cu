@@ -3028,7 +3028,7 @@ static void lm_head(Gpu *gpu, Input in, int first, int n) {
     dump(gpu, "result_output", -1, s->logits, n, c->n_vocab);
 }
 
-// The pass of shape k, from the layers to what it makes of its logits (pass_shape). Every pass of
+// The pass of shape k, from the layers to what it makes of its logits. Every pass of
 // at most MAX_ROWS rows (a decode step, a verify or preview batch) runs as one CUDA graph, captured
 // the first time its shape is met and replayed after: a launch instead of one per kernel (~460 at
 // T = 1, ~540 in a verify), so the GPU runs the kernels back to back instead of waiting for the
@@ -3066,7 +3066,7 @@ static void run_pass_graph(Gpu *gpu, PassShape k) {
         CUDA_CHECK(cudaGraphDestroy(g));
         gpu->graphs[i].k = k;
         gpu->n_graphs++;
-        if (k.T == 1 && !k.preview && !k.log)
+        if (k.T == 1 && !k.preview && !k.log && k.n == 1)   // a decode step (a prompt's -ub 1 rows before its last make no logits)
             fprintf(stderr, "clover: GPU decode step: one CUDA graph of %zu kernels and copies\n", nodes);
     }
     CUDA_CHECK(cudaGraphLaunch(gpu->graphs[i].g, stream));
