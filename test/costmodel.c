@@ -44,6 +44,7 @@
  *                multiply-adds a cycle per SM) is wgmma's; mma.sync is taken at half of it
  *   t          = 2 us (a graph node's launch and drain) + max(t_bytes, t_issue, t_l1, t_serial, t_tensor)
  * Copies: 2 us + bytes read and written / BW on the device, bytes / 25 GB/s over PCIe.
+ * Each pass is also given without its launches' 2 us: what fewer launches alone could reach.
  */
 #include <math.h>
 #include <stdio.h>
@@ -302,6 +303,8 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
     printf("\n%s (%.0f rows): PREDICTED %.3f ms, %.0f launches and copies, %.1f MB from HBM (%.3f ms at %.0f GB/s: %.1f%% of the bandwidth)",
            title, p->rows, 1e3 * t, total(p, 2), b / 1e6, 1e3 * b / BW, BW / 1e9, 100 * b / BW / t);
     if (steps_of > 0) printf("; %.2f decode steps, %.2fx its byte time", t / steps_of, t / (b / BW));
+    double t_free = t - NODE_S * total(p, 2);   /* what no launch cost would leave: the kernels' bounds alone */
+    printf("; without the %.0f us of its launches %.3f ms = %.2fx its byte time", 1e6 * (t - t_free), 1e3 * t_free, t_free / (b / BW));
     printf("\n%-40s %8s %9s %8s %9s %6s %8s %8s %7s %6s %4s %5s %6s %6s %7s %9s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M",
            "B/ld", "shld M", "wavef M", "shfl M", "mma M", "regs", "spill", "stack", "smem", "SASS", "pred us", "%", "bound");
     for (int i = 0; i < p->n; i++) {
