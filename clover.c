@@ -4148,54 +4148,86 @@ static inline SIMD_INLINE __m256i k4_mins8_avx2(__m256i mn16, const BlockQ8_K *y
 /* dot_q4_K / dot_q5_K: per row, acc = fma(d_a d_w, lanes, acc) in 8 float lanes; the mins
  * either in 4 lanes (Q4_K: fma(-d_a dmin_w, pair sum, accm), folded at the end) or one scalar
  * (Q5_K: summs = fma(-d_a dmin_w, k4_summ, summs)). */
+/* the integer lanes of Q4_K/Q5_K block blk (block b of its row) against block b of R activation rows */
+static inline SIMD_INLINE void k4_lanes_avx2(const uint8_t *blk, bool q5, const void *a, size_t stride, const int R, int64_t b, __m256i lanes[]) {
+    const uint8_t *qh = q5 ? ((const BlockQ5_K *)blk)->qh : NULL;
+    const uint8_t *qs = q5 ? ((const BlockQ5_K *)blk)->qs : ((const BlockQ4_K *)blk)->qs;
+    __m256i sc16 = scales16_k4_avx2(scales_k4_avx2(((const BlockQ4_K *)blk)->scales));
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) lanes[r] = _mm256_setzero_si256();
+#if ZMM
+    k4_block_zmm(qs, qh, sc16, a, stride, R, b, lanes);
+#else
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m256i q = k4_sub_q_avx2(qs, qh, j), s = scale_k4_avx2(sc16, j);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            lanes[r] = k4_sub_avx2(lanes[r], q, s, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j);
+    }
+#endif
+}
+
+/* one row's block terms: acc += (d_a d_w) lanes, acc_min += (-d_a dmin_w) mins (d, dmin and the
+ * scales sit at the same offsets in both block types) */
+static inline SIMD_INLINE void k4_add_avx2(const uint8_t *blk, bool q5, const BlockQ8_K *y, __m256i lanes, __m256 *acc, __m128 *accm) {
+    const BlockQ4_K *k = (const BlockQ4_K *)blk;
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * f16c(k->d)), _mm256_cvtepi32_ps(lanes), *acc);
+    __m128i mins = k4_mins_avx2(scales_k4_avx2(k->scales), y);
+    float dmw = f16c(k->dmin);
+    if (q5) {   /* one scalar: summs in lane 0 */
+        __m128i m2 = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, 0x4e));
+        __m128i summ = _mm_add_epi32(m2, _mm_shuffle_epi32(m2, 0xb1));
+        *accm = _mm_fmadd_ss(_mm_set_ss(-y->d * dmw), _mm_cvtepi32_ps(summ), *accm);
+    } else {
+        *accm = _mm_fmadd_ps(_mm_set1_ps(-y->d * dmw), _mm_cvtepi32_ps(mins), *accm);
+    }
+}
+
+/* a row's dot from its two accumulators: fold(accm, 4) is lanes 0 += 2, 1 += 3, then 0 += 1
+ * (Q5_K: lanes 1..3 are 0, lane 0 is the sum) */
+static inline SIMD_INLINE float k4_result_avx2(__m256 acc, __m128 accm, bool q5) {
+    __m128 m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return q5 ? fold8_avx2(acc) + _mm_cvtss_f32(accm) : fold8_avx2(acc) + _mm_cvtss_f32(m);
+}
+
 static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_bytes, bool q5, const void *a, size_t stride,
                                            const int R, int64_t n, float *out) {
     __m256 acc[MAX_ROWS];
     __m128 accm[MAX_ROWS];
+    __m256i lanes[MAX_ROWS];
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
-        const uint8_t *blk = blocks + (size_t)b * block_bytes;   /* d, dmin, scales, [qh (Q5_K)], qs */
-        const uint8_t *qh = q5 ? ((const BlockQ5_K *)blk)->qh : NULL;
-        const uint8_t *qs = q5 ? ((const BlockQ5_K *)blk)->qs : ((const BlockQ4_K *)blk)->qs;
-        const BlockQ4_K *k = (const BlockQ4_K *)blk;   /* d, dmin and scales sit at the same offsets in both */
-        __m128i scm = scales_k4_avx2(k->scales);
-        __m256i sc16 = scales16_k4_avx2(scm), lanes[MAX_ROWS];
+        const uint8_t *blk = blocks + (size_t)b * block_bytes;
+        k4_lanes_avx2(blk, q5, a, stride, R, b, lanes);
         #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) lanes[r] = _mm256_setzero_si256();
-#if ZMM
-        k4_block_zmm(qs, qh, sc16, a, stride, R, b, lanes);
-#else
-        #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            __m256i q = k4_sub_q_avx2(qs, qh, j), s = scale_k4_avx2(sc16, j);
-            #pragma GCC unroll 8
-            for (int r = 0; r < R; r++)
-                lanes[r] = k4_sub_avx2(lanes[r], q, s, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j);
-        }
-#endif
-        float dw = f16c(k->d), dmw = f16c(k->dmin);
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lanes[r]), acc[r]);
-            __m128i mins = k4_mins_avx2(scm, y);
-            if (q5) {   /* one scalar: summs in lane 0 */
-                __m128i m2 = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, 0x4e));
-                __m128i summ = _mm_add_epi32(m2, _mm_shuffle_epi32(m2, 0xb1));
-                accm[r] = _mm_fmadd_ss(_mm_set_ss(-y->d * dmw), _mm_cvtepi32_ps(summ), accm[r]);
-            } else {
-                accm[r] = _mm_fmadd_ps(_mm_set1_ps(-y->d * dmw), _mm_cvtepi32_ps(mins), accm[r]);
-            }
-        }
+        for (int r = 0; r < R; r++) k4_add_avx2(blk, q5, act_block(a, stride, r, sizeof(BlockQ8_K), b), lanes[r], &acc[r], &accm[r]);
     }
     #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        __m128 m = accm[r];   /* fold(accm, 4): lanes 0 += 2, 1 += 3, then 0 += 1 (Q5_K: lanes 1..3 are 0) */
-        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[r] = q5 ? fold8_avx2(acc[r]) + _mm_cvtss_f32(accm[r]) : fold8_avx2(acc[r]) + _mm_cvtss_f32(m);
+    for (int r = 0; r < R; r++) out[r] = k4_result_avx2(acc[r], accm[r], q5);
+}
+
+/* k4_rows_avx2 of one activation row for four weight rows spacing bytes apart (DotW4Fn), each
+ * row's operations in the same order: four independent chains, each row asking for its bytes
+ * PREFETCH_AHEAD ahead */
+static inline SIMD_INLINE void k4_w4_avx2(const uint8_t *w, size_t spacing, size_t block_bytes, bool q5, const void *a, int64_t n, float out[4]) {
+    const BlockQ8_K *y = a;
+    __m256 acc[4];
+    __m128 accm[4];
+    for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps(), accm[i] = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *blk = w + i * spacing + (size_t)b * block_bytes;
+            for (size_t c = 0; c < block_bytes; c += 64) _mm_prefetch((const char *)blk + PREFETCH_AHEAD + c, _MM_HINT_T0);
+            __m256i lanes;
+            k4_lanes_avx2(blk, q5, a, 0, 1, b, &lanes);
+            k4_add_avx2(blk, q5, &y[b], lanes, &acc[i], &accm[i]);
+        }
     }
+    for (int i = 0; i < 4; i++) out[i] = k4_result_avx2(acc[i], accm[i], q5);
 }
 
 static inline SIMD_INLINE void q4_K_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
@@ -4374,64 +4406,72 @@ static inline SIMD_INLINE __m256i scales_q6_avx2(__m256i s8, int k) {
 #endif
 
 /* dot_q6_K: chunk c (32 elements) of u = q + 32 is a nibble of ql with two bits of qh above it;
- * its first 16 elements take scale 2c, the last 16 scale 2c+1 (int16 lanes 0..7 and 8..15 of madd) */
+ * its first 16 elements take scale 2c, the last 16 scale 2c+1 (int16 lanes 0..7 and 8..15 of madd).
+ * q6_K_lanes_avx2: the integer lanes of weight block x[b] against block b of R activation rows,
+ * the block unpacked once for all of them. */
+static inline SIMD_INLINE void q6_K_lanes_avx2(const BlockQ6_K *x, int64_t b, const void *a, size_t stride, const int R, __m256i lane[]) {
+    const int8_t *sc = x[b].scales;
+    __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {   /* the offset: lane l = -32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
+        const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+        lane[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), s16), 5));
+    }
+#if ZMM
+    /* chunks 2p, 2p+1 (p = 2 half + j): ql[64 half ..] is both chunks' low nibbles (j = 0) or
+     * high nibbles (j = 1), qh[32 half ..] their high bits at shifts 4|2 (left, j = 0), 0|2 (right) */
+    const __m512i m4z = _mm512_set1_epi8(15), m2z = _mm512_set1_epi8(0x30), s512 = _mm512_castsi256_si512(s16);
+    __m512i lz[MAX_ROWS];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) lz[r] = _mm512_zextsi256_si512(lane[r]);
+    #pragma GCC unroll 2
+    for (int half = 0; half < 2; half++) {
+        __m512i l = _mm512_loadu_si512((const void *)(x[b].ql + 64 * half)), h = twice_zmm(x[b].qh + 32 * half);
+        __m512i u[2] = {_mm512_or_si512(_mm512_and_si512(l, m4z), _mm512_and_si512(_mm512_sllv_epi16(h, halves16_zmm(4, 2)), m2z)),
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4z), _mm512_and_si512(_mm512_srlv_epi16(h, halves16_zmm(0, 2)), m2z))};
+        #pragma GCC unroll 2
+        for (int j = 0; j < 2; j++) {
+            int p = 2 * half + j;   /* scales 4p, 4p+1 (chunk 2p's halves), 4p+2, 4p+3 (chunk 2p+1's) per 128 bits */
+            __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(4 * p + 1)), _mm_set1_epi16((short)(4 * p)))),
+                                             _mm256_set_m128i(_mm_set1_epi16((short)(4 * p + 3)), _mm_set1_epi16((short)(4 * p + 2))), 1);
+            __m512i sp = _mm512_permutexvar_epi16(idx, s512);
+            #pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                lz[r] = lanes_u8i8_zmm(lz[r], u[j], ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs + 64 * p, sp);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) lane[r] = fold_pair_zmm(lz[r]);
+#else
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+    __m256i s2 = _mm256_permute4x64_epi64(s16, 0x44), s2h = _mm256_permute4x64_epi64(s16, 0xee);   /* sc 0..7 | 0..7, 8..15 | 8..15 */
+    #pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        int half = c / 4, k = c % 4;
+        __m256i l = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half + 32 * (k % 2)));
+        __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
+        __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+        __m256i hi = _mm256_and_si256(k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2) : k == 2 ? h : _mm256_srli_epi16(h, 2), m2);
+        __m256i u = _mm256_or_si256(lo, hi);
+        __m256i s = scales_q6_avx2(c < 4 ? s2 : s2h, c % 4);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+            lane[r] = lanes_u8i8_avx2(lane[r], u, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s);
+        }
+    }
+#endif
+}
+
+/* the R rows' sums: acc_r += (d_a d_w) lanes per block, one fold at the end */
 static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
     const BlockQ6_K *x = w;
     __m256 acc[MAX_ROWS];
+    __m256i lane[MAX_ROWS];
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
-        const int8_t *sc = x[b].scales;
-        __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)), lane[MAX_ROWS];
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {   /* the offset: lane l = -32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
-            const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-            lane[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), s16), 5));
-        }
-#if ZMM
-        /* chunks 2p, 2p+1 (p = 2 half + j): ql[64 half ..] is both chunks' low nibbles (j = 0) or
-         * high nibbles (j = 1), qh[32 half ..] their high bits at shifts 4|2 (left, j = 0), 0|2 (right) */
-        const __m512i m4z = _mm512_set1_epi8(15), m2z = _mm512_set1_epi8(0x30), s512 = _mm512_castsi256_si512(s16);
-        __m512i lz[MAX_ROWS];
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) lz[r] = _mm512_zextsi256_si512(lane[r]);
-        #pragma GCC unroll 2
-        for (int half = 0; half < 2; half++) {
-            __m512i l = _mm512_loadu_si512((const void *)(x[b].ql + 64 * half)), h = twice_zmm(x[b].qh + 32 * half);
-            __m512i u[2] = {_mm512_or_si512(_mm512_and_si512(l, m4z), _mm512_and_si512(_mm512_sllv_epi16(h, halves16_zmm(4, 2)), m2z)),
-                            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4z), _mm512_and_si512(_mm512_srlv_epi16(h, halves16_zmm(0, 2)), m2z))};
-            #pragma GCC unroll 2
-            for (int j = 0; j < 2; j++) {
-                int p = 2 * half + j;   /* scales 4p, 4p+1 (chunk 2p's halves), 4p+2, 4p+3 (chunk 2p+1's) per 128 bits */
-                __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(4 * p + 1)), _mm_set1_epi16((short)(4 * p)))),
-                                                 _mm256_set_m128i(_mm_set1_epi16((short)(4 * p + 3)), _mm_set1_epi16((short)(4 * p + 2))), 1);
-                __m512i sp = _mm512_permutexvar_epi16(idx, s512);
-                #pragma GCC unroll 8
-                for (int r = 0; r < R; r++)
-                    lz[r] = lanes_u8i8_zmm(lz[r], u[j], ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs + 64 * p, sp);
-            }
-        }
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) lane[r] = fold_pair_zmm(lz[r]);
-#else
-        const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
-        __m256i s2 = _mm256_permute4x64_epi64(s16, 0x44), s2h = _mm256_permute4x64_epi64(s16, 0xee);   /* sc 0..7 | 0..7, 8..15 | 8..15 */
-        #pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) {
-            int half = c / 4, k = c % 4;
-            __m256i l = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * half + 32 * (k % 2)));
-            __m256i h = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * half));
-            __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4);
-            __m256i hi = _mm256_and_si256(k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2) : k == 2 ? h : _mm256_srli_epi16(h, 2), m2);
-            __m256i u = _mm256_or_si256(lo, hi);
-            __m256i s = scales_q6_avx2(c < 4 ? s2 : s2h, c % 4);
-            #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-                lane[r] = lanes_u8i8_avx2(lane[r], u, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)), s);
-            }
-        }
-#endif
+        q6_K_lanes_avx2(x, b, a, stride, R, lane);
         float dw = f16c(x[b].d);
         #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
@@ -4441,6 +4481,25 @@ static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size
     }
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
+}
+
+/* q6_K_rows_avx2 of one activation row for four weight rows (DotW4Fn), each row's operations in
+ * the same order: four independent chains, each row asking for its bytes PREFETCH_AHEAD ahead */
+static inline SIMD_INLINE void q6_K_w4_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) {
+    const BlockQ8_K *y = a;
+    const BlockQ6_K *x[4];
+    __m256 acc[4];
+    for (int i = 0; i < 4; i++) x[i] = (const BlockQ6_K *)((const uint8_t *)w + i * spacing), acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            for (int c = 0; c < 4; c++) _mm_prefetch((const char *)&x[i][b] + PREFETCH_AHEAD + 64 * c, _MM_HINT_T0);   /* the block's 210 bytes */
+            __m256i lane;
+            q6_K_lanes_avx2(x[i], b, a, 0, 1, &lane);
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16c(x[i][b].d)), _mm256_cvtepi32_ps(lane), acc[i]);
+        }
+    }
+    for (int i = 0; i < 4; i++) out[i] = fold8_avx2(acc[i]);
 }
 
 /* --- Activation rounding with SIMD: quantize_q8_0 and quantize_q8_K, the same float operations --- */
@@ -4605,6 +4664,9 @@ SIMD static void dot_w4_q8_0_avx2(const void *w, size_t spacing, const void *a, 
 SIMD static void dot_w4_q4_0_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q8_0_dot_w4_avx2(w, spacing, true, a, n, out); }
 SIMD static void dot_w4_q4_K_8x8_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q4_K_8x8_gemv_w4_avx2(w, spacing, a, n, out); }
 SIMD static void dot_w4_q4_0_8x8_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q4_0_8x8_dot_w4_avx2(w, spacing, a, n, out); }
+SIMD static void dot_w4_q4_K_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { k4_w4_avx2(w, spacing, sizeof(BlockQ4_K), false, a, n, out); }
+SIMD static void dot_w4_q5_K_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { k4_w4_avx2(w, spacing, sizeof(BlockQ5_K), true, a, n, out); }
+SIMD static void dot_w4_q6_K_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q6_K_w4_avx2(w, spacing, a, n, out); }
 
 /* single rows */
 SIMD static float dot_q8_0_avx2(const void *w, const void *a, int64_t n) { return q8_0_dot_avx2(w, false, a, n); }
@@ -4920,7 +4982,7 @@ static const Kernels KERNELS_AVX2 = {
                  [K_Q4_K] = rows_q4_K_avx2, [K_Q4_K_8X8] = rows_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = rows_q4_K_8x8_gemm_avx2,
                  [K_Q5_K] = rows_q5_K_avx2, [K_Q6_K] = rows_q6_K_avx2},
     .dot_w4 = {[K_Q8_0] = dot_w4_q8_0_avx2, [K_Q4_0] = dot_w4_q4_0_avx2, [K_Q4_0_8X8] = dot_w4_q4_0_8x8_avx2,
-               [K_Q4_K_8X8] = dot_w4_q4_K_8x8_avx2},
+               [K_Q4_K] = dot_w4_q4_K_avx2, [K_Q4_K_8X8] = dot_w4_q4_K_8x8_avx2, [K_Q5_K] = dot_w4_q5_K_avx2, [K_Q6_K] = dot_w4_q6_K_avx2},
 #if VNNI
     .dot_tile = {[K_Q4_0_8X8] = tile_q4_0_8x8_avx2},
 #endif
