@@ -1520,7 +1520,7 @@ enum { MAX_ROWS = 8 };   /* activation rows one multi-row kernel call takes (see
 #define ZMM 0
 #endif
 enum { PACK_OFFSET = VNNI ? 128 : 0 };
-typedef struct { float d[MAX_ROWS]; int8_t qs[MAX_ROWS][32]; } BlockQ8_0x8;
+typedef struct { float d[MAX_ROWS]; int8_t qs[MAX_ROWS][32]; int16_t sum[MAX_ROWS]; } BlockQ8_0x8;   /* sum: of qs (before the offset) */
 
 static void pack_q8_0_rows(const uint8_t *x, size_t stride, int R, int64_t n, BlockQ8_0x8 *p) {
     for (int64_t b = 0; b < n / 32; b++) {
@@ -1528,10 +1528,13 @@ static void pack_q8_0_rows(const uint8_t *x, size_t stride, int R, int64_t n, Bl
             const BlockQ8_0 *y = (const BlockQ8_0 *)(x + (size_t)r * stride) + b;
             p[b].d[r] = fp16_to_fp32(y->d);
             memcpy(p[b].qs[r], y->qs, 32);
+            int sum = 0;
+            for (int i = 0; i < 32; i++) sum += y->qs[i];
+            p[b].sum[r] = (int16_t)sum;   /* |sum| <= 32 x 128 */
             if (PACK_OFFSET)
                 for (int i = 0; i < 32; i++) p[b].qs[r][i] ^= (int8_t)0x80;   /* + 128 modulo 256 */
         }
-        for (int r = R; r < MAX_ROWS; r++) p[b].d[r] = 0;
+        for (int r = R; r < MAX_ROWS; r++) p[b].d[r] = 0, p[b].sum[r] = 0;
     }
 }
 
@@ -3997,15 +4000,17 @@ static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, 
     for (int r = 0; r < R; r++) out[r] = o[r];
 }
 
-#if VNNI
 /* dot_q4_0_8x8 for eight weight rows against R rows of a packed group (DotTileFn), as llama.cpp's
  * repacked gemm lays out the work: the eight rows' block b transposed into eight registers W_g
- * whose lane i holds row i's values 4g..4g+3, so that each
- * activation row's four values, broadcast, meet all eight weight rows in one vpdpbusd, and the
- * block's eight sums land in eight lanes with no reduction across lanes. The packed activations
- * are stored + 128 (unsigned), the weights taken signed (q - 8); the 128 sum q term of each
- * weight row is one start value per block, shared by the R rows. Per (weight row, activation row)
- * acc = fma(isum, d_w d_a, acc) in block order, as the single-row kernels. */
+ * whose lane i holds row i's values 4g..4g+3, so that each activation row's four values, broadcast,
+ * meet all eight weight rows at once, and the block's eight sums land in eight lanes with no
+ * reduction across lanes. With VNNI one vpdpbusd a group: the packed activations are stored + 128
+ * (unsigned), the weights taken signed (q - 8), and the 128 sum q term of each weight row is one
+ * start value per block, shared by the R rows. Without it, vpmaddubsw takes the weights as
+ * unsigned nibbles q against the signed activations (a pair's sum at most 2 x 15 x 128, eight
+ * groups' at most 30,720: no int16 overflow), vpmaddwd adds each lane's two halves, and the
+ * -8 sum a term is the packed row's sum. Per (weight row, activation row) acc = fma(isum, d_w d_a,
+ * acc) in block order, as the single-row kernels. */
 static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_bytes, const void *a, const int R, int64_t n, float *y,
                                                   size_t ystride) {
     const BlockQ8_0x8 *p = a;
@@ -4016,7 +4021,7 @@ static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_byte
         const BlockQ4_0 *x[8];
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) x[i] = (const BlockQ4_0 *)((const uint8_t *)w + i * row_bytes) + b;
-        __m256i Y[4], W[8], start = _mm256_setzero_si256();
+        __m256i Y[4], W[8];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)   /* rows i and i + 4 in the two halves; word m holds values 4m.. (low nibbles) and 16+4m.. (high) */
             Y[i] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)x[i + 4]->qs), _mm_loadu_si128((const __m128i *)x[i]->qs));
@@ -4024,27 +4029,44 @@ static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_byte
         __m256i t2 = _mm256_unpacklo_epi32(Y[2], Y[3]), t3 = _mm256_unpackhi_epi32(Y[2], Y[3]);
         __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
                         _mm256_unpackhi_epi64(t1, t3)};   /* T[m] lane i: word m of row i */
+        const __m256i bias = _mm256_set1_epi8(VNNI ? 8 : 0);
 #pragma GCC unroll 4
         for (int m = 0; m < 4; m++) {
-            W[m] = _mm256_sub_epi8(_mm256_and_si256(T[m], _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
-            W[m + 4] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(T[m], 4), _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+            W[m] = _mm256_sub_epi8(_mm256_and_si256(T[m], _mm256_set1_epi8(15)), bias);
+            W[m + 4] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(T[m], 4), _mm256_set1_epi8(15)), bias);
         }
+#if VNNI
+        __m256i start = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) start = _mm256_dpbusd_epi32(start, _mm256_set1_epi8((char)PACK_OFFSET), W[g]);
         start = _mm256_sub_epi32(_mm256_setzero_si256(), start);
+#endif
         __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0]->d, (short)x[1]->d, (short)x[2]->d, (short)x[3]->d, (short)x[4]->d,
                                                    (short)x[5]->d, (short)x[6]->d, (short)x[7]->d));
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const int8_t *q = p[b].qs[r];
+#if VNNI
             __m256i l[2] = {start, _mm256_setzero_si256()};   /* two chains of four (one of eight: 20% slower) */
+#else
+            __m256i l[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};   /* int16 pair sums */
+#endif
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {   /* W[g] holds values 4g..4g+3 (words g, or g - 4 shifted) */
                 int32_t v;
                 memcpy(&v, q + 4 * g, 4);
+#if VNNI
                 l[g % 2] = _mm256_dpbusd_epi32(l[g % 2], _mm256_set1_epi32(v), W[g]);
+#else
+                l[g % 2] = _mm256_add_epi16(l[g % 2], _mm256_maddubs_epi16(W[g], _mm256_set1_epi32(v)));
+#endif
             }
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(l[0], l[1])), _mm256_mul_ps(dw, _mm256_set1_ps(p[b].d[r])), acc[r]);
+#if VNNI
+            __m256i isum = _mm256_add_epi32(l[0], l[1]);
+#else
+            __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(l[0], l[1]), _mm256_set1_epi16(1)), _mm256_set1_epi32(8 * p[b].sum[r]));
+#endif
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(p[b].d[r])), acc[r]);
         }
     }
 #pragma GCC unroll 8
@@ -4062,7 +4084,6 @@ SIMD static void tile_q4_0_8x8_avx2(const void *w, size_t row_bytes, const void 
     default: q4_0_8x8_tile_avx2(w, row_bytes, a, 8, n, y, ystride); break;
     }
 }
-#endif
 
 /* unpack_scales_k4 in one register: bytes 0..7 the eight scales, bytes 8..15 the eight mins.
  * With s = the 12 scale bytes: A = [s0..3, s8..11, s4..7, s8..11] gives the low bits (6 of s0..7,
@@ -4983,9 +5004,7 @@ static const Kernels KERNELS_AVX2 = {
                  [K_Q5_K] = rows_q5_K_avx2, [K_Q6_K] = rows_q6_K_avx2},
     .dot_w4 = {[K_Q8_0] = dot_w4_q8_0_avx2, [K_Q4_0] = dot_w4_q4_0_avx2, [K_Q4_0_8X8] = dot_w4_q4_0_8x8_avx2,
                [K_Q4_K] = dot_w4_q4_K_avx2, [K_Q4_K_8X8] = dot_w4_q4_K_8x8_avx2, [K_Q5_K] = dot_w4_q5_K_avx2, [K_Q6_K] = dot_w4_q6_K_avx2},
-#if VNNI
     .dot_tile = {[K_Q4_0_8X8] = tile_q4_0_8x8_avx2},
-#endif
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
