@@ -40,10 +40,14 @@ by the number of rows, so that a penalised token weighs as much as one token of 
 the penalised rows alone, a few percent of them, it outweighed LM and DIFF: the training LM loss
 rose by 0.1-0.15 in 50 steps and drafts matched the greedy continuation less often.)
 
---rollout R (an experiment, not in make.sh; README "Where the time went"): DIFF on the model's own
-text instead, the R-1 greedy rows that continue each window's first T-R+1 tokens, with the rollout
+--rollout R (experiments, not in make.sh; README "Where the time went"), without --distill: DIFF on
+the model's own text instead, the R-1 greedy rows that continue each window's first T-R+1 tokens, with the rollout
 itself as target (draft-shaped blocks with probability --draft-prob); with --unlikely, UNLIKELY on the
-rollout's tokens that complete a 6-token sequence already in it. Every evaluation also reports own16
+rollout's tokens that complete a 6-token sequence already in it. With --distill, --rollout R keeps the
+distillation objective on the corpus windows and moves UNLIKELY to the rollout instead: the causal
+pass over the window whose last R-1 tokens are the model's own greedy text (no gradient through
+the rollout itself), -log(1 - p) of each of its tokens that completes a 6-token sequence already in
+it, over the rollout's rows (README "Where the time went"). Every evaluation also reports own16
 and run (own_text): accepted drafts per 16-row round inside such a rollout, and its greedy tokens
 before the first repeated 8-token sequence.
 
@@ -164,6 +168,20 @@ def rollout(model, x, cache, R):
     return torch.cat([x[:, :-R], y[:, -R:]], dim=1)
 
 
+def rollout_unlikely(z, lz, R):
+    """UNLIKELY on a rollout z [B, T] (its last R-1 tokens greedy) with the causal logits lz of z:
+    -log(1 - p) of every greedy token that completes a 6-token sequence already in the rollout (p:
+    its probability at the row before it), over the rollout's rows; and the fraction of them."""
+    B, T = z.shape
+    g = z[:, T - R:]            # id_last of the rollout's first round, then its greedy rows
+    r = F.pad(repeats(g, g, R), (T - R, 0))
+    ul = torch.zeros(())
+    if r.any():
+        p = lz[r.roll(-1, dims=1)].softmax(-1)
+        ul = -torch.log((1 - p.gather(-1, z[r][:, None])).clamp_min(1e-5)).sum() / (B * (R - 1))
+    return ul, r.float().sum().item() / (B * (R - 1))
+
+
 def own_text(model, x, mask_id, R=128, L=16):
     """On the model's own greedy text (rollout after T-R corpus tokens): the drafts draft-self's exact
     rule would accept per round from L-row draft blocks inside the greedy part, and the greedy tokens
@@ -281,7 +299,7 @@ def main():
     if args.distill:
         Ls, Lp = [16, 8, 4, 32], [0.45, 0.2, 0.15, 0.2]
     R = args.rollout
-    if R:
+    if R and not args.distill:
         Ls, Lp = [16, 8, 32, 4], [0.55, 0.15, 0.2, 0.1]
     if R:
         late = torch.arange(T)[None, :] > T - R     # the greedy rows of a rollout
@@ -294,29 +312,32 @@ def main():
         y = torch.stack([train_ids[s + 1:s + T + 1] for s in starts])
         for gp in opt.param_groups:
             gp["lr"] = lr_at(step)
-        logits, cache, aux = model.causal(x, every=R or L)
+        logits, cache, aux = model.causal(x, every=L if args.distill else R or L)
         lm = F.cross_entropy(logits.reshape(-1, cfg.n_vocab), y.reshape(-1))
         ul = torch.zeros(())
-        if R:   # stage 3: DIFF on the greedy rows of a rollout (targets: the rollout itself), UNLIKELY on its repeats
+        if R and not args.distill:   # DIFF on the greedy rows of a rollout (targets: the rollout itself), UNLIKELY on its repeats
             z = rollout(model, x, cache, R)
             lz, cache, auxz = model.causal(z, every=L)
             noisy, m = mask_blocks(z, L, tok.mask_id, gen, args.draft_prob)
             m = m & late
             dl = F.cross_entropy(model.preview(noisy, cache, L, m), z[m])
             loss = lm + dl + 0.005 * (aux + auxz)
-            g = z[:, T - R:]            # id_last of the rollout's first round, then its greedy rows
-            r = F.pad(repeats(g, g, R), (T - R, 0))
-            run["rep"] += r.float().sum().item() / (r.shape[0] * (R - 1))
-            if args.unlikely > 0 and r.any():   # the causal logits of the row before each repeating token
-                p = lz[r.roll(-1, dims=1)].softmax(-1)
-                ul = -torch.log((1 - p.gather(-1, z[r][:, None])).clamp_min(1e-5)).sum() / (r.shape[0] * (R - 1))
+            ul, rep = rollout_unlikely(z, lz, R)
+            run["rep"] += rep
+            if args.unlikely > 0:
                 loss = loss + args.unlikely * ul
         else:
             tgt = greedy_blocks(model, x, cache, L) if args.distill else x
             noisy, m = mask_blocks(tgt, L, tok.mask_id, gen, args.draft_prob)
             dl = F.cross_entropy(model.preview(noisy, cache, L, m), tgt[m])
             loss = lm + dl + 0.01 * aux
-            if args.unlikely > 0:
+            if args.unlikely > 0 and R:   # UNLIKELY on the repeats of a rollout, as in the branch above
+                with torch.no_grad():
+                    z = rollout(model, x, model.causal(x, every=R)[1], R)
+                ul, rep = rollout_unlikely(z, model.causal(z)[0], R)
+                run["rep"] += rep
+                loss = loss + args.unlikely * ul
+            elif args.unlikely > 0:
                 r = repeats(x, tgt, L)
                 run["rep"] += r.float().sum().item() / (r.numel() * (L - 1) / L)
                 if r.any():   # the causal logits of the row before each repeating greedy token
