@@ -4169,11 +4169,13 @@ static inline SIMD_INLINE __m256i k4_mins8_avx2(__m256i mn16, const BlockQ8_K *y
 /* dot_q4_K / dot_q5_K: per row, acc = fma(d_a d_w, lanes, acc) in 8 float lanes; the mins
  * either in 4 lanes (Q4_K: fma(-d_a dmin_w, pair sum, accm), folded at the end) or one scalar
  * (Q5_K: summs = fma(-d_a dmin_w, k4_summ, summs)). */
-/* the integer lanes of Q4_K/Q5_K block blk (block b of its row) against block b of R activation rows */
-static inline SIMD_INLINE void k4_lanes_avx2(const uint8_t *blk, bool q5, const void *a, size_t stride, const int R, int64_t b, __m256i lanes[]) {
+/* the integer lanes of Q4_K/Q5_K block blk (block b of its row; scm: its scales_k4_avx2) against
+ * block b of R activation rows */
+static inline SIMD_INLINE void k4_lanes_avx2(const uint8_t *blk, bool q5, __m128i scm, const void *a, size_t stride, const int R, int64_t b,
+                                            __m256i lanes[]) {
     const uint8_t *qh = q5 ? ((const BlockQ5_K *)blk)->qh : NULL;
     const uint8_t *qs = q5 ? ((const BlockQ5_K *)blk)->qs : ((const BlockQ4_K *)blk)->qs;
-    __m256i sc16 = scales16_k4_avx2(scales_k4_avx2(((const BlockQ4_K *)blk)->scales));
+    __m256i sc16 = scales16_k4_avx2(scm);
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) lanes[r] = _mm256_setzero_si256();
 #if ZMM
@@ -4189,13 +4191,11 @@ static inline SIMD_INLINE void k4_lanes_avx2(const uint8_t *blk, bool q5, const 
 #endif
 }
 
-/* one row's block terms: acc += (d_a d_w) lanes, acc_min += (-d_a dmin_w) mins (d, dmin and the
- * scales sit at the same offsets in both block types) */
-static inline SIMD_INLINE void k4_add_avx2(const uint8_t *blk, bool q5, const BlockQ8_K *y, __m256i lanes, __m256 *acc, __m128 *accm) {
-    const BlockQ4_K *k = (const BlockQ4_K *)blk;
-    *acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * f16c(k->d)), _mm256_cvtepi32_ps(lanes), *acc);
-    __m128i mins = k4_mins_avx2(scales_k4_avx2(k->scales), y);
-    float dmw = f16c(k->dmin);
+/* one row's block terms: acc += (d_a d_w) lanes, acc_min += (-d_a dmin_w) mins, from the weight
+ * block's scm (scales_k4_avx2), d_w and dmin_w */
+static inline SIMD_INLINE void k4_add_avx2(__m128i scm, float dw, float dmw, bool q5, const BlockQ8_K *y, __m256i lanes, __m256 *acc, __m128 *accm) {
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lanes), *acc);
+    __m128i mins = k4_mins_avx2(scm, y);
     if (q5) {   /* one scalar: summs in lane 0 */
         __m128i m2 = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, 0x4e));
         __m128i summ = _mm_add_epi32(m2, _mm_shuffle_epi32(m2, 0xb1));
@@ -4222,9 +4222,12 @@ static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         const uint8_t *blk = blocks + (size_t)b * block_bytes;
-        k4_lanes_avx2(blk, q5, a, stride, R, b, lanes);
+        const BlockQ4_K *k = (const BlockQ4_K *)blk;   /* d, dmin and scales sit at the same offsets in both */
+        __m128i scm = scales_k4_avx2(k->scales);
+        float dw = f16c(k->d), dmw = f16c(k->dmin);
+        k4_lanes_avx2(blk, q5, scm, a, stride, R, b, lanes);
         #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) k4_add_avx2(blk, q5, act_block(a, stride, r, sizeof(BlockQ8_K), b), lanes[r], &acc[r], &accm[r]);
+        for (int r = 0; r < R; r++) k4_add_avx2(scm, dw, dmw, q5, act_block(a, stride, r, sizeof(BlockQ8_K), b), lanes[r], &acc[r], &accm[r]);
     }
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = k4_result_avx2(acc[r], accm[r], q5);
@@ -4243,9 +4246,11 @@ static inline SIMD_INLINE void k4_w4_avx2(const uint8_t *w, size_t spacing, size
         for (int i = 0; i < 4; i++) {
             const uint8_t *blk = w + i * spacing + (size_t)b * block_bytes;
             for (size_t c = 0; c < block_bytes; c += 64) _mm_prefetch((const char *)blk + PREFETCH_AHEAD + c, _MM_HINT_T0);
+            const BlockQ4_K *k = (const BlockQ4_K *)blk;
+            __m128i scm = scales_k4_avx2(k->scales);
             __m256i lanes;
-            k4_lanes_avx2(blk, q5, a, 0, 1, b, &lanes);
-            k4_add_avx2(blk, q5, &y[b], lanes, &acc[i], &accm[i]);
+            k4_lanes_avx2(blk, q5, scm, a, 0, 1, b, &lanes);
+            k4_add_avx2(scm, f16c(k->d), f16c(k->dmin), q5, &y[b], lanes, &acc[i], &accm[i]);
         }
     }
     for (int i = 0; i < 4; i++) out[i] = k4_result_avx2(acc[i], accm[i], q5);

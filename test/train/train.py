@@ -322,9 +322,10 @@ def main():
             m = m & late
             dl = F.cross_entropy(model.preview(noisy, cache, L, m), z[m])
             loss = lm + dl + 0.005 * (aux + auxz)
-            ul, rep = rollout_unlikely(z, lz, R)
+            ul_z, rep = rollout_unlikely(z, lz, R)
             run["rep"] += rep
             if args.unlikely > 0:
+                ul = ul_z
                 loss = loss + args.unlikely * ul
         else:
             tgt = greedy_blocks(model, x, cache, L) if args.distill else x
