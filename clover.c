@@ -953,6 +953,7 @@ typedef struct {
     void (*fa_scores)(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
     void (*fa_mad)(float *y, uint32_t type, const void *v, float w, int n);
     void (*fa_mad16)(uint16_t *y, uint32_t type, const void *v, float w, int n);
+    void (*fa_scale16)(uint16_t *y, float s, int n);
 } Kernels;
 static const Kernels *kernels(void);   /* section 12 */
 
@@ -2157,6 +2158,12 @@ static void fa_mad16(uint16_t *y, uint32_t type, const void *v, float w, int n) 
     for (int i = 0; i < n; i++) y[i] = fp32_to_fp16(fmaf(fa_load(type, v, i), w, fp16_to_fp32(y[i])));
 }
 
+/* y_i = fp16(y_i s), the F16 accumulator rescaled when the running max grows (ggml_vec_scale_f16).
+ * Twin: fa_scale16_avx2. */
+static void fa_scale16(uint16_t *y, float s, int n) {
+    for (int i = 0; i < n; i++) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * s);
+}
+
 /* Scratch of one thread's flash attention, carved from its V-sum accumulators (64 x head_dim floats). */
 typedef struct {
     float *acc, *acc_chunk;        /* F32 outputs: the row's, a split chunk's */
@@ -2188,7 +2195,7 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
         if (s > M) {
             ms = expf(M - s);
             M = s;
-            if (f16) for (int i = 0; i < hd; i++) w->acc16[i] = fp32_to_fp16(fp16_to_fp32(w->acc16[i]) * ms);
+            if (f16) kernels()->fa_scale16(w->acc16, ms, hd);
             else for (int i = 0; i < hd; i++) acc[i] *= ms;
         } else {
             vs = expf(s - M);
@@ -4989,6 +4996,17 @@ SIMD static void fa_mad16_avx2(uint16_t *y, uint32_t type, const void *v, float 
     }
     fa_mad16(y + i, type, (const uint8_t *)v + i * vb, w, n - i);
 }
+
+SIMD static void fa_scale16_avx2(uint16_t *y, float s, int n) {
+    __m256 s8 = _mm256_set1_ps(s);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i))), s8);
+        if (any_nan_avx2(r)) fa_scale16(y + i, s, 8);
+        else _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    fa_scale16(y + i, s, n - i);
+}
 #endif
 
 /* --- The kernel tables (section 5) ---------------------------------------------------------- */
@@ -4997,7 +5015,7 @@ static const Kernels KERNELS_PLAIN = {
             dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K},
     .quantize_q8_0 = quantize_q8_0, .quantize_q8_K = quantize_q8_K, .softmax = softmax, .silu_row = silu_row,
     .gdn_conv = gdn_conv, .delta_rule = delta_rule, .round_row_as = round_row_as, .attn_v_sum = attn_v_sum,
-    .to_f16 = to_f16, .fa_scores = fa_scores, .fa_mad = fa_mad, .fa_mad16 = fa_mad16,
+    .to_f16 = to_f16, .fa_scores = fa_scores, .fa_mad = fa_mad, .fa_mad16 = fa_mad16, .fa_scale16 = fa_scale16,
 };
 #if defined(__x86_64__)
 static const Kernels KERNELS_AVX2 = {
@@ -5014,6 +5032,7 @@ static const Kernels KERNELS_AVX2 = {
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
     .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2, .fa_mad16 = fa_mad16_avx2,
+    .fa_scale16 = fa_scale16_avx2,
 };
 #endif
 

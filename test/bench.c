@@ -362,7 +362,8 @@ int main(int argc, char **argv) {
     const Config *c = &m.c;
     static Ctx ctx;
     ctx.m = &m;
-    ctx.n_threads = ctx.n_threads_batch = threads;
+    ctx.n_threads = ctx.n_threads_batch = ctx.fa_threads = threads;
+    ctx.flash_attn = true;   /* the program's default (-fa on), as llama.cpp's auto turns it on */
     int cap = P > V ? P : V;
     ctx.pool = pool_new(threads);
     state_init(&ctx.st, &m, n_ctx, T_F16, T_F16);

@@ -648,6 +648,11 @@ static void test_fa_simd(void) {
                     fa_mad16_avx2(h2, type, K1, w, hd);
                     n_checks++;
                     if (memcmp(h1, h2, (size_t)hd * 2) && bad++ == 0) snprintf(detail, sizeof detail, "F16 mad %s hd=%d", TYPES[type].name, hd);
+                    for (int i = 0; i < hd; i++) h1[i] = h2[i] = rep % 4 ? fp32_to_fp16(rnd_normal() * 1e4f) : (uint16_t)rnd32();
+                    fa_scale16(h1, w, hd);
+                    fa_scale16_avx2(h2, w, hd);
+                    n_checks++;
+                    if (memcmp(h1, h2, (size_t)hd * 2) && bad++ == 0) snprintf(detail, sizeof detail, "F16 scale hd=%d", hd);
                 }
                 fa_mad(y1, type, K1, w, hd);
                 fa_mad_avx2(y2, type, K1, w, hd);
@@ -661,7 +666,7 @@ static void test_fa_simd(void) {
                 }
                 free(K), free(row), free(q), free(s1), free(s2), free(y1), free(y2), free(h1), free(h2);
             }
-    check(bad == 0 && n_checks > 0, "SIMD flash attention steps (scores, F32 and F16 mad, to F16) vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
+    check(bad == 0 && n_checks > 0, "SIMD flash attention steps (scores, F32 and F16 mad, F16 scale, to F16) vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
 #endif
 }
 
