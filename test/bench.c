@@ -16,8 +16,8 @@
  * programs; their median) and the fraction of it that decoding reaches: bytes of weights one
  * decode step reads (every matrix, the n_used experts of each expert tensor, one embedding row)
  * times the repetition's decode rate over the repetition's bandwidth, the median of those.
- * clover uses an F16 KV cache; llama.cpp runs with its own defaults (F16 cache, flash attention
- * auto, which its CPU backend turns on).
+ * clover uses an F16 KV cache and flash attention (its defaults); llama.cpp runs with its own
+ * defaults (F16 cache, flash attention auto, which its CPU backend turns on).
  *
  * Then clover's stage tables: where the time of a decode step and of the verify batch goes (every
  * task of the thread pool timed and named: each matrix family, the experts, attention, the delta
