@@ -3971,6 +3971,61 @@ static inline SIMD_INLINE float q4_0_8x8_dot_avx2(const void *w, const void *a, 
     return acc;
 }
 
+#if ZMM
+/* Four blocks of four weight rows at once (the 512-bit builds): 128-bit lane j of a register holds
+ * block j, so one instruction works on four blocks. Every field of a Q4_0 or Q8_0 block starts at
+ * an even byte (18- and 34-byte blocks, 2-byte d), so word permutes (vpermt2w, AVX512BW) gather
+ * the nibbles, the scales and the activation halves straight from plain loads of the rows; the
+ * 16 int32 sums (block j, row i) come out in lane 4j + i of one register after three pairwise
+ * adds, and the rows' chains take their fma one block at a time, in block order, as below. */
+static inline SIMD_INLINE __m512i words_zmm(__m512i lo, const short idx[32], __m512i hi) {
+    return _mm512_permutex2var_epi16(lo, _mm512_loadu_si512((const void *)idx), hi);
+}
+/* lanes [a0+a1, a2+a3, b0+b1, b2+b3] in each 128-bit lane (vphaddd per lane) */
+static inline SIMD_INLINE __m512i hadd_zmm(__m512i a, __m512i b) {
+    __m512 x = _mm512_castsi512_ps(a), y = _mm512_castsi512_ps(b);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(x, y, 0x88)), _mm512_castps_si512(_mm512_shuffle_ps(x, y, 0xdd)));
+}
+/* Word indices (32 + k: word k of the second table). A 72-byte run of four Q4_0 blocks is loaded as
+ * its first 64 bytes and the 16 bytes at 56 (block 3's nibbles); four Q8_0 blocks (136 bytes) as
+ * bytes 0..127 (the low halves of the quants, the scales) and 8..135 (the high halves). */
+static const short Q4_0_NIBBLES[32] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17,
+                                       19, 20, 21, 22, 23, 24, 25, 26, 32, 33, 34, 35, 36, 37, 38, 39};
+static const short Q4_0_D01[32] = {0, 32, 0, 0, 9, 41, 0, 0, 18, 50, 0, 0, 27, 59, 0, 0};   /* d of rows 0, 1 */
+static const short Q4_0_D23[32] = {0, 0, 0, 32, 0, 0, 9, 41, 0, 0, 18, 50, 0, 0, 27, 59};   /* d of rows 2, 3 */
+static const short Q8_0_LOW[32] = {1, 2, 3, 4, 5, 6, 7, 8, 18, 19, 20, 21, 22, 23, 24, 25,
+                                   35, 36, 37, 38, 39, 40, 41, 42, 52, 53, 54, 55, 56, 57, 58, 59};
+static const short Q8_0_HIGH[32] = {5, 6, 7, 8, 9, 10, 11, 12, 22, 23, 24, 25, 26, 27, 28, 29,
+                                    39, 40, 41, 42, 43, 44, 45, 46, 56, 57, 58, 59, 60, 61, 62, 63};
+static const short Q8_0_D[32] = {0, 0, 0, 0, 17, 17, 17, 17, 34, 34, 34, 34, 51, 51, 51, 51};
+
+/* acc (row i in lane i) after blocks b..b+3 of the four rows x[i] against the activations y */
+static inline SIMD_INLINE __m128 q4_0_8x8_w4_group_zmm(const BlockQ4_0 *const x[4], const BlockQ8_0 *y, int64_t b, __m128 acc) {
+    const uint8_t *ya = (const uint8_t *)(y + b);
+    __m512i a0 = _mm512_loadu_si512((const void *)ya), a1 = _mm512_loadu_si512((const void *)(ya + 64));
+    __m512i alo = words_zmm(a0, Q8_0_LOW, a1);   /* elements 0..15 of block j in lane j */
+    __m512i ahi = words_zmm(_mm512_loadu_si512((const void *)(ya + 8)), Q8_0_HIGH, _mm512_loadu_si512((const void *)(ya + 72)));
+    __m512i eight = _mm512_set1_epi8(8), m15 = _mm512_set1_epi8(15);
+    __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, alo), eight, ahi));
+    __m512i l[4], w[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *p = (const uint8_t *)(x[i] + b);
+        w[i] = _mm512_loadu_si512((const void *)p);
+        __m512i q = words_zmm(w[i], Q4_0_NIBBLES, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 56))));
+        l[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, _mm512_and_si512(q, m15), alo), _mm512_and_si512(_mm512_srli_epi16(q, 4), m15), ahi);
+    }
+    __m512 isum = _mm512_cvtepi32_ps(hadd_zmm(hadd_zmm(l[0], l[1]), hadd_zmm(l[2], l[3])));   /* lane 4j + i */
+    __m512i dw = _mm512_mask_blend_epi16(0xcccc, words_zmm(w[0], Q4_0_D01, w[1]), words_zmm(w[2], Q4_0_D23, w[3]));
+    __m512 da = _mm512_cvtph_ps(_mm512_castsi512_si256(words_zmm(a0, Q8_0_D, a1)));
+    __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(dw)), da);   /* d_w d_a */
+    acc = _mm_fmadd_ps(_mm512_castps512_ps128(isum), _mm512_castps512_ps128(d), acc);
+    acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(isum, 1), _mm512_extractf32x4_ps(d, 1), acc);
+    acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(isum, 2), _mm512_extractf32x4_ps(d, 2), acc);
+    return _mm_fmadd_ps(_mm512_extractf32x4_ps(isum, 3), _mm512_extractf32x4_ps(d, 3), acc);
+}
+#endif
+
 /* q4_0_8x8_dot_avx2 for four weight rows (DotW4Fn): the rows' chains in the lanes of one register,
  * their block sums reduced together */
 static inline SIMD_INLINE void q4_0_8x8_dot_w4_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) {
@@ -3978,7 +4033,11 @@ static inline SIMD_INLINE void q4_0_8x8_dot_w4_avx2(const void *w, size_t spacin
     const BlockQ4_0 *x[4];
     for (int i = 0; i < 4; i++) x[i] = (const BlockQ4_0 *)((const uint8_t *)w + i * spacing);
     __m128 acc = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / 32; b++) {
+    int64_t b = 0;
+#if ZMM
+    for (; b + 4 <= n / 32; b += 4) acc = q4_0_8x8_w4_group_zmm(x, y, b, acc);
+#endif
+    for (; b < n / 32; b++) {
         __m256i ya = _mm256_loadu_si256((const __m256i *)y[b].qs), start = q4_0_start_avx2(ya), l[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) l[i] = lanes_u8_avx2(start, nibbles_q4_0_avx2(&x[i][b]), ya);

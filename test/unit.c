@@ -407,7 +407,7 @@ static void test_simd_dots(void) {
         check(true, "SIMD dots vs scalar (no SIMD kernels on this CPU or CLOVER_SIMD=scalar: skipped)", "");
         return;
     }
-    const int64_t sizes[] = {4096, 2048, 1792, 1280, 512, 256, 1000, 96, 80, 64, 37};   /* 1792, 1280: 7 and 5 K-quant blocks, groups of 4 with tails */
+    const int64_t sizes[] = {4096, 2048, 1792, 1280, 512, 256, 1000, 224, 96, 80, 64, 37};   /* 1792, 1280: 7 and 5 K-quant blocks, groups of 4 with tails; 224: 7 blocks of 32 */
     float *x = xmalloc(4096 * 4);
     void *w = xmalloc(4096 * 4), *act = xmalloc(4096 * 4 + 1024);
     uint8_t *rows_act = xmalloc(MAX_ROWS * (4096 * 4 + 1024));
