@@ -933,6 +933,9 @@ typedef void (*DotW4Fn)(const void *w, size_t spacing, const void *a, int64_t n,
  * y[r ystride + i] = dot(w + i row_bytes, activation row r, n), bit for bit (prompt and verify
  * batches, where the weights are repacked by llama.cpp) */
 typedef void (*DotTileFn)(const void *w, size_t row_bytes, const void *a, int R, int64_t n, float *y, size_t ystride);
+/* sixteen weight rows (row_bytes apart) against T <= TILE_T activation rows (stride bytes apart):
+ * y[t ystride + i] = dot(w + i row_bytes, activation row t, n), bit for bit (prompt batches) */
+typedef void (*DotGemm16Fn)(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride);
 enum { K_F32, K_F32_TILE, K_F16, K_F16_TILE, K_BF16, K_BF16_TILE, K_Q8_0, K_Q4_0, K_Q4_0_8X8,
        K_Q4_K, K_Q4_K_8X8, K_Q4_K_8X8_GEMM, K_Q5_K, K_Q6_K, N_KERNELS };
 typedef struct {
@@ -940,6 +943,7 @@ typedef struct {
     DotRowsFn dot_rows[N_KERNELS];   /* NULL: one activation row at a time (all plain kernels) */
     DotW4Fn dot_w4[N_KERNELS];       /* NULL: one weight row at a time */
     DotTileFn dot_tile[N_KERNELS];   /* NULL: one weight row at a time */
+    DotGemm16Fn dot_gemm16[N_KERNELS];   /* NULL: one weight row at a time */
     void (*quantize_q8_0)(const float *x, BlockQ8_0 *y, int64_t n);
     void (*quantize_q8_K)(const float *x, BlockQ8_K *y, int64_t n);
     void (*softmax)(float *x, int n);
@@ -1611,7 +1615,16 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                            (BlockQ8_0x8 *)(pack + (t - t0) / MAX_ROWS * group_bytes));
         for (int64_t ob = o0; ob < o1; ob += TILE_O) {
             int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
-            for (int t = t0; t < t1;) {
+            int t = t0;
+            DotGemm16Fn gemm16 = kernels()->dot_gemm16[k4];
+            if (gemm16 && t0 < T4 && oe - ob == 16) {   /* sixteen weight rows at once, the rows before T4 */
+                for (int i = 0; i < 16; i++) prefetch_ahead(w, w->data + (size_t)(ob + i) * w->row_bytes);
+                int te = T4 < t1 ? T4 : t1;
+                gemm16(w->data + (size_t)ob * w->row_bytes, w->row_bytes, xq + t0 * stride, stride, te - t0, w->n_in,
+                       y + (size_t)t0 * ystride + ob, ystride);
+                t = te;
+            }
+            while (t < t1) {
                 int kt = t < T4 ? k4 : k;
                 DotRowsFn rows = rows_fns[kt];
                 DotFn dot = dot_fns[kt];
@@ -4497,6 +4510,67 @@ static inline SIMD_INLINE void q4_K_8x8_gemm_rows_avx2(const void *w, const void
     q4_K_8x8_rows_avx2(w, a, stride, R, true, n, out);
 }
 
+#if ZMM
+/* The gemm order for sixteen weight rows against T <= TILE_T activation rows (DotGemm16Fn, the
+ * 512-bit builds): the weight rows in the lanes of a register, as llama.cpp's repacked layout puts
+ * them, so that no sum is reduced across lanes. Per block the sixteen rows are gathered once into
+ * wt (group g of sub-block j: its bytes 4g..4g+3 of every row, as nibbles), then every activation
+ * row runs over it: 4-byte groups broadcast against wt by vpdpbusd give a sub-block's sum in each
+ * lane. A pair's si = sc_2s dot_2s + sc_2s+1 dot_2s+1 is formed in float, exactly (|si| < 2^24:
+ * |dot| <= 32 * 15 * 128, sc <= 63), so the float operations after it are the plain ones. */
+SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n,
+                                    float *y, size_t ystride) {
+    _Alignas(64) float acc[TILE_T][16], accm[TILE_T][16], sc[8][16], dw[16], dmw[16];
+    _Alignas(64) uint8_t wt[8][8][64];
+    _Alignas(64) int32_t mn[4][16];   /* mn_2s | mn_2s+1 << 16 of each row */
+    memset(acc, 0, (size_t)T * sizeof acc[0]), memset(accm, 0, (size_t)T * sizeof accm[0]);
+    const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)row_bytes));
+    const __m512i m15 = _mm512_set1_epi8(15);
+    for (int64_t b = 0; b < n / 256; b++) {
+        for (int i = 0; i < 16; i++) {
+            const BlockQ4_K *k = (const BlockQ4_K *)((const uint8_t *)w + i * row_bytes) + b;
+            uint8_t s8[8], m8[8];
+            unpack_scales_k4(k->scales, s8, m8);
+            for (int j = 0; j < 8; j++) sc[j][i] = s8[j];
+            for (int p = 0; p < 4; p++) mn[p][i] = m8[2 * p] | m8[2 * p + 1] << 16;
+            dw[i] = f16c(k->d), dmw[i] = f16c(k->dmin);
+        }
+        const uint8_t *qs = (const uint8_t *)((const BlockQ4_K *)w + b) + offsetof(BlockQ4_K, qs);
+        for (int p = 0; p < 4; p++)
+            for (int g = 0; g < 8; g++) {
+                __m512i v = _mm512_i32gather_epi32(offs, (const void *)(qs + 32 * p + 4 * g), 1);
+                _mm512_store_si512((void *)wt[2 * p][g], _mm512_and_si512(v, m15));
+                _mm512_store_si512((void *)wt[2 * p + 1][g], _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+            }
+        for (int r = 0; r < T; r++) {
+            const BlockQ8_K *yb = (const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b);
+            __m512 ya = _mm512_set1_ps(yb->d), A = _mm512_load_ps(acc[r]), Am = _mm512_load_ps(accm[r]);
+            __m512 d = _mm512_mul_ps(_mm512_load_ps(dw), ya), dmin = _mm512_mul_ps(_mm512_load_ps(dmw), ya);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m512i l0 = _mm512_setzero_si512(), l1 = _mm512_setzero_si512();
+                int32_t a4[16];
+                memcpy(a4, yb->qs + 64 * p, 64);
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++) {
+                    l0 = _mm512_dpbusd_epi32(l0, _mm512_load_si512((const void *)wt[2 * p][g]), _mm512_set1_epi32(a4[g]));
+                    l1 = _mm512_dpbusd_epi32(l1, _mm512_load_si512((const void *)wt[2 * p + 1][g]), _mm512_set1_epi32(a4[8 + g]));
+                }
+                __m512 si = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l1), _mm512_load_ps(sc[2 * p + 1]),
+                                            _mm512_mul_ps(_mm512_cvtepi32_ps(l0), _mm512_load_ps(sc[2 * p])));
+                int32_t bs = (uint16_t)(yb->bsums[4 * p] + yb->bsums[4 * p + 1]) | (uint32_t)(uint16_t)(yb->bsums[4 * p + 2] + yb->bsums[4 * p + 3]) << 16;
+                __m512 sm = _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512((const void *)mn[p]), _mm512_set1_epi32(bs)));
+                A = _mm512_fmadd_ps(si, d, A);
+                Am = _mm512_fmadd_ps(sm, dmin, Am);
+            }
+            _mm512_store_ps(acc[r], A), _mm512_store_ps(accm[r], Am);
+        }
+    }
+    for (int r = 0; r < T; r++) _mm512_storeu_ps(y + (size_t)r * ystride, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
+}
+#endif
+
 #if !ZMM
 /* Scales 2k and 2k+1 of a group of eight int16 scales (in both halves of s8), as int16 in the
  * low and the high 128 bits: bytes 4k, 4k+1 and 4k+2, 4k+3 of each half */
@@ -5096,6 +5170,9 @@ static const Kernels KERNELS_AVX2 = {
     .dot_w4 = {[K_Q8_0] = dot_w4_q8_0_avx2, [K_Q4_0] = dot_w4_q4_0_avx2, [K_Q4_0_8X8] = dot_w4_q4_0_8x8_avx2,
                [K_Q4_K] = dot_w4_q4_K_avx2, [K_Q4_K_8X8] = dot_w4_q4_K_8x8_avx2, [K_Q5_K] = dot_w4_q5_K_avx2, [K_Q6_K] = dot_w4_q6_K_avx2},
     .dot_tile = {[K_Q4_0_8X8] = tile_q4_0_8x8_avx2},
+#if ZMM
+    .dot_gemm16 = {[K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_zmm},
+#endif
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,

@@ -19,7 +19,7 @@
  * clover uses an F16 KV cache and flash attention (its defaults); llama.cpp runs with its own
  * defaults (F16 cache, flash attention auto, which its CPU backend turns on).
  *
- * Then clover's stage tables: where the time of a decode step and of the verify batch goes (every
+ * Then clover's stage tables: where the time of the prefill, a decode step and the verify batch goes (every
  * task of the thread pool timed and named: each matrix family, the experts, attention, the delta
  * rule, ...; weight bytes and GB/s per stage; the serial time between tasks; the cost of waking
  * the threads), what the last decode step's products cost at in-cache kernel speed (where that
@@ -292,15 +292,18 @@ static double compute_floor(Ctx *ctx, int nth) {
  * the measured time of everything that reads no weights). */
 typedef struct { double bytes, floor; } VerifyCost;
 
-/* The stage tables of N decode steps after a P-token prompt, and of the V-row verify after them
+/* The stage tables of a P-token prompt, N decode steps after it and the V-row verify after them
  * (the same tokens and state as clover_run's, so the same routing). */
 static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *logits, double bw, int nth) {
     double overhead = pool_overhead(ctx->pool);
     clover_reset(ctx);
-    prefill(ctx, ids, P, logits, NULL);
     ctx->pool->observe = observe;
     n_stages = 0;
     double t0 = stage_clock();
+    prefill(ctx, ids, P, logits, NULL);
+    print_stages("prefill", 1, stage_clock() - t0, bw, overhead);
+    n_stages = 0;
+    t0 = stage_clock();
     for (int i = 0; i < N; i++) {
         recording = i == N - 1;   /* the last step's products, for its compute floor */
         forward_causal(ctx, ids + P + i, 1, logits, 1);

@@ -473,6 +473,32 @@ static void test_simd_dots(void) {
                             }
                     }
                 }
+                /* the sixteen-weight-row kernel: row 0 this weight row, against T activation rows (row t: this
+                 * activation times (t + 1) / 8, requantized) */
+                DotGemm16Fn gemm16 = kernels()->dot_gemm16[k];
+                if (gemm16 && rep % 10 == 0) {
+                    const int Ts[] = {1, 4, 7, 16, TILE_T};
+                    int T = Ts[rep / 10 % 5];
+                    size_t rb = row_bytes(type, n), ab = row_bytes(dot_type(type), n);
+                    uint8_t *w16 = xmalloc(16 * rb), *acts = xmalloc((size_t)T * ab);
+                    float *xr = xmalloc((size_t)n * 4), *yt = xmalloc((size_t)T * 16 * 4);
+                    memcpy(w16, w, rb);
+                    for (int i = 1; i < 16; i++) random_row(type, w16 + i * rb, n);
+                    for (int t = 0; t < T; t++) {
+                        for (int64_t i = 0; i < n; i++) xr[i] = x[i] * (float)(t + 1) / 8;
+                        quantize_row(dot_type(type), xr, acts + t * ab, n);
+                    }
+                    gemm16(w16, rb, acts, ab, T, n, yt, 16);
+                    for (int t = 0; t < T; t++)
+                        for (int i = 0; i < 16; i++) {
+                            float want = KERNELS_PLAIN.dot[k](w16 + i * rb, acts + t * ab, n);
+                            n_checks++;
+                            if (memcmp(&want, &yt[t * 16 + i], 4) && bad++ == 0)
+                                snprintf(detail, sizeof detail, "n=%lld, sixteen weight rows, %d activation rows: row %d, weight row %d: scalar %.9g, simd %.9g",
+                                         (long long)n, T, t, i, want, yt[t * 16 + i]);
+                        }
+                    free(w16), free(acts), free(xr), free(yt);
+                }
                 /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart */
                 DotW4Fn w4 = kernels()->dot_w4[k];
                 if (w4) {
