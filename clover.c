@@ -1565,6 +1565,9 @@ static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t 
  * `pack` (this thread's, packed_bytes(n_in)) by groups of MAX_ROWS. The order of tiles changes no
  * sum. */
 enum { TILE_T = 64, TILE_O = 16 };
+/* the sixteen-row kernels (DotGemm16Fn) gather their weights once per block: worth it from this
+ * many activation rows on */
+enum { GEMM16_MIN_ROWS = 4 };
 
 /* Where a weight row serves several activation rows, the dots take long enough per byte that the
  * hardware prefetcher (which stops at page boundaries) falls behind; the first pass over each row
@@ -1615,14 +1618,20 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                            (BlockQ8_0x8 *)(pack + (t - t0) / MAX_ROWS * group_bytes));
         for (int64_t ob = o0; ob < o1; ob += TILE_O) {
             int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
+            /* sixteen weight rows at once against all the rows of the tile: those before T4, then the rest */
             int t = t0;
-            DotGemm16Fn gemm16 = kernels()->dot_gemm16[k4];
-            if (gemm16 && t0 < T4 && oe - ob == 16) {   /* sixteen weight rows at once, the rows before T4 */
-                for (int i = 0; i < 16; i++) prefetch_ahead(w, w->data + (size_t)(ob + i) * w->row_bytes);
+            DotGemm16Fn gemm16 = kernels()->dot_gemm16[k4], gemm16_rest = kernels()->dot_gemm16[k];
+            for (int i = 0; (gemm16 || gemm16_rest) && oe - ob == 16 && i < 16; i++) prefetch_ahead(w, w->data + (size_t)(ob + i) * w->row_bytes);
+            if (gemm16 && t < T4 && oe - ob == 16) {
                 int te = T4 < t1 ? T4 : t1;
-                gemm16(w->data + (size_t)ob * w->row_bytes, w->row_bytes, xq + t0 * stride, stride, te - t0, w->n_in,
-                       y + (size_t)t0 * ystride + ob, ystride);
+                gemm16(w->data + (size_t)ob * w->row_bytes, w->row_bytes, xq + t * stride, stride, te - t, w->n_in,
+                       y + (size_t)t * ystride + ob, ystride);
                 t = te;
+            }
+            if (gemm16_rest && t1 - t >= GEMM16_MIN_ROWS && oe - ob == 16) {
+                gemm16_rest(w->data + (size_t)ob * w->row_bytes, w->row_bytes, xq + t * stride, stride, t1 - t, w->n_in,
+                            y + (size_t)t * ystride + ob, ystride);
+                t = t1;
             }
             while (t < t1) {
                 int kt = t < T4 ? k4 : k;
@@ -4511,16 +4520,18 @@ static inline SIMD_INLINE void q4_K_8x8_gemm_rows_avx2(const void *w, const void
 }
 
 #if ZMM
-/* The gemm order for sixteen weight rows against T <= TILE_T activation rows (DotGemm16Fn, the
- * 512-bit builds): the weight rows in the lanes of a register, as llama.cpp's repacked layout puts
- * them, so that no sum is reduced across lanes. Per block the sixteen rows are gathered once into
- * wt (group g of sub-block j: its bytes 4g..4g+3 of every row, as nibbles), then every activation
- * row runs over it: 4-byte groups broadcast against wt by vpdpbusd give a sub-block's sum in each
- * lane. A pair's si = sc_2s dot_2s + sc_2s+1 dot_2s+1 is formed in float, exactly (|si| < 2^24:
- * |dot| <= 32 * 15 * 128, sc <= 63), so the float operations after it are the plain ones. */
-SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n,
-                                    float *y, size_t ystride) {
+/* The repacked Q4_K orders for sixteen weight rows against T <= TILE_T activation rows (DotGemm16Fn,
+ * the 512-bit builds): the weight rows in the lanes of a register, as llama.cpp's repacked layout
+ * puts them, so that no sum is reduced across lanes. Per block the sixteen rows are gathered once
+ * into wt (group g of sub-block j: its bytes 4g..4g+3 of every row, as nibbles), then every
+ * activation row runs over it: 4-byte groups broadcast against wt by vpdpbusd give a sub-block's
+ * sum in each lane. gemm: a pair's si = sc_2s dot_2s + sc_2s+1 dot_2s+1 is formed in float,
+ * exactly (|si| < 2^24: |dot| <= 32 * 15 * 128, sc <= 63); gemv: the block's sumi in integers. The
+ * float operations after them are the plain ones (dot_q4_K_8x8_gemm, dot_q4_K_8x8). */
+static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T,
+                                                  int64_t n, float *y, size_t ystride, const bool gemm) {
     _Alignas(64) float acc[TILE_T][16], accm[TILE_T][16], sc[8][16], dw[16], dmw[16];
+    _Alignas(64) int32_t sci[8][16];
     _Alignas(64) uint8_t wt[8][8][64];
     _Alignas(64) int32_t mn[4][16];   /* mn_2s | mn_2s+1 << 16 of each row */
     memset(acc, 0, (size_t)T * sizeof acc[0]), memset(accm, 0, (size_t)T * sizeof accm[0]);
@@ -4532,7 +4543,7 @@ SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void
             const BlockQ4_K *k = (const BlockQ4_K *)((const uint8_t *)w + i * row_bytes) + b;
             uint8_t s8[8], m8[8];
             unpack_scales_k4(k->scales, s8, m8);
-            for (int j = 0; j < 8; j++) sc[j][i] = s8[j];
+            for (int j = 0; j < 8; j++) sc[j][i] = s8[j], sci[j][i] = s8[j];
             for (int p = 0; p < 4; p++) mn[p][i] = m8[2 * p] | m8[2 * p + 1] << 16;
             dw[i] = f16c(k->d), dmw[i] = f16c(k->dmin);
         }
@@ -4547,6 +4558,7 @@ SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void
             const BlockQ8_K *yb = (const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b);
             __m512 ya = _mm512_set1_ps(yb->d), A = _mm512_load_ps(acc[r]), Am = _mm512_load_ps(accm[r]);
             __m512 d = _mm512_mul_ps(_mm512_load_ps(dw), ya), dmin = _mm512_mul_ps(_mm512_load_ps(dmw), ya);
+            __m512i sumi = _mm512_setzero_si512(), summ = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
                 __m512i l0 = _mm512_setzero_si512(), l1 = _mm512_setzero_si512();
@@ -4557,17 +4569,33 @@ SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void
                     l0 = _mm512_dpbusd_epi32(l0, _mm512_load_si512((const void *)wt[2 * p][g]), _mm512_set1_epi32(a4[g]));
                     l1 = _mm512_dpbusd_epi32(l1, _mm512_load_si512((const void *)wt[2 * p + 1][g]), _mm512_set1_epi32(a4[8 + g]));
                 }
-                __m512 si = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l1), _mm512_load_ps(sc[2 * p + 1]),
-                                            _mm512_mul_ps(_mm512_cvtepi32_ps(l0), _mm512_load_ps(sc[2 * p])));
                 int32_t bs = (uint16_t)(yb->bsums[4 * p] + yb->bsums[4 * p + 1]) | (uint32_t)(uint16_t)(yb->bsums[4 * p + 2] + yb->bsums[4 * p + 3]) << 16;
-                __m512 sm = _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512((const void *)mn[p]), _mm512_set1_epi32(bs)));
-                A = _mm512_fmadd_ps(si, d, A);
-                Am = _mm512_fmadd_ps(sm, dmin, Am);
+                __m512i sm = _mm512_dpwssd_epi32(gemm ? _mm512_setzero_si512() : summ, _mm512_load_si512((const void *)mn[p]), _mm512_set1_epi32(bs));
+                if (gemm) {
+                    __m512 si = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l1), _mm512_load_ps(sc[2 * p + 1]),
+                                                _mm512_mul_ps(_mm512_cvtepi32_ps(l0), _mm512_load_ps(sc[2 * p])));
+                    A = _mm512_fmadd_ps(si, d, A);
+                    Am = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sm), dmin, Am);
+                } else {
+                    sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(l0, _mm512_load_si512((const void *)sci[2 * p])));
+                    sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(l1, _mm512_load_si512((const void *)sci[2 * p + 1])));
+                    summ = sm;
+                }
+            }
+            if (!gemm) {
+                A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), d, A);
+                Am = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), dmin, Am);
             }
             _mm512_store_ps(acc[r], A), _mm512_store_ps(accm[r], Am);
         }
     }
     for (int r = 0; r < T; r++) _mm512_storeu_ps(y + (size_t)r * ystride, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
+}
+SIMD static void gemm16_q4_K_8x8_gemm_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
+    q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, true);
+}
+SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
+    q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, false);
 }
 #endif
 
@@ -5171,7 +5199,7 @@ static const Kernels KERNELS_AVX2 = {
                [K_Q4_K] = dot_w4_q4_K_avx2, [K_Q4_K_8X8] = dot_w4_q4_K_8x8_avx2, [K_Q5_K] = dot_w4_q5_K_avx2, [K_Q6_K] = dot_w4_q6_K_avx2},
     .dot_tile = {[K_Q4_0_8X8] = tile_q4_0_8x8_avx2},
 #if ZMM
-    .dot_gemm16 = {[K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_zmm},
+    .dot_gemm16 = {[K_Q4_K_8X8] = gemm16_q4_K_8x8_zmm, [K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_gemm_zmm},
 #endif
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
