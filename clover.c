@@ -4534,20 +4534,27 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
     _Alignas(64) int32_t sci[8][16];
     _Alignas(64) uint8_t wt[8][8][64];
     _Alignas(64) int32_t mn[4][16];   /* mn_2s | mn_2s+1 << 16 of each row */
+    _Alignas(64) uint8_t scm[17][16];  /* each row's scales_k4_avx2 (a row more: the gathers read 4 bytes) */
     memset(acc, 0, (size_t)T * sizeof acc[0]), memset(accm, 0, (size_t)T * sizeof accm[0]);
     const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)row_bytes));
-    const __m512i m15 = _mm512_set1_epi8(15);
+    const __m512i m15 = _mm512_set1_epi8(15), m255 = _mm512_set1_epi32(255), soffs = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
     for (int64_t b = 0; b < n / 256; b++) {
-        for (int i = 0; i < 16; i++) {
-            const BlockQ4_K *k = (const BlockQ4_K *)((const uint8_t *)w + i * row_bytes) + b;
-            uint8_t s8[8], m8[8];
-            unpack_scales_k4(k->scales, s8, m8);
-            for (int j = 0; j < 8; j++) sc[j][i] = s8[j], sci[j][i] = s8[j];
-            for (int p = 0; p < 4; p++) mn[p][i] = m8[2 * p] | m8[2 * p + 1] << 16;
-            dw[i] = f16c(k->d), dmw[i] = f16c(k->dmin);
+        const uint8_t *blk = (const uint8_t *)((const BlockQ4_K *)w + b);
+        for (int i = 0; i < 16; i++) _mm_store_si128((__m128i *)scm[i], scales_k4_avx2(((const BlockQ4_K *)(blk + i * row_bytes))->scales));
+        for (int j = 0; j < 8; j++) {   /* scale j of row i in lane i */
+            __m512i v = _mm512_and_si512(_mm512_i32gather_epi32(soffs, (const void *)(scm[0] + j), 1), m255);
+            _mm512_store_si512((void *)sci[j], v), _mm512_store_ps(sc[j], _mm512_cvtepi32_ps(v));
         }
-        const uint8_t *qs = (const uint8_t *)((const BlockQ4_K *)w + b) + offsetof(BlockQ4_K, qs);
+        for (int p = 0; p < 4; p++) {   /* mins 2p, 2p+1 */
+            __m512i v = _mm512_i32gather_epi32(soffs, (const void *)(scm[0] + 8 + 2 * p), 1);
+            _mm512_store_si512((void *)mn[p], _mm512_or_si512(_mm512_and_si512(v, m255), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(v, 8), m255), 16)));
+        }
+        __m512i dd = _mm512_i32gather_epi32(offs, (const void *)blk, 1);   /* d | dmin << 16 */
+        _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+        _mm512_store_ps(dmw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+        const uint8_t *qs = blk + offsetof(BlockQ4_K, qs);
         for (int p = 0; p < 4; p++)
             for (int g = 0; g < 8; g++) {
                 __m512i v = _mm512_i32gather_epi32(offs, (const void *)(qs + 32 * p + 4 * g), 1);
