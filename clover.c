@@ -946,6 +946,7 @@ typedef struct {
     DotGemm16Fn dot_gemm16[N_KERNELS];   /* NULL: one weight row at a time */
     void (*quantize_q8_0)(const float *x, BlockQ8_0 *y, int64_t n);
     void (*quantize_q8_K)(const float *x, BlockQ8_K *y, int64_t n);
+    double (*exp_sum)(float *x, int n, float max);
     void (*softmax)(float *x, int n);
     void (*silu_row)(float *y, const float *x, int n);
     void (*gdn_conv)(const float *w, int d_conv, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
@@ -2257,7 +2258,7 @@ static void fa_tiled(const AttnTask *at, const float *q, const uint8_t *K, size_
             S *= ms;
         }
         M = M_new;
-        S = (float)(S + exp_sum(p, 64, M));
+        S = (float)(S + kernels()->exp_sum(p, 64, M));
         for (int t = 0; t < nt; t++) kernels()->fa_mad(acc, at->v_type, V + (size_t)(j0 + t) * vstride, p[t], hd);
     }
     *M_out = M;
@@ -4890,17 +4891,19 @@ SIMD static float dot_q6_K_avx2(const void *w, const void *a, int64_t n) { float
 
 /* y[l] = expf_ggml(x[l]) for 8 lanes, the same fused steps per lane. 2^n is applied as two powers of two,
  * 2^floor(n/2) and 2^(n - floor(n/2)), both normal for |n| <= 192: the first product is exact and
- * the second rounds once, correctly, as ldexpf does. A group with a lane past |n| <= 192 (or NaN)
- * goes through the scalar expf_ggml. */
+ * the second rounds once, correctly, as ldexpf does. Lanes with n < -192 (masked scores: -inf) are
+ * 0, as in expf_ggml; a group with a lane past n <= 192 (or NaN) goes through the scalar expf_ggml. */
 static inline SIMD_INLINE void expf_ggml8_avx2(const float *x, float *y) {
     const __m256 r = _mm256_set1_ps(0x1.8p23f), sign = _mm256_set1_ps(-0.0f);
     __m256 v = _mm256_loadu_ps(x);
     __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(v, _mm256_set1_ps(0x1.715476p+0f), r), r), neg_n = _mm256_xor_ps(n, sign);
     __m256 b = _mm256_fmadd_ps(neg_n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fmadd_ps(neg_n, _mm256_set1_ps(0x1.62e4p-1f), v));
-    if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, n), _mm256_set1_ps(192.0f), _CMP_LE_OQ)) != 0xff) {
+    __m256 tiny = _mm256_cmp_ps(n, _mm256_set1_ps(-192.0f), _CMP_LT_OQ);
+    if (_mm256_movemask_ps(_mm256_or_ps(tiny, _mm256_cmp_ps(_mm256_andnot_ps(sign, n), _mm256_set1_ps(192.0f), _CMP_LE_OQ))) != 0xff) {
         for (int l = 0; l < 8; l++) y[l] = expf_ggml(x[l]);
         return;
     }
+    n = _mm256_andnot_ps(tiny, n), b = _mm256_andnot_ps(tiny, b);   /* (those lanes' result is masked below) */
     __m256 u = _mm256_mul_ps(b, b);
     __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
                                                _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
@@ -4908,15 +4911,12 @@ static inline SIMD_INLINE void expf_ggml8_avx2(const float *x, float *y) {
     __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1), bias = _mm256_set1_epi32(127);
     __m256 two_n1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
     __m256 two_n2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(p, two_n1), two_n2));
+    _mm256_storeu_ps(y, _mm256_andnot_ps(tiny, _mm256_mul_ps(_mm256_mul_ps(p, two_n1), two_n2)));
 }
 
-/* softmax with each group of 16 exponentials in two registers: lanes l and l+8 added first, then
- * fold8_avx2, which is fold(g, 16). The max, the libm tail and the sums are the scalar's. */
-SIMD static void softmax_avx2(float *x, int n) {
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (x[i] > max) max = x[i];
+/* exp_sum with each group of 16 exponentials in two registers: lanes l and l+8 added first, then
+ * fold8_avx2, which is fold(g, 16). The libm tail and the sums are the scalar's. */
+SIMD static double exp_sum_avx2(float *x, int n, float max) {
     __m256 max8 = _mm256_set1_ps(max);
     double sum = 0;
     int i = 0;
@@ -4928,7 +4928,15 @@ SIMD static void softmax_avx2(float *x, int n) {
         sum += fold8_avx2(_mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + 8)));
     }
     for (; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
-    float inv = (float)(1.0 / sum);
+    return sum;
+}
+
+/* softmax with exp_sum_avx2; the max is the scalar's */
+SIMD static void softmax_avx2(float *x, int n) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > max) max = x[i];
+    float inv = (float)(1.0 / exp_sum_avx2(x, n, max));
     __m256 inv8 = _mm256_set1_ps(inv);
     int j = 0;
     for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), inv8));
@@ -5190,7 +5198,7 @@ SIMD static void fa_scale16_avx2(uint16_t *y, float s, int n) {
 static const Kernels KERNELS_PLAIN = {
     .dot = {dot_f32_row, dot_f32_tile, dot_f16_row, dot_f16_tile, dot_bf16_row, dot_bf16_tile, dot_q8_0, dot_q4_0,
             dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K},
-    .quantize_q8_0 = quantize_q8_0, .quantize_q8_K = quantize_q8_K, .softmax = softmax, .silu_row = silu_row,
+    .quantize_q8_0 = quantize_q8_0, .quantize_q8_K = quantize_q8_K, .exp_sum = exp_sum, .softmax = softmax, .silu_row = silu_row,
     .gdn_conv = gdn_conv, .delta_rule = delta_rule, .round_row_as = round_row_as, .attn_v_sum = attn_v_sum,
     .to_f16 = to_f16, .fa_scores = fa_scores, .fa_mad = fa_mad, .fa_mad16 = fa_mad16, .fa_scale16 = fa_scale16,
 };
@@ -5208,7 +5216,7 @@ static const Kernels KERNELS_AVX2 = {
 #if ZMM
     .dot_gemm16 = {[K_Q4_K_8X8] = gemm16_q4_K_8x8_zmm, [K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_gemm_zmm},
 #endif
-    .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .softmax = softmax_avx2,
+    .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .exp_sum = exp_sum_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
     .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2, .fa_mad16 = fa_mad16_avx2,
