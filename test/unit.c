@@ -399,6 +399,20 @@ static void test_dots(void) {
     free(x), free(wd), free(ad), free(w), free(act);
 }
 
+/* y[r C + i] of a kernel that takes C weight rows (rb bytes apart) and R activation rows (ab bytes
+ * apart) against the plain dot of kernel k, bit for bit */
+static void check_outputs(int k, const uint8_t *w, size_t rb, int C, const uint8_t *act, size_t ab, int R, int64_t n,
+                          const float *y, const char *what, int *n_checks, int *bad, char detail[160]) {
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < C; i++) {
+            float want = KERNELS_PLAIN.dot[k](w + i * rb, act + r * ab, n);
+            (*n_checks)++;
+            if (memcmp(&want, &y[r * C + i], 4) && (*bad)++ == 0)
+                snprintf(detail, 160, "n=%lld, %s, %d activation rows: row %d, weight row %d: scalar %.9g, simd %.9g",
+                         (long long)n, what, R, r, i, want, y[r * C + i]);
+        }
+}
+
 /* Every kernel's SIMD twin against its scalar definition, bit for bit, over lengths with and
  * without tails and activations of every kind (the gemm kernel included). */
 static void test_simd_dots(void) {
@@ -463,14 +477,7 @@ static void test_simd_dots(void) {
                         for (int i = 1; i < 8; i++) random_row(type, w4rows + i * rb, n);
                         float yt[MAX_ROWS * 8];
                         tile(w4rows, rb, packed, R, n, yt, 8);
-                        for (int r = 0; r < R; r++)
-                            for (int i = 0; i < 8; i++) {
-                                float want = KERNELS_PLAIN.dot[k](w4rows + i * rb, rows_act + r * stride, n);
-                                n_checks++;
-                                if (memcmp(&want, &yt[r * 8 + i], 4) && bad++ == 0)
-                                    snprintf(detail, sizeof detail, "n=%lld, tile of %d rows, weight row %d, row %d: scalar %.9g, simd %.9g",
-                                             (long long)n, R, i, r, want, yt[r * 8 + i]);
-                            }
+                        check_outputs(k, w4rows, rb, 8, rows_act, stride, R, n, yt, "tile", &n_checks, &bad, detail);
                     }
                 }
                 /* the sixteen-weight-row kernel: row 0 this weight row, against T activation rows (row t: this
@@ -489,14 +496,7 @@ static void test_simd_dots(void) {
                         quantize_row(dot_type(type), xr, acts + t * ab, n);
                     }
                     gemm16(w16, rb, acts, ab, T, n, yt, 16);
-                    for (int t = 0; t < T; t++)
-                        for (int i = 0; i < 16; i++) {
-                            float want = KERNELS_PLAIN.dot[k](w16 + i * rb, acts + t * ab, n);
-                            n_checks++;
-                            if (memcmp(&want, &yt[t * 16 + i], 4) && bad++ == 0)
-                                snprintf(detail, sizeof detail, "n=%lld, sixteen weight rows, %d activation rows: row %d, weight row %d: scalar %.9g, simd %.9g",
-                                         (long long)n, T, t, i, want, yt[t * 16 + i]);
-                        }
+                    check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, "sixteen-row kernel", &n_checks, &bad, detail);
                     free(w16), free(acts), free(xr), free(yt);
                 }
                 /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart */
