@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1524,6 +1525,13 @@ enum { MAX_ROWS = 8 };   /* activation rows one multi-row kernel call takes (see
 #define ZMM 1
 #else
 #define ZMM 0
+#endif
+/* ... and AMX (tile registers and their int8 products, Sapphire Rapids on): the sixteen-row Q4_K
+ * kernel's sums (section 12), where the kernel may use the tiles (choose_kernels) */
+#if ZMM && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#define AMX 1
+#else
+#define AMX 0
 #endif
 enum { PACK_OFFSET = VNNI ? 128 : 0 };
 typedef struct { float d[MAX_ROWS]; int8_t qs[MAX_ROWS][32]; int16_t sum[MAX_ROWS]; } BlockQ8_0x8;   /* sum: of qs (before the offset) */
@@ -4529,14 +4537,59 @@ static inline SIMD_INLINE void q4_K_8x8_gemm_rows_avx2(const void *w, const void
  * sum in each lane. gemm: a pair's si = sc_2s dot_2s + sc_2s+1 dot_2s+1 is formed in float,
  * exactly (|si| < 2^24: |dot| <= 32 * 15 * 128, sc <= 63); gemv: the block's sumi in integers. The
  * float operations after them are the plain ones (dot_q4_K_8x8_gemm, dot_q4_K_8x8). */
+#if AMX
+/* The AMX form of the sub-block sums (Intel's Advanced Matrix Extensions: eight 1 KiB tile
+ * registers and a unit that multiplies them): for rows r0..r0+R-1 (R <= 16) of the activations and
+ * the sixteen gathered weight rows, C_j[r][i] = sum_k a_r[32 j + k] w_i[32 j + k] for the eight
+ * sub-blocks j of block b, the same integers vpdpbusd adds up, by one tdpbsud (signed activations
+ * in the rows of tile A, 16 x 32 bytes; unsigned nibbles in tile B, whose layout, 4-byte groups
+ * of the sixteen rows, is wt's) into tile C, 16 x 16 int32, stored to cs[j]. A group of fewer
+ * than 16 rows is copied into xa first, so that no tile reads past the activations. Tiles 0-5,
+ * configured once per thread (amx_tiles). */
+typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } TileConfig;
+static _Thread_local bool amx_configured;
+static inline SIMD_INLINE void amx_tiles(void) {
+    if (amx_configured) return;
+    static const TileConfig cfg = {.palette = 1, .colsb = {32, 64, 64, 32, 64, 64}, .rows = {16, 8, 16, 16, 8, 16}};
+    _tile_loadconfig(&cfg);
+    amx_configured = true;
+}
+static inline SIMD_INLINE void q4_K_sums16_amx(const uint8_t wt[8][8][64], const void *a, size_t stride, int r0, int R,
+                                               int64_t b, uint8_t xa[16][256], int32_t cs[8][16][16]) {
+    const uint8_t *x = (const uint8_t *)((const BlockQ8_K *)act_block(a, stride, r0, sizeof(BlockQ8_K), b))->qs;
+    size_t xs = stride;
+    if (R < 16) {
+        for (int r = 0; r < R; r++) memcpy(xa[r], ((const BlockQ8_K *)act_block(a, stride, r0 + r, sizeof(BlockQ8_K), b))->qs, 256);
+        x = xa[0], xs = 256;
+    }
+    for (int p = 0; p < 4; p++) {   /* sub-blocks 2p (tiles 0, 1 -> 2) and 2p + 1 (3, 4 -> 5) */
+        _tile_loadd(0, x + 64 * p, xs);
+        _tile_loadd(3, x + 64 * p + 32, xs);
+        _tile_loadd(1, wt[2 * p], 64);
+        _tile_loadd(4, wt[2 * p + 1], 64);
+        _tile_zero(2);
+        _tile_zero(5);
+        _tile_dpbsud(2, 0, 1);
+        _tile_dpbsud(5, 3, 4);
+        _tile_stored(2, cs[2 * p], 64);
+        _tile_stored(5, cs[2 * p + 1], 64);
+    }
+}
+#endif
+
 static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T,
-                                                  int64_t n, float *y, size_t ystride, const bool gemm) {
+                                                  int64_t n, float *y, size_t ystride, const bool gemm, const bool amx) {
     _Alignas(64) float acc[TILE_T][16], accm[TILE_T][16], sc[8][16], dw[16], dmw[16];
     _Alignas(64) int32_t sci[8][16];
     _Alignas(64) uint8_t wt[8][8][64];
     _Alignas(64) int32_t mn[4][16];   /* mn_2s | mn_2s+1 << 16 of each row */
     _Alignas(64) uint8_t scm[17][16];  /* each row's scales_k4_avx2 (a row more: the gathers read 4 bytes) */
     memset(acc, 0, (size_t)T * sizeof acc[0]), memset(accm, 0, (size_t)T * sizeof accm[0]);
+#if AMX
+    _Alignas(64) int32_t cs[8][16][16];   /* the AMX sums: cs[j][r % 16][i] */
+    _Alignas(64) uint8_t xa[16][256] = {{0}};
+    if (amx) amx_tiles();
+#endif
     const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)row_bytes));
     const __m512i m15 = _mm512_set1_epi8(15), m255 = _mm512_set1_epi32(255), soffs = _mm512_mullo_epi32(
@@ -4564,16 +4617,25 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
             }
         for (int r = 0; r < T; r++) {
             const BlockQ8_K *yb = (const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b);
+#if AMX
+            if (amx && r % 16 == 0) q4_K_sums16_amx(wt, a, stride, r, T - r < 16 ? T - r : 16, b, xa, cs);
+#endif
             __m512 ya = _mm512_set1_ps(yb->d), A = _mm512_load_ps(acc[r]), Am = _mm512_load_ps(accm[r]);
             __m512 d = _mm512_mul_ps(_mm512_load_ps(dw), ya), dmin = _mm512_mul_ps(_mm512_load_ps(dmw), ya);
             __m512i sumi = _mm512_setzero_si512(), summ = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
                 __m512i l0 = _mm512_setzero_si512(), l1 = _mm512_setzero_si512();
+#if AMX
+                if (amx) {
+                    l0 = _mm512_load_si512((const void *)cs[2 * p][r % 16]);
+                    l1 = _mm512_load_si512((const void *)cs[2 * p + 1][r % 16]);
+                }
+#endif
                 int32_t a4[16];
                 memcpy(a4, yb->qs + 64 * p, 64);
 #pragma GCC unroll 8
-                for (int g = 0; g < 8; g++) {
+                for (int g = 0; g < 8 && !amx; g++) {
                     l0 = _mm512_dpbusd_epi32(l0, _mm512_load_si512((const void *)wt[2 * p][g]), _mm512_set1_epi32(a4[g]));
                     l1 = _mm512_dpbusd_epi32(l1, _mm512_load_si512((const void *)wt[2 * p + 1][g]), _mm512_set1_epi32(a4[8 + g]));
                 }
@@ -4600,11 +4662,19 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
     for (int r = 0; r < T; r++) _mm512_storeu_ps(y + (size_t)r * ystride, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
 }
 SIMD static void gemm16_q4_K_8x8_gemm_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
-    q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, true);
+    q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, true, false);
 }
 SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
-    q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, false);
+    q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, false, false);
 }
+#if AMX
+SIMD static void gemm16_q4_K_8x8_gemm_amx(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
+    q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, true, true);
+}
+SIMD static void gemm16_q4_K_8x8_amx(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
+    q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, false, true);
+}
+#endif
 #endif
 
 #if !ZMM
@@ -5224,9 +5294,13 @@ static const Kernels KERNELS_AVX2 = {
 };
 #endif
 
-/* AVX2 with FMA and F16C where the CPU has them, unless CLOVER_SIMD=scalar asks for the plain
+/* AVX2 with FMA and F16C where the CPU has them (and AMX tiles where built with them and granted),
+ * unless CLOVER_SIMD=scalar asks for the plain
  * definitions (the tests compare the two). */
 static const Kernels *kernels_chosen = &KERNELS_PLAIN;
+#if AMX
+static Kernels kernels_amx;   /* KERNELS_AVX2 with the AMX forms of the sixteen-row kernels */
+#endif
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 
 static void choose_kernels(void) {
@@ -5237,6 +5311,16 @@ static void choose_kernels(void) {
     unsigned eax, ebx, ecx, edx;   /* F16C via cpuid: not every compiler's __builtin_cpu_supports knows it */
     bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) kernels_chosen = &KERNELS_AVX2;
+#if AMX
+    /* Linux hands out the tile registers' 8 KiB of state only on request (arch_prctl
+     * ARCH_REQ_XCOMP_PERM 0x1023 for XFEATURE_XTILEDATA 18); CLOVER_SIMD=noamx keeps the AVX-512 kernels */
+    if (kernels_chosen == &KERNELS_AVX2 && !(env && !strcmp(env, "noamx")) && syscall(SYS_arch_prctl, 0x1023, 18) == 0) {
+        kernels_amx = KERNELS_AVX2;
+        kernels_amx.dot_gemm16[K_Q4_K_8X8] = gemm16_q4_K_8x8_amx;
+        kernels_amx.dot_gemm16[K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_gemm_amx;
+        kernels_chosen = &kernels_amx;
+    }
+#endif
 #endif
 }
 

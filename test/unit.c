@@ -482,10 +482,16 @@ static void test_simd_dots(void) {
                 }
                 /* the sixteen-weight-row kernel: row 0 this weight row, against T activation rows (row t: this
                  * activation times (t + 1) / 8, requantized) */
-                DotGemm16Fn gemm16 = kernels()->dot_gemm16[k];
-                if (gemm16 && rep % 10 == 0) {
-                    const int Ts[] = {1, 4, 7, 16, TILE_T};
-                    int T = Ts[rep / 10 % 5];
+                /* (where the AMX forms are chosen, KERNELS_AVX2's AVX-512 ones are checked too) */
+                DotGemm16Fn gemm16s[2] = {kernels()->dot_gemm16[k], NULL};
+#if defined(__x86_64__)
+                if (kernels()->dot_gemm16[k] != KERNELS_AVX2.dot_gemm16[k]) gemm16s[1] = KERNELS_AVX2.dot_gemm16[k];
+#endif
+                for (int g = 0; g < 2; g++) {
+                DotGemm16Fn gemm16 = gemm16s[g];
+                if (gemm16 && rep % 8 == 0) {
+                    const int Ts[] = {1, 4, 7, 16, 20, TILE_T};
+                    int T = Ts[rep / 8 % 6];
                     size_t rb = row_bytes(type, n), ab = row_bytes(dot_type(type), n);
                     uint8_t *w16 = xmalloc(16 * rb), *acts = xmalloc((size_t)T * ab);
                     float *xr = xmalloc((size_t)n * 4), *yt = xmalloc((size_t)T * 16 * 4);
@@ -496,8 +502,9 @@ static void test_simd_dots(void) {
                         quantize_row(dot_type(type), xr, acts + t * ab, n);
                     }
                     gemm16(w16, rb, acts, ab, T, n, yt, 16);
-                    check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, "sixteen-row kernel", &n_checks, &bad, detail);
+                    check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, g ? "sixteen-row kernel (AVX-512)" : "sixteen-row kernel", &n_checks, &bad, detail);
                     free(w16), free(acts), free(xr), free(yt);
+                }
                 }
                 /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart */
                 DotW4Fn w4 = kernels()->dot_w4[k];
