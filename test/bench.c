@@ -25,8 +25,11 @@
  * the threads), what the last decode step's products cost at in-cache kernel speed (where that
  * is near the step's time, decoding is bound by the kernels, not by memory), and the verify's own
  * cost: the weight bytes it must read (every dense matrix once, the union of the experts its rows
- * chose) over the bandwidth, and its compute floor (its
- * products at in-cache kernel speed, plus the measured time of the stages that read no weights).
+ * chose) over the bandwidth, its compute floor (its products at in-cache kernel speed, plus the
+ * measured time of the stages that read no weights), and the floor of the two together: the pool
+ * runs one task at a time, so each task that reads weights takes at least the larger of its bytes
+ * at the bandwidth and its kernels (a batch's dense matrices are bound by the one, its experts by
+ * the other), and the pass at least the sum of those plus the rest.
  * -s 1: the stage tables only (no llama.cpp). -c cpu: time them in the calling thread's CPU time,
  * which with -t 1 leaves out the time spent waiting for a CPU on a machine shared with other work.
  * The last line is one machine-readable summary: `BENCH key=value ...`. */
@@ -183,14 +186,17 @@ static void mat_family(const Mat *w, char *name, size_t size) {
     snprintf(name, size, "%.*s", (int)(end - p), p);
 }
 
-/* The products a pass asked for, when `recording`: each a matrix times T activation rows. */
-typedef struct { Mat w; int T; bool batch; } Product;
+/* The products a pass asked for, when `recording`: each a matrix times T activation rows, in the
+ * n_tasks-th task that read weights (task_bytes of them): the pool runs one task at a time, so a
+ * pass takes at least the sum over its tasks of the larger of their bytes' time and their kernels'. */
+typedef struct { Mat w; int T; bool batch; int task; } Product;
 static Product products[8192];
-static int n_products;
+static int n_products, n_tasks;
+static double task_bytes[8192];
 static bool recording;
 
 static void record(const Mat *w, int T, bool batch) {
-    if (recording && n_products < (int)(sizeof products / sizeof *products)) products[n_products++] = (Product){*w, T, batch};
+    if (recording && n_products < (int)(sizeof products / sizeof *products)) products[n_products++] = (Product){*w, T, batch, n_tasks};
 }
 
 /* The stage a task belongs to, and the weight bytes it reads. */
@@ -208,6 +214,7 @@ static void observe(TaskFn fn, void *arg, bool done) {
         mat_family(mt->w, name, sizeof name);
         bytes = mat_bytes(mt->w);
         record(mt->w, mt->T, mt->batch);
+        if (recording && n_tasks < (int)(sizeof task_bytes / sizeof *task_bytes)) task_bytes[n_tasks++] = bytes;
     } else if (fn == ffn_task) {
         const FfnTask *f = arg;
         snprintf(name, sizeof name, f->expert ? "experts (up, gate, down)" : "shared expert");
@@ -219,6 +226,7 @@ static void observe(TaskFn fn, void *arg, bool done) {
                 record(&w, f->first[g + 1] - f->first[g], f->batch);
             }
         }
+        if (recording && n_tasks < (int)(sizeof task_bytes / sizeof *task_bytes)) task_bytes[n_tasks++] = bytes;
     } else if (fn == gdn_conv_task) snprintf(name, sizeof name, "gdn conv, silu, l2 norm");
     else if (fn == gdn_scan_task) snprintf(name, sizeof name, "gdn delta rule");
     else if (fn == gdn_gated_norm_task) snprintf(name, sizeof name, "gdn gated norm");
@@ -264,8 +272,11 @@ static void print_stages(const char *what, int passes, double total, double bw, 
 }
 
 /* The compute floor of the recorded products: each one's kernels timed on a slice of its matrix
- * small enough to stay in cache (the best of 3), scaled to the whole matrix, shared by nth threads. */
-static double compute_floor(Ctx *ctx, int nth) {
+ * small enough to stay in cache (the best of 3), scaled to the whole matrix, shared by nth threads.
+ * *per_task (bw > 0): the sum over the recorded tasks of the larger of that and their bytes over bw. */
+static double compute_floor(Ctx *ctx, int nth, double bw, double *per_task) {
+    static double task_kernels[8192];
+    memset(task_kernels, 0, sizeof task_kernels);
     Scratch *s = &ctx->sc;
     static float y[TILE_T * 4096];
     double total = 0;
@@ -283,6 +294,11 @@ static double compute_floor(Ctx *ctx, int nth) {
             if (r > 0 && t < best) best = t;
         }
         total += best * (double)p->w.n_out / rows;
+        if (p->task < (int)(sizeof task_kernels / sizeof *task_kernels)) task_kernels[p->task] += best * (double)p->w.n_out / rows / nth;
+    }
+    if (per_task) {
+        *per_task = 0;
+        for (int i = 0; i < n_tasks; i++) *per_task += fmax(task_bytes[i] / bw, task_kernels[i]);
     }
     return total / nth;
 }
@@ -290,7 +306,7 @@ static double compute_floor(Ctx *ctx, int nth) {
 /* What a verify batch must cost: the weight bytes it reads (every dense matrix once, the union of
  * the experts its rows chose) and its compute floor (its products at in-cache kernel speed, plus
  * the measured time of everything that reads no weights). */
-typedef struct { double bytes, floor; } VerifyCost;
+typedef struct { double bytes, floor, staged; } VerifyCost;
 
 /* The stage tables of a P-token prompt, N decode steps after it and the V-row verify after them
  * (the same tokens and state as clover_run's, so the same routing). */
@@ -308,12 +324,13 @@ static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *
     t0 = stage_clock();
     for (int i = 0; i < N; i++) {
         recording = i == N - 1;   /* the last step's products, for its compute floor */
+        n_tasks = 0;
         forward_causal(ctx, ids + P + i, 1, logits, 1);
     }
     recording = false;
     print_stages("decode step", N, stage_clock() - t0, bw, overhead);
-    printf("  its products at in-cache kernel speed on %d threads: %.2f ms\n", nth, 1e3 * compute_floor(ctx, nth));
-    n_stages = n_products = 0;
+    printf("  its products at in-cache kernel speed on %d threads: %.2f ms\n", nth, 1e3 * compute_floor(ctx, nth, 0, NULL));
+    n_stages = n_products = n_tasks = 0;
     recording = true;
     t0 = stage_clock();
     forward_causal(ctx, ids + P + N, V, logits, V);
@@ -321,15 +338,18 @@ static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *
     recording = false;
     ctx->pool->observe = NULL;
     print_stages("verify batch", 1, total, bw, overhead);
-    VerifyCost vc = {0, 0};
+    VerifyCost vc = {0, 0, 0};
     double weights_time = 0;
     for (int i = 0; i < n_stages; i++)
         if (stages[i].bytes > 0) vc.bytes += stages[i].bytes, weights_time += stages[i].seconds;
-    double kernels = compute_floor(ctx, nth);
+    double kernels = compute_floor(ctx, nth, bw, &vc.staged);
     vc.floor = kernels + (total - weights_time);
+    vc.staged += total - weights_time;
     printf("  its cost: %.0f MB of weights = %.2f ms at %.1f GB/s; compute floor %.2f ms (%d products at in-cache kernel "
            "speed on %d threads %.2f ms, the rest as measured %.2f ms)\n", vc.bytes / 1e6, 1e3 * vc.bytes / bw, bw / 1e9,
            1e3 * vc.floor, n_products, nth, 1e3 * kernels, 1e3 * (total - weights_time));
+    printf("  per task (%d read weights, one at a time) the larger of its bytes at the bandwidth and its kernels, plus the rest: "
+           "%.2f ms\n", n_tasks, 1e3 * vc.staged);
     return vc;
 }
 
@@ -460,14 +480,16 @@ int main(int argc, char **argv) {
     double v_bytes = vc.bytes / bw, v_cost = v_bytes > vc.floor ? v_bytes : vc.floor;
     printf("  verify's cost: %.0f MB of weights = %.1f ms at the bandwidth, compute floor %.1f ms; clover takes %.2fx the "
            "larger\n", vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
+    printf("  per task the larger of bytes and kernels, plus the rest: %.1f ms; clover takes %.2fx that\n", 1e3 * vc.staged,
+           c_ver / vc.staged);
     printf("  memory bandwidth %.1f GB/s (%d threads); a decode step reads %.0f MB of weights: clover reaches %.0f%%, "
            "llama.cpp %.0f%% (medians of the repetitions' fractions)\n", bw / 1e9, threads, bytes / 1e6, 100 * f_c, 100 * f_l);
     printf("BENCH prefill_clover=%.2f prefill_llama=%.2f prefill_ratio=%.2f decode_clover=%.2f decode_llama=%.2f "
            "decode_ratio=%.2f verify_clover_ms=%.1f verify_llama_ms=%.1f verify_steps_clover=%.2f verify_steps_llama=%.2f "
            "bandwidth_gbs=%.1f decode_mb=%.0f decode_bw_clover=%.2f decode_bw_llama=%.2f verify_mb=%.0f verify_bytes_ms=%.1f "
-           "verify_floor_ms=%.1f verify_vs_cost=%.2f\n",
+           "verify_floor_ms=%.1f verify_vs_cost=%.2f verify_staged_ms=%.1f verify_vs_staged=%.2f\n",
            c_pre, l_pre, r_pre, c_dec, l_dec, r_dec, 1e3 * c_ver, 1e3 * l_ver, c_vs, l_vs, bw / 1e9, bytes / 1e6,
-           f_c, f_l, vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
+           f_c, f_l, vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost, 1e3 * vc.staged, c_ver / vc.staged);
     llama_free(lc);
     llama_model_free(lm);
     llama_backend_free();

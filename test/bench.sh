@@ -35,13 +35,13 @@ for type in q4_k_m q8_0 q4_0; do
         line=$(grep '^BENCH ' "$DIR/out.txt") || exit 1
         declare -A v=()
         for kv in ${line#BENCH }; do v[${kv%%=*}]=${kv#*=}; done
-        rows+=("| $type | $vocab | ${v[prefill_clover]} / ${v[prefill_llama]} = **${v[prefill_ratio]}x** | ${v[decode_clover]} / ${v[decode_llama]} = **${v[decode_ratio]}x** | ${v[verify_clover_ms]} ms = ${v[verify_steps_clover]} steps / ${v[verify_llama_ms]} ms = ${v[verify_steps_llama]} steps | ${v[decode_mb]} MB, ${v[bandwidth_gbs]} GB/s: ${v[decode_bw_clover]} / ${v[decode_bw_llama]} | ${v[verify_mb]} MB = ${v[verify_bytes_ms]} ms, floor ${v[verify_floor_ms]} ms: **${v[verify_vs_cost]}x** |")
+        rows+=("| $type | $vocab | ${v[prefill_clover]} / ${v[prefill_llama]} = **${v[prefill_ratio]}x** | ${v[decode_clover]} / ${v[decode_llama]} = **${v[decode_ratio]}x** | ${v[verify_clover_ms]} ms = ${v[verify_steps_clover]} steps / ${v[verify_llama_ms]} ms = ${v[verify_steps_llama]} steps | ${v[decode_mb]} MB, ${v[bandwidth_gbs]} GB/s: ${v[decode_bw_clover]} / ${v[decode_bw_llama]} | ${v[verify_mb]} MB = ${v[verify_bytes_ms]} ms, floor ${v[verify_floor_ms]} ms: **${v[verify_vs_cost]}x**; per task ${v[verify_staged_ms]} ms: **${v[verify_vs_staged]}x** |")
         unset v
     done
 done
 echo
 echo "$(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads, llama.cpp's CPU variant ${variant:-?}, medians of $REPS runs (clover / llama.cpp):"
 echo
-echo "| weights | vocabulary | prefill t/s (512) | decode t/s (64) | 16-row verify (cost in decode steps) | bytes/step, bandwidth: fraction reached | clover's verify vs its cost (bytes at the bandwidth, compute floor: the larger) |"
+echo "| weights | vocabulary | prefill t/s (512) | decode t/s (64) | 16-row verify (cost in decode steps) | bytes/step, bandwidth: fraction reached | clover's verify vs its cost (bytes at the bandwidth, compute floor: the larger; per task the larger of the two, summed) |"
 echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
