@@ -1577,6 +1577,15 @@ enum { TILE_T = 64, TILE_O = 16 };
 /* the sixteen-row kernels (DotGemm16Fn) gather their weights once per block: worth it from this
  * many activation rows on */
 enum { GEMM16_MIN_ROWS = 4 };
+/* Up to this many activation rows (an expert's rows in a verify batch, mostly: 16 rows choose about
+ * 100 of 256 experts, a fifth of them for 2 or 3 rows) go through the four-weight-row kernels
+ * (DotW4Fn), each row in turn against the four weight rows while they are in L1: the kernels that
+ * unpack a block once for several rows read adjacent weight rows in step, a pattern the
+ * prefetchers follow badly (one thread, 200 expert gates of 512 x 2048 from memory, 2 rows:
+ * Q4_K 24.4 -> 12.8 ms, Q4_0 22.8 -> 12.4, Q6_K 32.0 -> 15.7, Q8_0 25.8 -> 21.3; 3 rows: Q4_K
+ * 32.9 -> 18.9, Q8_0 unchanged; from 4 rows on the block-sharing kernels win for Q8_0 and Q4_0,
+ * from 6 for Q4_K). */
+enum { W4_MAX_ROWS = 3 };
 
 /* Where a weight row serves several activation rows, the dots take long enough per byte that the
  * hardware prefetcher (which stops at page boundaries) falls behind; the first pass over each row
@@ -1607,17 +1616,19 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
     const DotFn *dot_fns = kernels()->dot;
     bool packed = rows_fns[k] && dot_type(w->type) == T_Q8_0 && T > 1;   /* (no T4 split for these) */
     size_t group_bytes = (size_t)(w->n_in / 32) * sizeof(BlockQ8_0x8);
-    DotW4Fn w4 = T == 1 ? kernels()->dot_w4[k] : NULL;
+    DotW4Fn w4 = T <= W4_MAX_ROWS ? kernels()->dot_w4[k] : NULL;
     if (w4 && o1 - o0 >= 4) {
-        /* one activation row: four weight rows at a time, a quarter of the range apart, so that
-         * each is a sequential stream of its own (adjacent rows read in step defeat the hardware
-         * prefetchers: measured here 10 GB/s against 25 for one row at a time); the rest below */
+        /* up to W4_MAX_ROWS activation rows: four weight rows at a time, a quarter of the range
+         * apart, so that each is a sequential stream of its own (adjacent rows read in step defeat
+         * the hardware prefetchers: measured here 10 GB/s against 25 for one row at a time), each
+         * activation row against them while they are in L1; the rest below */
         int64_t q = (o1 - o0) / 4;
-        for (int64_t o = o0; o < o0 + q; o++) {
-            float out[4];
-            w4(w->data + (size_t)o * w->row_bytes, (size_t)q * w->row_bytes, xq, w->n_in, out);
-            for (int i = 0; i < 4; i++) y[o + i * q] = out[i];
-        }
+        for (int64_t o = o0; o < o0 + q; o++)
+            for (int t = 0; t < T; t++) {
+                float out[4];
+                w4(w->data + (size_t)o * w->row_bytes, (size_t)q * w->row_bytes, xq + t * stride, w->n_in, out);
+                for (int i = 0; i < 4; i++) y[(size_t)t * ystride + o + i * q] = out[i];
+            }
         o0 += 4 * q;
     }
     for (int t0 = 0; t0 < T; t0 += TILE_T) {
