@@ -4690,6 +4690,56 @@ SIMD static void gemm16_q4_K_8x8_gemm_amx(const void *w, size_t row_bytes, const
 SIMD static void gemm16_q4_K_8x8_amx(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
     q4_K_8x8_rows16_zmm(w, row_bytes, a, stride, T, n, y, ystride, false, true);
 }
+
+/* dot_q4_0_8x8 for sixteen weight rows against T <= TILE_T activation rows (DotGemm16Fn) on the
+ * AMX tiles: per block, the sixteen rows' 32 values, signed (q - 8), gathered into tile B's layout
+ * (group g: values 4g..4g+3 of every row, low nibbles for g < 4, high ones after), each group of
+ * up to 16 activation rows loaded as it lies into tile A, tdpbssd gives every (activation row,
+ * weight row) its block sum, and acc = fma(isum, d_w d_a, acc) in block order, the single-row
+ * kernel's float steps. */
+SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
+    _Alignas(64) float acc[TILE_T][16];
+    _Alignas(64) int8_t wt[8][64];
+    _Alignas(64) int32_t cs[16][16];
+    _Alignas(64) uint8_t xa[16][32] = {{0}};
+    memset(acc, 0, (size_t)T * sizeof acc[0]);
+    amx_tiles();
+    const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)row_bytes));
+    const __m512i m15 = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = (const uint8_t *)((const BlockQ4_0 *)w + b);
+        for (int i = 16; i < 32; i++) _mm_prefetch((const char *)blk + i * row_bytes, _MM_HINT_T0);   /* as q4_K_8x8_rows16_zmm */
+        __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(offs, (const void *)blk, 1)));
+        for (int g = 0; g < 4; g++) {
+            __m512i v = _mm512_i32gather_epi32(offs, (const void *)(blk + offsetof(BlockQ4_0, qs) + 4 * g), 1);
+            _mm512_store_si512((void *)wt[g], _mm512_sub_epi8(_mm512_and_si512(v, m15), eight));
+            _mm512_store_si512((void *)wt[g + 4], _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m15), eight));
+        }
+        _tile_loadd(1, wt, 64);
+        for (int r0 = 0; r0 < T; r0 += 16) {
+            int R = T - r0 < 16 ? T - r0 : 16;
+            const BlockQ8_0 *y0 = act_block(a, stride, r0, sizeof(BlockQ8_0), b);
+            const void *x = y0->qs;
+            size_t xs = stride;
+            if (R < 16) {
+                for (int r = 0; r < R; r++) memcpy(xa[r], ((const BlockQ8_0 *)act_block(a, stride, r0 + r, sizeof(BlockQ8_0), b))->qs, 32);
+                x = xa[0], xs = 32;
+            }
+            _tile_loadd(0, x, xs);
+            _tile_zero(2);
+            _tile_dpbssd(2, 0, 1);
+            _tile_stored(2, cs, 64);
+            for (int r = 0; r < R; r++) {
+                float da = f16c(((const BlockQ8_0 *)act_block(a, stride, r0 + r, sizeof(BlockQ8_0), b))->d);
+                __m512 A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cs[r])), _mm512_mul_ps(dw, _mm512_set1_ps(da)),
+                                           _mm512_load_ps(acc[r0 + r]));
+                _mm512_store_ps(acc[r0 + r], A);
+            }
+        }
+    }
+    for (int r = 0; r < T; r++) _mm512_storeu_ps(y + (size_t)r * ystride, _mm512_load_ps(acc[r]));
+}
 #endif
 #endif
 
@@ -5334,6 +5384,7 @@ static void choose_kernels(void) {
         kernels_amx = KERNELS_AVX2;
         kernels_amx.dot_gemm16[K_Q4_K_8X8] = gemm16_q4_K_8x8_amx;
         kernels_amx.dot_gemm16[K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_gemm_amx;
+        kernels_amx.dot_gemm16[K_Q4_0_8X8] = gemm16_q4_0_8x8_amx;
         kernels_chosen = &kernels_amx;
     }
 #endif
