@@ -4555,14 +4555,13 @@ static inline SIMD_INLINE void q4_K_8x8_gemm_rows_avx2(const void *w, const void
  * in the rows of tile A, 16 x 32 bytes; unsigned nibbles in tile B, whose layout, 4-byte groups
  * of the sixteen rows, is wt's) into tile C, 16 x 16 int32, stored to cs[j]. A group of fewer
  * than 16 rows is copied into xa first, so that no tile reads past the activations. Tiles 0-5,
- * configured once per thread (amx_tiles). */
+ * configured by each call of a kernel that uses them (amx_tiles) and released at its end: other
+ * code in the thread may configure them otherwise or release them (llama.cpp's AMX kernels do,
+ * in build/bench, where a configuration kept from an earlier call died of SIGILL). */
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } TileConfig;
-static _Thread_local bool amx_configured;
 static inline SIMD_INLINE void amx_tiles(void) {
-    if (amx_configured) return;
     static const TileConfig cfg = {.palette = 1, .colsb = {32, 64, 64, 32, 64, 64}, .rows = {16, 8, 16, 16, 8, 16}};
     _tile_loadconfig(&cfg);
-    amx_configured = true;
 }
 static inline SIMD_INLINE void q4_K_sums16_amx(const uint8_t wt[8][8][64], const void *a, size_t stride, int r0, int R,
                                                int64_t b, uint8_t xa[16][256], int32_t cs[8][16][16]) {
@@ -4675,6 +4674,9 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
             _mm512_store_ps(acc[r], A), _mm512_store_ps(accm[r], Am);
         }
     }
+#if AMX
+    if (amx) _tile_release();
+#endif
     for (int r = 0; r < T; r++) _mm512_storeu_ps(y + (size_t)r * ystride, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
 }
 SIMD static void gemm16_q4_K_8x8_gemm_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
@@ -4738,6 +4740,7 @@ SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void
             }
         }
     }
+    _tile_release();
     for (int r = 0; r < T; r++) _mm512_storeu_ps(y + (size_t)r * ystride, _mm512_load_ps(acc[r]));
 }
 #endif

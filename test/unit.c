@@ -501,6 +501,9 @@ static void test_simd_dots(void) {
                         for (int64_t i = 0; i < n; i++) xr[i] = x[i] * (float)(t + 1) / 8;
                         quantize_row(dot_type(type), xr, acts + t * ab, n);
                     }
+#if AMX
+                    _tile_release();   /* as other code in the thread may leave the tiles (llama.cpp's AMX kernels do) */
+#endif
                     gemm16(w16, rb, acts, ab, T, n, yt, 16);
                     check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, g ? "sixteen-row kernel (AVX-512)" : "sixteen-row kernel", &n_checks, &bad, detail);
                     free(w16), free(acts), free(xr), free(yt);
