@@ -4555,13 +4555,20 @@ static inline SIMD_INLINE void q4_K_8x8_gemm_rows_avx2(const void *w, const void
  * in the rows of tile A, 16 x 32 bytes; unsigned nibbles in tile B, whose layout, 4-byte groups
  * of the sixteen rows, is wt's) into tile C, 16 x 16 int32, stored to cs[j]. A group of fewer
  * than 16 rows is copied into xa first, so that no tile reads past the activations. Tiles 0-5,
- * configured by each call of a kernel that uses them (amx_tiles) and released at its end: other
- * code in the thread may configure them otherwise or release them (llama.cpp's AMX kernels do,
- * in build/bench, where a configuration kept from an earlier call died of SIGILL). */
+ * configured by each call of a kernel that uses them (amx_tiles) and, at its end, given back as
+ * they were (amx_restore): other code in the thread may keep a configuration of its own across
+ * calls, as llama.cpp's AMX kernels do (in build/bench, one process with both, a configuration
+ * kept from an earlier call of clover's died of SIGILL after llama.cpp released the tiles, and a
+ * release by clover made llama.cpp's next tile instruction die). */
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } TileConfig;
-static inline SIMD_INLINE void amx_tiles(void) {
+static inline SIMD_INLINE void amx_tiles(TileConfig *saved) {
     static const TileConfig cfg = {.palette = 1, .colsb = {32, 64, 64, 32, 64, 64}, .rows = {16, 8, 16, 16, 8, 16}};
+    _tile_storeconfig(saved);   /* palette 0: none */
     _tile_loadconfig(&cfg);
+}
+static inline SIMD_INLINE void amx_restore(const TileConfig *saved) {
+    if (saved->palette) _tile_loadconfig(saved);
+    else _tile_release();
 }
 static inline SIMD_INLINE void q4_K_sums16_amx(const uint8_t wt[8][8][64], const void *a, size_t stride, int r0, int R,
                                                int64_t b, uint8_t xa[16][256], int32_t cs[8][16][16]) {
@@ -4597,7 +4604,8 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
 #if AMX
     _Alignas(64) int32_t cs[8][16][16];   /* the AMX sums: cs[j][r % 16][i] */
     _Alignas(64) uint8_t xa[16][256] = {{0}};
-    if (amx) amx_tiles();
+    _Alignas(64) TileConfig saved;
+    if (amx) amx_tiles(&saved);
 #endif
     const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)row_bytes));
@@ -4675,7 +4683,7 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
         }
     }
 #if AMX
-    if (amx) _tile_release();
+    if (amx) amx_restore(&saved);
 #endif
     for (int r = 0; r < T; r++) _mm512_storeu_ps(y + (size_t)r * ystride, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
 }
@@ -4705,7 +4713,8 @@ SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void
     _Alignas(64) int32_t cs[16][16];
     _Alignas(64) uint8_t xa[16][32] = {{0}};
     memset(acc, 0, (size_t)T * sizeof acc[0]);
-    amx_tiles();
+    _Alignas(64) TileConfig saved;
+    amx_tiles(&saved);
     const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)row_bytes));
     const __m512i m15 = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
@@ -4740,7 +4749,7 @@ SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void
             }
         }
     }
-    _tile_release();
+    amx_restore(&saved);
     for (int r = 0; r < T; r++) _mm512_storeu_ps(y + (size_t)r * ystride, _mm512_load_ps(acc[r]));
 }
 #endif

@@ -502,9 +502,19 @@ static void test_simd_dots(void) {
                         quantize_row(dot_type(type), xr, acts + t * ab, n);
                     }
 #if AMX
-                    _tile_release();   /* as other code in the thread may leave the tiles (llama.cpp's AMX kernels do) */
+                    /* other code in the thread may have released the tiles, or configured them its own way and
+                     * expect to find them so after the call (llama.cpp's AMX kernels do both) */
+                    _Alignas(64) TileConfig other = {.palette = 1, .colsb = {64, 64}, .rows = {3, 5}}, after;
+                    if (rep % 16 == 0) _tile_release();
+                    else _tile_loadconfig(&other);
 #endif
                     gemm16(w16, rb, acts, ab, T, n, yt, 16);
+#if AMX
+                    _tile_storeconfig(&after);
+                    if (rep % 16 && memcmp(&after, &other, sizeof other) && bad++ == 0)
+                        snprintf(detail, sizeof detail, "n=%lld, %s: the tile configuration before the call not restored", (long long)n, g ? "sixteen-row kernel (AVX-512)" : "sixteen-row kernel");
+                    _tile_release();
+#endif
                     check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, g ? "sixteen-row kernel (AVX-512)" : "sixteen-row kernel", &n_checks, &bad, detail);
                     free(w16), free(acts), free(xr), free(yt);
                 }
