@@ -1663,6 +1663,16 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                 for (int64_t o = ob; o < oe; o++) {
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
                     if (t == t0 && T > 1) prefetch_ahead(w, row);
+                    else if (!packed && t + R >= t1) {
+                        /* the last pass over a tile of weight rows, which come from L1: ask for the
+                         * next tile's row meanwhile, so that memory is not idle while the rows of a
+                         * batch after the first reuse the tile (the K-quant row kernels; the packed
+                         * Q8_0 ones prefetch within the row themselves). One thread, 16 rows of 200
+                         * expert-sized matrices from memory: Q6_K 61 -> 56.5 ms (51 in cache), Q5_K
+                         * 78 -> 75, Q8_0 unchanged. A prefetch past the end reads nothing. */
+                        const uint8_t *next = row + TILE_O * w->row_bytes, *end = w->data + (size_t)w->n_out * w->row_bytes;
+                        for (size_t c = 0; c < w->row_bytes && next + c < end; c += 64) __builtin_prefetch(next + c);
+                    }
                     if (tile8 && o + 8 <= oe) {   /* eight weight rows at once */
                         for (int i = 1; i < 8 && t == t0; i++) prefetch_ahead(w, row + i * w->row_bytes);
                         tile8(row, w->row_bytes, x, R, w->n_in, y + (size_t)t * ystride + o, ystride);
