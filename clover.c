@@ -1527,7 +1527,7 @@ enum { MAX_ROWS = 8 };   /* activation rows one multi-row kernel call takes (see
 #define ZMM 0
 #endif
 /* ... and AMX (tile registers and their int8 products, Sapphire Rapids on): the sixteen-row Q4_K
- * kernel's sums (section 12), where the kernel may use the tiles (choose_kernels) */
+ * and Q4_0 batch kernels' integer sums (section 12), where the kernel grants the tiles (choose_kernels) */
 #if ZMM && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #define AMX 1
 #else
@@ -1592,8 +1592,9 @@ enum { W4_MAX_ROWS = 3 };
  * asks for the bytes PREFETCH_BYTES ahead of it (a 16-row verify, zen4: 4-5% less CPU time). */
 enum { PREFETCH_BYTES = 4096 };
 
-static void prefetch_ahead(const Mat *w, const uint8_t *row) {
-    const uint8_t *p = row + PREFETCH_BYTES, *end = w->data + (size_t)w->n_out * w->row_bytes;
+/* a row's length of w's bytes from row + ahead on, as far as the matrix goes */
+static void prefetch_ahead(const Mat *w, const uint8_t *row, size_t ahead) {
+    const uint8_t *p = row + ahead, *end = w->data + (size_t)w->n_out * w->row_bytes;
     for (size_t b = 0; b < w->row_bytes && p + b < end; b += 64) __builtin_prefetch(p + b);
 }
 
@@ -1662,19 +1663,16 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                 DotTileFn tile8 = packed && R > 1 ? kernels()->dot_tile[kt] : NULL;
                 for (int64_t o = ob; o < oe; o++) {
                     const uint8_t *row = w->data + (size_t)o * w->row_bytes;
-                    if (t == t0 && T > 1) prefetch_ahead(w, row);
-                    else if (!packed && t + R >= t1) {
-                        /* the last pass over a tile of weight rows, which come from L1: ask for the
-                         * next tile's row meanwhile, so that memory is not idle while the rows of a
-                         * batch after the first reuse the tile (the K-quant row kernels; the packed
-                         * Q8_0 ones prefetch within the row themselves). One thread, 16 rows of 200
-                         * expert-sized matrices from memory: Q6_K 61 -> 56.5 ms (51 in cache), Q5_K
-                         * 78 -> 75, Q8_0 unchanged. A prefetch past the end reads nothing. */
-                        const uint8_t *next = row + TILE_O * w->row_bytes, *end = w->data + (size_t)w->n_out * w->row_bytes;
-                        for (size_t c = 0; c < w->row_bytes && next + c < end; c += 64) __builtin_prefetch(next + c);
-                    }
+                    if (t == t0 && T > 1) prefetch_ahead(w, row, PREFETCH_BYTES);
+                    /* the last pass over a tile of weight rows, which come from L1: ask for the next
+                     * tile's row meanwhile, so that memory is not idle while the rows of a batch
+                     * after the first reuse the tile (the K-quant row kernels; the packed Q8_0 ones
+                     * prefetch within the row themselves). One thread, 16 rows of 200 expert-sized
+                     * matrices from memory: Q6_K 61 -> 56.5 ms (51 in cache), Q5_K 78 -> 75, Q8_0
+                     * unchanged. */
+                    else if (!packed && t + R >= t1) prefetch_ahead(w, row, TILE_O * w->row_bytes);
                     if (tile8 && o + 8 <= oe) {   /* eight weight rows at once */
-                        for (int i = 1; i < 8 && t == t0; i++) prefetch_ahead(w, row + i * w->row_bytes);
+                        for (int i = 1; i < 8 && t == t0; i++) prefetch_ahead(w, row + i * w->row_bytes, PREFETCH_BYTES);
                         tile8(row, w->row_bytes, x, R, w->n_in, y + (size_t)t * ystride + o, ystride);
                         o += 7;
                         continue;
@@ -4580,14 +4578,21 @@ static inline SIMD_INLINE void amx_restore(const TileConfig *saved) {
     if (saved->palette) _tile_loadconfig(saved);
     else _tile_release();
 }
+/* The quants (len bytes at offset qs in each block of block_bytes) of block b of activation rows
+ * r0..r0+R-1, as tile A reads them: in place, *xs = stride apart, or, fewer than 16 rows, copied
+ * into xa, *xs = len apart, so that no tile reads past the activations */
+static inline SIMD_INLINE const uint8_t *tile_rows_amx(const void *a, size_t stride, int r0, int R, size_t block_bytes, size_t qs,
+                                                       size_t len, int64_t b, uint8_t *xa, size_t *xs) {
+    *xs = stride;
+    if (R == 16) return (const uint8_t *)act_block(a, stride, r0, block_bytes, b) + qs;
+    for (int r = 0; r < R; r++) memcpy(xa + r * len, (const uint8_t *)act_block(a, stride, r0 + r, block_bytes, b) + qs, len);
+    *xs = len;
+    return xa;
+}
 static inline SIMD_INLINE void q4_K_sums16_amx(const uint8_t wt[8][8][64], const void *a, size_t stride, int r0, int R,
                                                int64_t b, uint8_t xa[16][256], int32_t cs[8][16][16]) {
-    const uint8_t *x = (const uint8_t *)((const BlockQ8_K *)act_block(a, stride, r0, sizeof(BlockQ8_K), b))->qs;
-    size_t xs = stride;
-    if (R < 16) {
-        for (int r = 0; r < R; r++) memcpy(xa[r], ((const BlockQ8_K *)act_block(a, stride, r0 + r, sizeof(BlockQ8_K), b))->qs, 256);
-        x = xa[0], xs = 256;
-    }
+    size_t xs;
+    const uint8_t *x = tile_rows_amx(a, stride, r0, R, sizeof(BlockQ8_K), offsetof(BlockQ8_K, qs), 256, b, xa[0], &xs);
     for (int p = 0; p < 4; p++) {   /* sub-blocks 2p (tiles 0, 1 -> 2) and 2p + 1 (3, 4 -> 5) */
         _tile_loadd(0, x + 64 * p, xs);
         _tile_loadd(3, x + 64 * p + 32, xs);
@@ -4740,13 +4745,8 @@ SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void
         _tile_loadd(1, wt, 64);
         for (int r0 = 0; r0 < T; r0 += 16) {
             int R = T - r0 < 16 ? T - r0 : 16;
-            const BlockQ8_0 *y0 = act_block(a, stride, r0, sizeof(BlockQ8_0), b);
-            const void *x = y0->qs;
-            size_t xs = stride;
-            if (R < 16) {
-                for (int r = 0; r < R; r++) memcpy(xa[r], ((const BlockQ8_0 *)act_block(a, stride, r0 + r, sizeof(BlockQ8_0), b))->qs, 32);
-                x = xa[0], xs = 32;
-            }
+            size_t xs;
+            const uint8_t *x = tile_rows_amx(a, stride, r0, R, sizeof(BlockQ8_0), offsetof(BlockQ8_0, qs), 32, b, xa[0], &xs);
             _tile_loadd(0, x, xs);
             _tile_zero(2);
             _tile_dpbssd(2, 0, 1);
@@ -5383,8 +5383,7 @@ static const Kernels KERNELS_AVX2 = {
 #endif
 
 /* AVX2 with FMA and F16C where the CPU has them (and AMX tiles where built with them and granted),
- * unless CLOVER_SIMD=scalar asks for the plain
- * definitions (the tests compare the two). */
+ * unless CLOVER_SIMD=scalar asks for the plain definitions (the tests compare the two). */
 static const Kernels *kernels_chosen = &KERNELS_PLAIN;
 #if AMX
 static Kernels kernels_amx;   /* KERNELS_AVX2 with the AMX forms of the sixteen-row kernels */

@@ -214,7 +214,6 @@ static void observe(TaskFn fn, void *arg, bool done) {
         mat_family(mt->w, name, sizeof name);
         bytes = mat_bytes(mt->w);
         record(mt->w, mt->T, mt->batch);
-        if (recording && n_tasks < (int)(sizeof task_bytes / sizeof *task_bytes)) task_bytes[n_tasks++] = bytes;
     } else if (fn == ffn_task) {
         const FfnTask *f = arg;
         snprintf(name, sizeof name, f->expert ? "experts (up, gate, down)" : "shared expert");
@@ -226,7 +225,6 @@ static void observe(TaskFn fn, void *arg, bool done) {
                 record(&w, f->first[g + 1] - f->first[g], f->batch);
             }
         }
-        if (recording && n_tasks < (int)(sizeof task_bytes / sizeof *task_bytes)) task_bytes[n_tasks++] = bytes;
     } else if (fn == gdn_conv_task) snprintf(name, sizeof name, "gdn conv, silu, l2 norm");
     else if (fn == gdn_scan_task) snprintf(name, sizeof name, "gdn delta rule");
     else if (fn == gdn_gated_norm_task) snprintf(name, sizeof name, "gdn gated norm");
@@ -234,6 +232,7 @@ static void observe(TaskFn fn, void *arg, bool done) {
     else if (fn == route_task) snprintf(name, sizeof name, "router softmax, top-k");
     else if (fn == moe_sum_task) snprintf(name, sizeof name, "expert weighted sum");
     else snprintf(name, sizeof name, "other task");
+    if (recording && bytes > 0 && n_tasks < (int)(sizeof task_bytes / sizeof *task_bytes)) task_bytes[n_tasks++] = bytes;   /* after its products */
     Stage *s = stage(name);
     s->calls++;
     s->seconds += seconds;
@@ -324,7 +323,6 @@ static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *
     t0 = stage_clock();
     for (int i = 0; i < N; i++) {
         recording = i == N - 1;   /* the last step's products, for its compute floor */
-        n_tasks = 0;
         forward_causal(ctx, ids + P + i, 1, logits, 1);
     }
     recording = false;

@@ -487,9 +487,10 @@ static void test_simd_dots(void) {
 #if defined(__x86_64__)
                 if (kernels()->dot_gemm16[k] != KERNELS_AVX2.dot_gemm16[k]) gemm16s[1] = KERNELS_AVX2.dot_gemm16[k];
 #endif
-                for (int g = 0; g < 2; g++) {
-                DotGemm16Fn gemm16 = gemm16s[g];
-                if (gemm16 && rep % 8 == 0) {
+                for (int g = 0; g < 2 && rep % 8 == 0; g++) {
+                    DotGemm16Fn gemm16 = gemm16s[g];
+                    if (!gemm16) continue;
+                    const char *what = g ? "sixteen-row kernel (AVX-512)" : "sixteen-row kernel";
                     const int Ts[] = {1, 4, 7, 16, 20, TILE_T};
                     int T = Ts[rep / 8 % 6];
                     size_t rb = row_bytes(type, n), ab = row_bytes(dot_type(type), n);
@@ -512,12 +513,11 @@ static void test_simd_dots(void) {
 #if AMX
                     _tile_storeconfig(&after);
                     if (rep % 16 && memcmp(&after, &other, sizeof other) && bad++ == 0)
-                        snprintf(detail, sizeof detail, "n=%lld, %s: the tile configuration before the call not restored", (long long)n, g ? "sixteen-row kernel (AVX-512)" : "sixteen-row kernel");
+                        snprintf(detail, sizeof detail, "n=%lld, %s: the tile configuration before the call not restored", (long long)n, what);
                     _tile_release();
 #endif
-                    check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, g ? "sixteen-row kernel (AVX-512)" : "sixteen-row kernel", &n_checks, &bad, detail);
+                    check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, what, &n_checks, &bad, detail);
                     free(w16), free(acts), free(xr), free(yt);
-                }
                 }
                 /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart */
                 DotW4Fn w4 = kernels()->dot_w4[k];
