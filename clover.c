@@ -958,8 +958,7 @@ typedef struct {
     void (*to_f16)(uint16_t *y, const float *x, int n);
     void (*fa_scores)(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
     void (*fa_mad)(float *y, uint32_t type, const void *v, float w, int n);
-    void (*fa_mad16)(uint16_t *y, uint32_t type, const void *v, float w, int n);
-    void (*fa_scale16)(uint16_t *y, float s, int n);
+    void (*fa_mad16_keys)(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n);
 } Kernels;
 static const Kernels *kernels(void);   /* section 12 */
 
@@ -2211,15 +2210,25 @@ static void fa_mad(float *y, uint32_t type, const void *v, float w, int n) {
     for (int i = 0; i < n; i++) y[i] = fmaf(fa_load(type, v, i), w, y[i]);
 }
 
-/* y_i = fp16(fma(v_i, w, y_i)), an F16 accumulator (ggml_vec_mad_f16). Twin: fa_mad16_avx2. */
+/* y_i = fp16(fma(v_i, w, y_i)), an F16 accumulator (ggml_vec_mad_f16) */
 static void fa_mad16(uint16_t *y, uint32_t type, const void *v, float w, int n) {
     for (int i = 0; i < n; i++) y[i] = fp32_to_fp16(fmaf(fa_load(type, v, i), w, fp16_to_fp32(y[i])));
 }
 
-/* y_i = fp16(y_i s), the F16 accumulator rescaled when the running max grows (ggml_vec_scale_f16).
- * Twin: fa_scale16_avx2. */
+/* y_i = fp16(y_i s), the F16 accumulator rescaled when the running max grows (ggml_vec_scale_f16) */
 static void fa_scale16(uint16_t *y, float s, int n) {
     for (int i = 0; i < n; i++) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * s);
+}
+
+/* The F16 accumulator over nt keys (rows V + t vstride), key by key as ggml's loop takes them: a key
+ * with ms_t != 1 raised the running max, y = fp16(y ms_t); then y = fp16(fma(v_t, vs_t, y)). Twin:
+ * fa_mad16_keys_avx2, which holds each group of values in a register across the keys instead of
+ * storing it as F16 after every key (the order of each value's steps is the same). */
+static void fa_mad16_keys(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
+    for (int t = 0; t < nt; t++) {
+        if (ms[t] != 1) fa_scale16(y, ms[t], n);
+        fa_mad16(y, type, V + (size_t)t * vstride, vs[t], n);
+    }
 }
 
 /* Scratch of one thread's flash attention, carved from its V-sum accumulators (64 x head_dim floats). */
@@ -2234,7 +2243,9 @@ typedef struct {
  * weight vs = 1, any other key with vs = expf(s_j - M) (libm's expf here, not ggml_v_expf); then
  * acc += vs V_j and S = S ms + vs. With an F16 V the accumulator is F16 and every update rounds
  * to F16 (ggml_vec_scale_f16, ggml_vec_mad_f16: fused, on AVX-512 and in their scalar tails); else
- * it is F32. Leaves the F32 acc (not yet divided by S), M and S. */
+ * it is F32. Leaves the F32 acc (not yet divided by S), M and S. The keys go in tiles of 64: the
+ * tile's scores and weights (ms = 1 for a key that did not raise the max) first, then its V sum,
+ * so that the V sum's kernel sees the whole tile (fa_mad16_keys). */
 static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
                      int j0, int j1, int hd, float *acc, float *M_out, float *S_out) {
     DotFn kdot = dot_fn(fa_type(at->k_type), false, 1);
@@ -2242,26 +2253,33 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
     float scale = at->ctx->m->c.kq_scale, M = -INFINITY, S = 0;
     if (f16) memset(w->acc16, 0, (size_t)hd * sizeof(uint16_t));
     else memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int j = j0; j < j1; j++) {
-        const uint8_t *k = K + (size_t)j * kstride, *v = V + (size_t)j * vstride;
-        if (at->k_type == T_F32) {
-            kernels()->to_f16(w->krow, (const float *)k, hd);
-            k = (const uint8_t *)w->krow;
+    for (int j = j0; j < j1; j += 64) {
+        int nt = j1 - j < 64 ? j1 - j : 64;
+        float ms[64], vs[64];
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *k = K + (size_t)(j + t) * kstride;
+            if (at->k_type == T_F32) {
+                kernels()->to_f16(w->krow, (const float *)k, hd);
+                k = (const uint8_t *)w->krow;
+            }
+            float s = kdot(k, w->qr, hd) * scale;
+            ms[t] = 1, vs[t] = 1;
+            if (s > M) {
+                ms[t] = expf(M - s);
+                M = s;
+            } else {
+                vs[t] = expf(s - M);
+            }
+            float S_ms = S * ms[t];   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
+            S = S_ms + vs[t];
         }
-        float s = kdot(k, w->qr, hd) * scale;
-        float ms = 1, vs = 1;
-        if (s > M) {
-            ms = expf(M - s);
-            M = s;
-            if (f16) kernels()->fa_scale16(w->acc16, ms, hd);
-            else for (int i = 0; i < hd; i++) acc[i] *= ms;
-        } else {
-            vs = expf(s - M);
-        }
-        if (f16) kernels()->fa_mad16(w->acc16, at->v_type, v, vs, hd);
-        else kernels()->fa_mad(acc, at->v_type, v, vs, hd);
-        float S_ms = S * ms;   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
-        S = S_ms + vs;
+        const uint8_t *Vt = V + (size_t)j * vstride;
+        if (f16) kernels()->fa_mad16_keys(w->acc16, at->v_type, Vt, vstride, ms, vs, nt, hd);
+        else
+            for (int t = 0; t < nt; t++) {
+                if (ms[t] != 1) for (int i = 0; i < hd; i++) acc[i] *= ms[t];
+                kernels()->fa_mad(acc, at->v_type, Vt + (size_t)t * vstride, vs[t], hd);
+            }
     }
     if (f16) for (int i = 0; i < hd; i++) acc[i] = fp16_to_fp32(w->acc16[i]);
     *M_out = M;
@@ -5386,27 +5404,39 @@ SIMD static void fa_mad_avx2(float *y, uint32_t type, const void *v, float w, in
     fa_mad(y + i, type, (const uint8_t *)v + i * vb, w, n - i);
 }
 
-SIMD static void fa_mad16_avx2(uint16_t *y, uint32_t type, const void *v, float w, int n) {
-    __m256 w8 = _mm256_set1_ps(w);
-    size_t vb = TYPES[type].bytes;
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 r = _mm256_fmadd_ps(fa_load_avx2(type, v, i), w8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i))));
-        if (any_nan_avx2(r)) fa_mad16(y + i, type, (const uint8_t *)v + i * vb, w, 8);
-        else _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+/* C groups of 8 values from i on, each in a register across the nt keys, rounded to F16 after every
+ * step as fa_mad16_keys stores them (x -> F16 -> float is that rounding). The C chains are
+ * independent, so their steps overlap (one group alone waits on its fma and two conversions a
+ * key). A NaN stays NaN to the end, so one look at the end finds any: such a group is done again
+ * by the scalar definition, whose NaN bits the conversion instructions need not share. */
+static inline SIMD_INLINE void fa_mad16_groups_avx2(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms,
+                                                   const float *vs, int nt, int i, const int C) {
+    const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) acc[c] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8 * c)));
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *v = V + (size_t)t * vstride;
+        if (ms[t] != 1) {
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) acc[c] = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(acc[c], _mm256_set1_ps(ms[t])), rnd));
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            acc[c] = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_fmadd_ps(fa_load_avx2(type, v, i + 8 * c), _mm256_set1_ps(vs[t]), acc[c]), rnd));
     }
-    fa_mad16(y + i, type, (const uint8_t *)v + i * vb, w, n - i);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) {
+        if (any_nan_avx2(acc[c])) fa_mad16_keys(y + i + 8 * c, type, V + (size_t)(i + 8 * c) * TYPES[type].bytes, vstride, ms, vs, nt, 8);
+        else _mm_storeu_si128((__m128i *)(y + i + 8 * c), _mm256_cvtps_ph(acc[c], rnd));
+    }
 }
 
-SIMD static void fa_scale16_avx2(uint16_t *y, float s, int n) {
-    __m256 s8 = _mm256_set1_ps(s);
+SIMD static void fa_mad16_keys_avx2(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 r = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i))), s8);
-        if (any_nan_avx2(r)) fa_scale16(y + i, s, 8);
-        else _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    fa_scale16(y + i, s, n - i);
+    for (; i + 64 <= n; i += 64) fa_mad16_groups_avx2(y, type, V, vstride, ms, vs, nt, i, 8);
+    for (; i + 8 <= n; i += 8) fa_mad16_groups_avx2(y, type, V, vstride, ms, vs, nt, i, 1);
+    fa_mad16_keys(y + i, type, V + (size_t)i * TYPES[type].bytes, vstride, ms, vs, nt, n - i);
 }
 #endif
 
@@ -5416,7 +5446,7 @@ static const Kernels KERNELS_PLAIN = {
             dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K},
     .quantize_q8_0 = quantize_q8_0, .quantize_q8_K = quantize_q8_K, .exp_sum = exp_sum, .softmax = softmax, .silu_row = silu_row,
     .gdn_conv = gdn_conv, .delta_rule = delta_rule, .round_row_as = round_row_as, .attn_v_sum = attn_v_sum,
-    .to_f16 = to_f16, .fa_scores = fa_scores, .fa_mad = fa_mad, .fa_mad16 = fa_mad16, .fa_scale16 = fa_scale16,
+    .to_f16 = to_f16, .fa_scores = fa_scores, .fa_mad = fa_mad, .fa_mad16_keys = fa_mad16_keys,
 };
 #if defined(__x86_64__)
 static const Kernels KERNELS_AVX2 = {
@@ -5435,8 +5465,7 @@ static const Kernels KERNELS_AVX2 = {
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .exp_sum = exp_sum_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
-    .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2, .fa_mad16 = fa_mad16_avx2,
-    .fa_scale16 = fa_scale16_avx2,
+    .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2, .fa_mad16_keys = fa_mad16_keys_avx2,
 };
 #endif
 
