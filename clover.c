@@ -1905,7 +1905,8 @@ typedef struct {
     const float *y, *g, *beta;        /* post-conv rows [T][conv_dim], [T][n_v_heads] x2 */
     float *o;                         /* [T][value_dim] */
     int T;
-    bool reverse;                     /* scan rows T-1 .. 0 (the preview's reverse branch) */
+    bool reverse;                     /* scan rows T-1 .. 0 from a zero state (the preview's reverse branch) */
+    const float *S0;                  /* non-NULL: each head's state copied from here first (the preview's forward branch) */
 } ScanTask;
 
 /* The delta rule of value head h (of H) over T post-conv rows y [T][C] (q at kh*d, k at
@@ -1923,13 +1924,18 @@ static void gdn_scan_head(float *S, const float *y, const float *g, const float 
     }
 }
 
-/* Heads are independent, so threads take heads and each runs its rows in order. */
+/* Heads are independent, so threads take heads and each runs its rows in order (setting the head's
+ * start state first, where the scan does not continue S: in cache just before its rows use it). */
 static void gdn_scan_task(void *p, int ith, int nth) {
     const ScanTask *st = p;
     const Config *c = st->c;
-    for (int h = ith; h < c->n_v_heads; h += nth)
+    size_t head = (size_t)c->d_state * c->d_state;
+    for (int h = ith; h < c->n_v_heads; h += nth) {
+        if (st->S0) memcpy(st->S + h * head, st->S0 + h * head, head * sizeof(float));
+        else if (st->reverse) memset(st->S + h * head, 0, head * sizeof(float));
         gdn_scan_head(st->S, st->y, st->g, st->beta, st->o, st->T, st->reverse, c->n_v_heads, c->n_k_heads, c->d_state,
                       c->conv_dim, c->key_dim, c->value_dim, h);
+    }
 }
 
 typedef struct {
@@ -1938,16 +1944,29 @@ typedef struct {
     const float *ring, *u;            /* conv ring before the batch, pre-conv rows [T][conv_dim] */
     float *y;                         /* post-conv rows [T][conv_dim] */
     int T;
+    bool right;                       /* the preview: the right taps (L->conv_right) too, before the norms */
 } ConvTask;
 
-/* gdn_conv and gdn_qk_norm for T rows: threads take blocks of d_state channels (whole heads, so
- * an L2 norm never spans two threads), every row of a block in turn. */
+/* The preview's right taps: y_t[c] += sum_{d=1..K-1, t+d<T} wr[c][d-1] * u_{t+d}[c], over the
+ * block's own later rows (before SiLU), for channels ch0..ch1-1 of C; wr: [C][K-1]. */
+static void gdn_conv_right(const float *wr, int K, int C, const float *u, int T, int ch0, int ch1, float *y) {
+    int R = K - 1;
+    for (int t = 0; t < T; t++)
+        for (int d = 1; d <= R && t + d < T; d++)
+            for (int ch = ch0; ch < ch1; ch++)
+                y[(size_t)t * C + ch] += wr[(size_t)ch * R + d - 1] * u[(size_t)(t + d) * C + ch];
+}
+
+/* gdn_conv (and the preview's right taps) and gdn_qk_norm for T rows: threads take blocks of
+ * d_state channels (whole heads, so an L2 norm never spans two threads), every row of a block in
+ * turn. Each channel's values are its own, so the blocks give the whole rows' bits. */
 static void gdn_conv_task(void *p, int ith, int nth) {
     const ConvTask *ct = p;
     const Config *c = ct->c;
     int d = c->d_state;
     for (int b = ith; b < c->conv_dim / d; b += nth) {
         kernels()->gdn_conv(ct->L->conv, c->d_conv, c->conv_dim, ct->ring, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
+        if (ct->right) gdn_conv_right(ct->L->conv_right, c->d_conv, c->conv_dim, ct->u, ct->T, b * d, (b + 1) * d, ct->y);
         for (int t = 0; t < ct->T; t++) gdn_qk_norm_head(ct->y + (size_t)t * c->conv_dim, b, d, 2 * c->n_k_heads, c->eps);
     }
 }
@@ -1958,21 +1977,11 @@ static void gdn_conv_task(void *p, int ith, int nth) {
 static void gdn_advance(Ctx *ctx, int il, int T, const float *u, const float *g, const float *beta) {
     const Config *c = &ctx->m->c;
     float *ring = ctx->st.ring[il], *y = ctx->sc.conv;
-    ConvTask ct = {c, &ctx->m->layers[il], ring, u, y, T};
+    ConvTask ct = {c, &ctx->m->layers[il], ring, u, y, T, false};
     pool_run(ctx->pool, gdn_conv_task, &ct);
     gdn_ring_push(ring, u, T, c->d_conv, c->conv_dim);
-    ScanTask st = {c, ctx->st.S[il], y, g, beta, ctx->sc.o, T, false};
+    ScanTask st = {c, ctx->st.S[il], y, g, beta, ctx->sc.o, T, false, NULL};
     pool_run(ctx->pool, gdn_scan_task, &st);
-}
-
-/* The preview's right taps: y_t[c] += sum_{d=1..K-1, t+d<T} wr[c][d-1] * u_{t+d}[c], over the
- * block's own later rows (before SiLU); wr: [C][K-1]. */
-static void gdn_conv_right(const float *wr, int K, int C, const float *u, int T, float *y) {
-    int R = K - 1;
-    for (int t = 0; t < T; t++)
-        for (int d = 1; d <= R && t + d < T; d++)
-            for (int ch = 0; ch < C; ch++)
-                y[(size_t)t * C + ch] += wr[(size_t)ch * R + d - 1] * u[(size_t)(t + d) * C + ch];
 }
 
 /* beta = sigmoid(W_beta x), g = softplus(W_alpha x + dt_bias) * a (a = -exp(A_log) < 0: g is a
@@ -2048,17 +2057,14 @@ typedef struct {
 static void gdn_preview(Ctx *ctx, const Layer *L, int il, int T) {
     const Config *c = &ctx->m->c;
     Scratch *s = &ctx->sc;
-    memcpy(s->S, ctx->st.S[il], S_floats(c) * sizeof(float));
-    kernels()->gdn_conv(L->conv, c->d_conv, c->conv_dim, ctx->st.ring[il], s->qkv, T, 0, c->conv_dim, s->conv);
-    if (L->conv_right) gdn_conv_right(L->conv_right, c->d_conv, c->conv_dim, s->qkv, T, s->conv);
-    for (int t = 0; t < T; t++) gdn_qk_norm(s->conv + (size_t)t * c->conv_dim, c->conv_dim, c->d_state, 2 * c->n_k_heads, c->eps);
-    ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T};
+    ConvTask ct = {c, L, ctx->st.ring[il], s->qkv, s->conv, T, L->conv_right != NULL};
+    pool_run(ctx->pool, gdn_conv_task, &ct);
+    ScanTask fwd = {.c = c, .S = s->S, .y = s->conv, .g = s->g, .beta = s->beta, .o = s->o, .T = T, .S0 = ctx->st.S[il]};
     pool_run(ctx->pool, gdn_scan_task, &fwd);
     if (!L->a_rev) return;
     matmul(ctx, &L->beta_rev, s->xn, T, s->beta_rev_logit);
     matmul(ctx, &L->alpha_rev, s->xn, T, s->alpha_rev);
     gdn_gates(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, c->n_v_heads, s->g_rev, s->beta_rev);
-    memset(s->S_rev, 0, S_floats(c) * sizeof(float));
     ScanTask rev = {.c = c, .S = s->S_rev, .y = s->conv, .g = s->g_rev, .beta = s->beta_rev, .o = s->o_rev, .T = T, .reverse = true};
     pool_run(ctx->pool, gdn_scan_task, &rev);
     gdn_rev_mix(s->o, s->o_rev, L->rev_mix, T, c->n_v_heads, c->d_state);
@@ -6754,7 +6760,7 @@ typedef struct {
     /* GDN twins (clover.cu section 8) */
     void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
     void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
-    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, float *y);
+    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, int ch0, int ch1, float *y);
     void (*gdn_qk_norm)(float *y, int C, int d, int n_qk, float eps);   /* one row */
     void (*gdn_ring_push)(float *ring, const float *u, int T, int K, int C);
     void (*gdn_scan_head)(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,

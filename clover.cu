@@ -3136,7 +3136,7 @@ struct GpuCheck {
     // GDN twins (section 8)
     void (*gdn_gates)(const float *a, const float *dt, const float *alpha, const float *beta_logit, int T, int H, float *g, float *beta);
     void (*gdn_conv)(const float *wc, int K, int C, const float *ring, const float *u, int T, int ch0, int ch1, float *y);
-    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, float *y);
+    void (*gdn_conv_right)(const float *wr, int K, int C, const float *u, int T, int ch0, int ch1, float *y);
     void (*gdn_qk_norm)(float *y, int C, int d, int n_qk, float eps);   // one row
     void (*gdn_ring_push)(float *ring, const float *u, int T, int K, int C);
     void (*gdn_scan_head)(float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
@@ -3580,7 +3580,7 @@ static void check_gdn_conv(Tally *tl, const GpuCheck *cpu, bool right) {
         float *dw = dev_copy_floats(wc, (int64_t)C * K), *dwr = dev_copy_floats(wr, (int64_t)C * (K - 1)), *dring = dev_copy_floats(ring, (int64_t)(K - 1) * C);
         float *du = dev_copy_floats(u, n), *dy = (float *)dev_alloc((size_t)n * 4);
         cpu->gdn_conv(wc, K, C, ring, u, T, 0, C, want);
-        if (right) cpu->gdn_conv_right(wr, K, C, u, T, want);
+        if (right) cpu->gdn_conv_right(wr, K, C, u, T, 0, C, want);
         for (int t = 0; t < T; t++) cpu->gdn_qk_norm(want + (int64_t)t * C, C, d, n_qk, cpu->eps);
         gdn_conv_gpu(dw, right ? dwr : nullptr, K, C, dring, du, T, d, n_qk, cpu->eps, false, false, dy, Gates{});
         host_copy(got, dy, (size_t)n * 4);
