@@ -1,6 +1,6 @@
 /* bench.c — clover.c vs llama.cpp speed on the same GGUF with the same threads (make bench).
  *
- *   build/bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY] [-s 1] [-c cpu]
+ *   build/bench -m MODEL [-l LLAMA_MODEL] [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY] [-s 1] [-c cpu]
  *
  * One process holds both programs: clover.c itself (included with TESTING defined, as test/unit.c
  * does) and llama.cpp's prebuilt library (as test/ref.c drives it). Each repetition runs clover
@@ -9,6 +9,10 @@
  *   decode   DECODE single-token steps after it (default 64), logits of every step    -> tokens/s
  *   verify   one VERIFY-row batch (default 16) with logits of every row, after those -> seconds,
  *            and its cost in decode steps (clover computes it in row order, as draft-self does)
+ *   preview  clover only, where the model has a mask token (clover_moe): one VERIFY-row preview
+ *            after the verify, draft-self's block (the last token, then masks) -> seconds, steps
+ * llama.cpp loads LLAMA_MODEL (default MODEL): for a clover_moe MODEL its qwen35moe twin, the same
+ * file without the preview's tensors (test/bench.sh writes it), which llama.cpp does not know.
  * These machines drift by 30-50% between runs, so the summary gives medians over repetitions of
  * each figure and of the per-repetition clover/llama.cpp ratios. It also measures the memory
  * bandwidth (THREADS threads streaming a 1 GiB buffer, the best of 3 reads by a plain sum and 3 by
@@ -26,13 +30,15 @@
  * is near the step's time, decoding is bound by the kernels, not by memory), and the verify's own
  * cost: the weight bytes it must read (every dense matrix once, the union of the experts its rows
  * chose) over the bandwidth, its compute floor (its products at in-cache kernel speed, plus the
- * measured time of the stages that read no weights), and the floor of the two together: the pool
+ * measured time of the stages that read no weights), and the floor of the two together (the same
+ * for the preview, where there is one): the pool
  * runs one task at a time, so each task that reads weights takes at least the larger of its bytes
  * at the bandwidth and its kernels (a batch's dense matrices are bound by the one, its experts by
  * the other), and the pass at least the sum of those plus the rest.
  * -s 1: the stage tables only (no llama.cpp). -c cpu: time them in the calling thread's CPU time,
  * which with -t 1 leaves out the time spent waiting for a CPU on a machine shared with other work.
- * The last line is one machine-readable summary: `BENCH key=value ...`. */
+ * The summary ends in machine-readable lines `BENCH key=value ...`: the verify's, and the preview's
+ * where there is one. */
 #define TESTING
 #pragma GCC diagnostic ignored "-Wunused-function"   /* clover.c's command-line half is not used here */
 #include "../clover.c"
@@ -44,7 +50,7 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *ud) {
     if (level == GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
 }
 
-typedef struct { double prefill, decode, verify; } Times;   /* seconds for each phase */
+typedef struct { double prefill, decode, verify, preview; } Times;   /* seconds for each phase */
 
 /* --- clover ----------------------------------------------------------------------------------- */
 static void clover_reset(Ctx *ctx) {
@@ -55,6 +61,13 @@ static void clover_reset(Ctx *ctx) {
             memset(ctx->st.ring[il], 0, ring_floats(c) * sizeof(float));
             memset(ctx->st.S[il], 0, S_floats(c) * sizeof(float));
         }
+}
+
+/* A preview block after the committed tokens: the last committed token, then V - 1 masks (a
+ * draft-self round's block) */
+static void preview_block(const Config *c, const int *ids, int committed, int V, int *block) {
+    block[0] = ids[committed - 1];
+    for (int j = 1; j < V; j++) block[j] = c->mask_id;
 }
 
 static Times clover_run(Ctx *ctx, const int *ids, int P, int N, int V, float *logits) {
@@ -69,6 +82,14 @@ static Times clover_run(Ctx *ctx, const int *ids, int P, int N, int V, float *lo
     t0 = now_seconds();
     forward_causal(ctx, ids + P + N, V, logits, V);
     t.verify = now_seconds() - t0;
+    t.preview = 0;
+    if (ctx->m->c.mask_id >= 0) {
+        int block[V];
+        preview_block(&ctx->m->c, ids, P + N + V, V, block);
+        t0 = now_seconds();
+        forward_preview(ctx, block, V, logits);
+        t.preview = now_seconds() - t0;
+    }
     return t;
 }
 
@@ -150,6 +171,7 @@ static double decode_bytes(const Model *m) {
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const GGUFTensor *t = &f->tensors[i];
         double b = (double)t->nbytes;
+        if (memmem(t->name.ptr, t->name.len, "_rev", 4) || memmem(t->name.ptr, t->name.len, "conv1d_right", 12)) continue;   /* the preview's */
         if (memmem(t->name.ptr, t->name.len, "_exps", 5)) b *= (double)c->n_expert_used / c->n_expert;
         else if (t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) b /= c->n_vocab;
         bytes += b;
@@ -302,14 +324,33 @@ static double compute_floor(Ctx *ctx, int nth, double bw, double *per_task) {
     return total / nth;
 }
 
-/* What a verify batch must cost: the weight bytes it reads (every dense matrix once, the union of
- * the experts its rows chose) and its compute floor (its products at in-cache kernel speed, plus
- * the measured time of everything that reads no weights). */
-typedef struct { double bytes, floor, staged; } VerifyCost;
+/* What a batch (the verify, the preview) must cost: the weight bytes it reads (every dense matrix
+ * once, the union of the experts its rows chose) and its compute floor (its products at in-cache
+ * kernel speed, plus the measured time of everything that reads no weights). */
+typedef struct { double bytes, floor, staged; } BatchCost;
+
+/* The stage table and the cost of the batch that just ran, `total` seconds, recorded. */
+static BatchCost batch_cost(Ctx *ctx, const char *what, double total, double bw, int nth, double overhead) {
+    print_stages(what, 1, total, bw, overhead);
+    BatchCost bc = {0, 0, 0};
+    double weights_time = 0;
+    for (int i = 0; i < n_stages; i++)
+        if (stages[i].bytes > 0) bc.bytes += stages[i].bytes, weights_time += stages[i].seconds;
+    double kernels = compute_floor(ctx, nth, bw, &bc.staged);
+    bc.floor = kernels + (total - weights_time);
+    bc.staged += total - weights_time;
+    printf("  its cost: %.0f MB of weights = %.2f ms at %.1f GB/s; compute floor %.2f ms (%d products at in-cache kernel "
+           "speed on %d threads %.2f ms, the rest as measured %.2f ms)\n", bc.bytes / 1e6, 1e3 * bc.bytes / bw, bw / 1e9,
+           1e3 * bc.floor, n_products, nth, 1e3 * kernels, 1e3 * (total - weights_time));
+    printf("  per task (%d read weights, one at a time) the larger of its bytes at the bandwidth and its kernels, plus the rest: "
+           "%.2f ms\n", n_tasks, 1e3 * bc.staged);
+    return bc;
+}
 
 /* The stage tables of a P-token prompt, N decode steps after it and the V-row verify after them
- * (the same tokens and state as clover_run's, so the same routing). */
-static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *logits, double bw, int nth) {
+ * (the same tokens and state as clover_run's, so the same routing), and, where the model has a
+ * mask token (clover_moe), of a V-row preview after the verify: its cost in *pc. */
+static BatchCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *logits, double bw, int nth, BatchCost *pc) {
     double overhead = pool_overhead(ctx->pool);
     clover_reset(ctx);
     prefill(ctx, ids, P, logits, NULL);   /* once untimed: the first pass over the mapped weights faults them in */
@@ -334,20 +375,22 @@ static VerifyCost profile(Ctx *ctx, const int *ids, int P, int N, int V, float *
     forward_causal(ctx, ids + P + N, V, logits, V);
     double total = stage_clock() - t0;
     recording = false;
+    BatchCost vc = batch_cost(ctx, "verify batch", total, bw, nth, overhead);
+    if (ctx->m->c.mask_id >= 0) {
+        int block[V];
+        preview_block(&ctx->m->c, ids, P + N + V, V, block);
+        ctx->pool->observe = NULL;
+        forward_preview(ctx, block, V, logits);   /* once untimed: its own scratch (the states it starts from) faulted in */
+        ctx->pool->observe = observe;
+        n_stages = n_products = n_tasks = 0;
+        recording = true;
+        t0 = stage_clock();
+        forward_preview(ctx, block, V, logits);
+        total = stage_clock() - t0;
+        recording = false;
+        *pc = batch_cost(ctx, "preview pass", total, bw, nth, overhead);
+    }
     ctx->pool->observe = NULL;
-    print_stages("verify batch", 1, total, bw, overhead);
-    VerifyCost vc = {0, 0, 0};
-    double weights_time = 0;
-    for (int i = 0; i < n_stages; i++)
-        if (stages[i].bytes > 0) vc.bytes += stages[i].bytes, weights_time += stages[i].seconds;
-    double kernels = compute_floor(ctx, nth, bw, &vc.staged);
-    vc.floor = kernels + (total - weights_time);
-    vc.staged += total - weights_time;
-    printf("  its cost: %.0f MB of weights = %.2f ms at %.1f GB/s; compute floor %.2f ms (%d products at in-cache kernel "
-           "speed on %d threads %.2f ms, the rest as measured %.2f ms)\n", vc.bytes / 1e6, 1e3 * vc.bytes / bw, bw / 1e9,
-           1e3 * vc.floor, n_products, nth, 1e3 * kernels, 1e3 * (total - weights_time));
-    printf("  per task (%d read weights, one at a time) the larger of its bytes at the bandwidth and its kernels, plus the rest: "
-           "%.2f ms\n", n_tasks, 1e3 * vc.staged);
     return vc;
 }
 
@@ -362,12 +405,13 @@ static double median(double *x, int n) {
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *llama_path = NULL;
     int threads = 2, reps = 5, P = 512, N = 64, V = 16, stages_only = 0;
     for (int i = 1; i < argc; i++) {
-        if (i + 1 >= argc) fatal("usage: bench -m MODEL [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY] [-s 1] [-c cpu]");
+        if (i + 1 >= argc) fatal("usage: bench -m MODEL [-l LLAMA_MODEL] [-t THREADS] [-r REPS] [-p PROMPT] [-n DECODE] [-v VERIFY] [-s 1] [-c cpu]");
         const char *o = argv[i], *v = argv[++i];
         if (!strcmp(o, "-m")) path = v;
+        else if (!strcmp(o, "-l")) llama_path = v;
         else if (!strcmp(o, "-t")) threads = atoi(v);
         else if (!strcmp(o, "-r")) reps = atoi(v);
         else if (!strcmp(o, "-p")) P = atoi(v);
@@ -378,7 +422,7 @@ int main(int argc, char **argv) {
         else fatal("unknown option %s", o);
     }
     if (!path || threads < 1 || reps < 1 || P < 2 || N < 1 || V < 1) fatal("bench: bad arguments");
-    int n_ctx = P + N + V;
+    int n_ctx = P + N + 2 * V;   /* the preview after the verify puts its block's K and V in the V cells after it */
 
     static Model m;
     model_load(&m, path);
@@ -401,7 +445,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n_stream; i++) stream[i] = i;
     if (cpu_clock && !stages_only) fatal("bench: -c cpu times the stage tables only (-s 1)");
     if (stages_only) {   /* -s 1: clover's stage tables only */
-        profile(&ctx, ids, P, N, V, logits, memory_bandwidth(ctx.pool, stream, n_stream), threads);
+        BatchCost pc;
+        profile(&ctx, ids, P, N, V, logits, memory_bandwidth(ctx.pool, stream, n_stream), threads, &pc);
         return 0;
     }
 
@@ -413,8 +458,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench: llama.cpp CPU variant %s\n", variant);
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
-    struct llama_model *lm = llama_model_load_from_file(path, mp);
-    if (!lm) fatal("llama.cpp cannot load %s", path);
+    if (!llama_path) llama_path = path;
+    struct llama_model *lm = llama_model_load_from_file(llama_path, mp);
+    if (!lm) fatal("llama.cpp cannot load %s", llama_path);
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_batch = cp.n_ubatch = (uint32_t)cap;
@@ -429,9 +475,10 @@ int main(int argc, char **argv) {
            c->n_vocab, threads, P, N, V);
     printf("%-4s %-10s %12s %12s %12s %12s\n", "rep", "program", "prefill t/s", "decode t/s", "verify ms", "verify/step");
     double *bws = xmalloc(reps * sizeof(double));
-    double *cr[3], *lr[3], *ratio[4];
-    for (int k = 0; k < 3; k++) cr[k] = xmalloc(reps * sizeof(double)), lr[k] = xmalloc(reps * sizeof(double));
-    for (int k = 0; k < 4; k++) ratio[k] = xmalloc(reps * sizeof(double));
+    double *cr[4], *lr[3], *ratio[5];   /* cr[3], ratio[4]: clover's preview, ms and decode steps */
+    for (int k = 0; k < 4; k++) cr[k] = xmalloc(reps * sizeof(double));
+    for (int k = 0; k < 3; k++) lr[k] = xmalloc(reps * sizeof(double));
+    for (int k = 0; k < 5; k++) ratio[k] = xmalloc(reps * sizeof(double));
     for (int r = 0; r < reps; r++) {
         Times tc, tl;
         if (r % 2 == 0) {
@@ -455,6 +502,10 @@ int main(int argc, char **argv) {
         ratio[1][r] = cr[1][r] / lr[1][r];
         ratio[2][r] = tc.verify / (tc.decode / N);   /* verify cost in decode steps */
         ratio[3][r] = tl.verify / (tl.decode / N);
+        cr[3][r] = tc.preview;
+        ratio[4][r] = tc.preview / (tc.decode / N);
+        if (tc.preview > 0) printf("%-4d %-10s %12s %12s %12s %12s   preview %.1f ms = %.2f steps\n", r, "clover", "", "", "", "",
+                                   1e3 * tc.preview, ratio[4][r]);
         fflush(stdout);
     }
     free(stream);
@@ -465,7 +516,7 @@ int main(int argc, char **argv) {
         frac[1][r] = bytes * lr[1][r] / bws[r];
     }
     double f_c = median(frac[0], reps), f_l = median(frac[1], reps);
-    VerifyCost vc = profile(&ctx, ids, P, N, V, logits, bw, threads);
+    BatchCost pc = {0, 0, 0}, vc = profile(&ctx, ids, P, N, V, logits, bw, threads, &pc);
     double c_pre = median(cr[0], reps), c_dec = median(cr[1], reps), c_ver = median(cr[2], reps);
     double l_pre = median(lr[0], reps), l_dec = median(lr[1], reps), l_ver = median(lr[2], reps);
     double r_pre = median(ratio[0], reps), r_dec = median(ratio[1], reps);
@@ -488,6 +539,16 @@ int main(int argc, char **argv) {
            "verify_floor_ms=%.1f verify_vs_cost=%.2f verify_staged_ms=%.1f verify_vs_staged=%.2f\n",
            c_pre, l_pre, r_pre, c_dec, l_dec, r_dec, 1e3 * c_ver, 1e3 * l_ver, c_vs, l_vs, bw / 1e9, bytes / 1e6,
            f_c, f_l, vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost, 1e3 * vc.staged, c_ver / vc.staged);
+    if (c->mask_id >= 0) {   /* the preview: clover's alone (llama.cpp has no such pass) */
+        double c_pv = median(cr[3], reps), c_ps = median(ratio[4], reps), p_bytes = pc.bytes / bw;
+        double p_cost = p_bytes > pc.floor ? p_bytes : pc.floor;
+        printf("  preview %d rows:   clover %.1f ms = %.2f steps; its cost: %.0f MB of weights = %.1f ms at the bandwidth, compute "
+               "floor %.1f ms: clover takes %.2fx the larger; per task %.1f ms: %.2fx that\n", V, 1e3 * c_pv, c_ps, pc.bytes / 1e6,
+               1e3 * p_bytes, 1e3 * pc.floor, c_pv / p_cost, 1e3 * pc.staged, c_pv / pc.staged);
+        printf("BENCH preview_clover_ms=%.1f preview_steps_clover=%.2f preview_mb=%.0f preview_bytes_ms=%.1f preview_floor_ms=%.1f "
+               "preview_vs_cost=%.2f preview_staged_ms=%.1f preview_vs_staged=%.2f\n", 1e3 * c_pv, c_ps, pc.bytes / 1e6,
+               1e3 * p_bytes, 1e3 * pc.floor, c_pv / p_cost, 1e3 * pc.staged, c_pv / pc.staged);
+    }
     llama_free(lc);
     llama_model_free(lm);
     llama_backend_free();

@@ -294,7 +294,12 @@ static void add_gdn(TensorList *l, const Config *c, int il) {
     add_f32(l, blk(il, "ssm_a"), FILL_SSM_A, V, 1);
     add_f32(l, blk(il, "ssm_norm.weight"), FILL_NORM, c->ssm_state, 1);
     add_matrix(l, c, blk(il, "ssm_out.weight"), R_SSM_OUT, il, inner, E, 1, 1.0f / sqrtf((float)inner));
-    // clover_moe extras (spec S2.1)
+}
+
+// the clover_moe extras of GDN layer il (spec S2.1)
+static void add_gdn_extras(TensorList *l, const Config *c, int il) {
+    uint64_t E = c->n_embd, V = c->ssm_v_heads, C = conv_dim(c);
+    float se = 1.0f / sqrtf((float)E);
     if (c->right_conv) add_f32(l, blk(il, "ssm_conv1d_right.weight"), FILL_CONV, 3, C);
     if (c->reverse) {
         add_f32(l, blk(il, "ssm_a_rev"), FILL_SSM_A, V, 1);
@@ -338,6 +343,10 @@ static void build_tensors(TensorList *l, const Config *c) {
             add_f32(l, blk(il, "nextn.hnorm.weight"), FILL_NORM, E, 1);
         }
     }
+    // the clover_moe extras last: dropping them (test/gguf_edit.py --drop-tensor) leaves a qwen35moe
+    // twin whose tensor data is contiguous, as llama.cpp's loader requires (test/bench.sh)
+    for (int il = 0; il < n_blocks; il++)
+        if (!is_full_attention(c, il)) add_gdn_extras(l, c, il);
 }
 
 static uint64_t tensor_nbytes(const Tensor *t) {
