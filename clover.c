@@ -4749,16 +4749,26 @@ SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void
  * registers: W[g] lane i holds row i's values 4g..4g+3, signed (q - 8), low nibbles for g < 4, the
  * high ones (values 16 + 4(g - 4)..) after; their scales d_w as floats. Each activation row's four
  * values, broadcast, then meet all sixteen weight rows at once, and the block's sixteen sums land in
- * sixteen lanes with no reduction across lanes. */
-static inline SIMD_INLINE __m512 q4_0_rows16_zmm(const void *w, __m512i offs, int64_t b, __m512i W[8]) {
-    const uint8_t *blk = (const uint8_t *)((const BlockQ4_0 *)w + b);
+ * sixteen lanes with no reduction across lanes. The quants are transposed from plain loads (rows
+ * i, i + 4, i + 8, i + 12 in the four 128-bit lanes of Y[i], then a 4 x 4 transpose of 4-byte words
+ * within each lane), one gather for the scales: gathering every 4-byte word took four more. */
+static inline SIMD_INLINE __m512 q4_0_rows16_zmm(const void *w, size_t row_bytes, __m512i offs, int64_t b, __m512i W[8]) {
+    const uint8_t *qs = (const uint8_t *)((const BlockQ4_0 *)w + b) + offsetof(BlockQ4_0, qs);
     const __m512i m15 = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
-    for (int g = 0; g < 4; g++) {
-        __m512i v = _mm512_i32gather_epi32(offs, (const void *)(blk + offsetof(BlockQ4_0, qs) + 4 * g), 1);
-        W[g] = _mm512_sub_epi8(_mm512_and_si512(v, m15), eight);
-        W[g + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m15), eight);
+    __m512i Y[4];
+    for (int i = 0; i < 4; i++) {
+        Y[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(qs + i * row_bytes)));
+        for (int L = 1; L < 4; L++) Y[i] = _mm512_inserti32x4(Y[i], _mm_loadu_si128((const __m128i *)(qs + (i + 4 * L) * row_bytes)), L);
     }
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(offs, (const void *)blk, 1)));
+    __m512i t0 = _mm512_unpacklo_epi32(Y[0], Y[1]), t1 = _mm512_unpackhi_epi32(Y[0], Y[1]);
+    __m512i t2 = _mm512_unpacklo_epi32(Y[2], Y[3]), t3 = _mm512_unpackhi_epi32(Y[2], Y[3]);
+    __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                    _mm512_unpackhi_epi64(t1, t3)};   /* T[g] lane i: word g of row i */
+    for (int g = 0; g < 4; g++) {
+        W[g] = _mm512_sub_epi8(_mm512_and_si512(T[g], m15), eight);
+        W[g + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(T[g], 4), m15), eight);
+    }
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(offs, (const void *)((const BlockQ4_0 *)w + b), 1)));
 }
 
 /* dot_q4_0_8x8 for sixteen weight rows against T <= TILE_T activation rows (DotGemm16Fn) with
@@ -4779,7 +4789,7 @@ SIMD static void gemm16_q4_0_8x8_zmm(const void *w, size_t row_bytes, const void
         const uint8_t *blk = (const uint8_t *)((const BlockQ4_0 *)w + b);
         for (int i = 16; i < 32; i++) _mm_prefetch((const char *)blk + i * row_bytes, _MM_HINT_T0);   /* as q4_K_8x8_rows16_zmm */
         __m512i W[8], start = _mm512_setzero_si512();
-        __m512 dw = q4_0_rows16_zmm(w, offs, b, W);
+        __m512 dw = q4_0_rows16_zmm(w, row_bytes, offs, b, W);
         for (int g = 0; g < 8; g++) start = _mm512_dpbusd_epi32(start, _mm512_set1_epi8((char)128), W[g]);
         start = _mm512_sub_epi32(_mm512_setzero_si512(), start);
         for (int r = 0; r < T; r++) {
@@ -4822,7 +4832,7 @@ SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void
         const uint8_t *blk = (const uint8_t *)((const BlockQ4_0 *)w + b);
         for (int i = 16; i < 32; i++) _mm_prefetch((const char *)blk + i * row_bytes, _MM_HINT_T0);   /* as q4_K_8x8_rows16_zmm */
         __m512i W[8];
-        __m512 dw = q4_0_rows16_zmm(w, offs, b, W);
+        __m512 dw = q4_0_rows16_zmm(w, row_bytes, offs, b, W);
         for (int g = 0; g < 8; g++) _mm512_store_si512((void *)wt[g], W[g]);
         _tile_loadd(1, wt, 64);
         for (int r0 = 0; r0 < T; r0 += 16) {
