@@ -4645,6 +4645,22 @@ static inline SIMD_INLINE void q4_K_sums16_amx(const uint8_t wt[8][8][64], const
 }
 #endif
 
+/* Four 4-byte words (the 16 bytes at p) of sixteen rows row_bytes apart, transposed: T[m] lane i
+ * holds word m of row i. Rows i, i + 4, i + 8, i + 12 are loaded into the four 128-bit lanes of
+ * Y[i], then words are transposed 4 x 4 within each lane (as the eight-row tile kernel does in 256
+ * bits): plain loads and shuffles, where a gather per word costs a load per lane. */
+static inline SIMD_INLINE void words16_zmm(const uint8_t *p, size_t row_bytes, __m512i T[4]) {
+    __m512i Y[4];
+    for (int i = 0; i < 4; i++) {
+        Y[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + i * row_bytes)));
+        for (int L = 1; L < 4; L++) Y[i] = _mm512_inserti32x4(Y[i], _mm_loadu_si128((const __m128i *)(p + (i + 4 * L) * row_bytes)), L);
+    }
+    __m512i t0 = _mm512_unpacklo_epi32(Y[0], Y[1]), t1 = _mm512_unpackhi_epi32(Y[0], Y[1]);
+    __m512i t2 = _mm512_unpacklo_epi32(Y[2], Y[3]), t3 = _mm512_unpackhi_epi32(Y[2], Y[3]);
+    T[0] = _mm512_unpacklo_epi64(t0, t2), T[1] = _mm512_unpackhi_epi64(t0, t2);
+    T[2] = _mm512_unpacklo_epi64(t1, t3), T[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
 static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_bytes, const void *a, size_t stride, int T,
                                                   int64_t n, float *y, size_t ystride, const bool gemm, const bool amx) {
     _Alignas(64) float acc[TILE_T][16], accm[TILE_T][16], sc[8][16], dw[16], dmw[16];
@@ -4684,12 +4700,15 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
         _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
         _mm512_store_ps(dmw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
         const uint8_t *qs = blk + offsetof(BlockQ4_K, qs);
-        for (int p = 0; p < 4; p++)
-            for (int g = 0; g < 8; g++) {
-                __m512i v = _mm512_i32gather_epi32(offs, (const void *)(qs + 32 * p + 4 * g), 1);
-                _mm512_store_si512((void *)wt[2 * p][g], _mm512_and_si512(v, m15));
-                _mm512_store_si512((void *)wt[2 * p + 1][g], _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+        for (int k = 0; k < 8; k++) {   /* words 4k..4k+3 of the rows' qs: word 8p + g holds sub-blocks 2p, 2p+1's values 4g.. */
+            __m512i v[4];
+            words16_zmm(qs + 16 * k, row_bytes, v);
+            for (int m = 0; m < 4; m++) {
+                int p = k / 2, g = 4 * (k % 2) + m;
+                _mm512_store_si512((void *)wt[2 * p][g], _mm512_and_si512(v[m], m15));
+                _mm512_store_si512((void *)wt[2 * p + 1][g], _mm512_and_si512(_mm512_srli_epi16(v[m], 4), m15));
             }
+        }
         for (int r = 0; r < T; r++) {
             const BlockQ8_K *yb = (const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b);
 #if AMX
@@ -4747,28 +4766,19 @@ SIMD static void gemm16_q4_K_8x8_zmm(const void *w, size_t row_bytes, const void
 }
 /* Block b of sixteen Q4_0 weight rows (row_bytes apart, offs their offsets) in the lanes of
  * registers: W[g] lane i holds row i's values 4g..4g+3, signed (q - 8), low nibbles for g < 4, the
- * high ones (values 16 + 4(g - 4)..) after; their scales d_w as floats. Each activation row's four
- * values, broadcast, then meet all sixteen weight rows at once, and the block's sixteen sums land in
- * sixteen lanes with no reduction across lanes. The quants are transposed from plain loads (rows
- * i, i + 4, i + 8, i + 12 in the four 128-bit lanes of Y[i], then a 4 x 4 transpose of 4-byte words
- * within each lane), one gather for the scales: gathering every 4-byte word took four more. */
+ * high ones (values 16 + 4(g - 4)..) after; their scales d_w as floats (one gather). Each activation
+ * row's four values, broadcast, then meet all sixteen weight rows at once, and the block's sixteen
+ * sums land in sixteen lanes with no reduction across lanes. */
 static inline SIMD_INLINE __m512 q4_0_rows16_zmm(const void *w, size_t row_bytes, __m512i offs, int64_t b, __m512i W[8]) {
-    const uint8_t *qs = (const uint8_t *)((const BlockQ4_0 *)w + b) + offsetof(BlockQ4_0, qs);
+    const uint8_t *blk = (const uint8_t *)((const BlockQ4_0 *)w + b);
     const __m512i m15 = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
-    __m512i Y[4];
-    for (int i = 0; i < 4; i++) {
-        Y[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(qs + i * row_bytes)));
-        for (int L = 1; L < 4; L++) Y[i] = _mm512_inserti32x4(Y[i], _mm_loadu_si128((const __m128i *)(qs + (i + 4 * L) * row_bytes)), L);
-    }
-    __m512i t0 = _mm512_unpacklo_epi32(Y[0], Y[1]), t1 = _mm512_unpackhi_epi32(Y[0], Y[1]);
-    __m512i t2 = _mm512_unpacklo_epi32(Y[2], Y[3]), t3 = _mm512_unpackhi_epi32(Y[2], Y[3]);
-    __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
-                    _mm512_unpackhi_epi64(t1, t3)};   /* T[g] lane i: word g of row i */
+    __m512i T[4];
+    words16_zmm(blk + offsetof(BlockQ4_0, qs), row_bytes, T);
     for (int g = 0; g < 4; g++) {
         W[g] = _mm512_sub_epi8(_mm512_and_si512(T[g], m15), eight);
         W[g + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(T[g], 4), m15), eight);
     }
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(offs, (const void *)((const BlockQ4_0 *)w + b), 1)));
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(offs, (const void *)blk, 1)));
 }
 
 /* dot_q4_0_8x8 for sixteen weight rows against T <= TILE_T activation rows (DotGemm16Fn) with
