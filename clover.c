@@ -4667,7 +4667,7 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
     _Alignas(64) int32_t sci[8][16];
     _Alignas(64) uint8_t wt[8][8][64];
     _Alignas(64) int32_t mn[4][16];   /* mn_2s | mn_2s+1 << 16 of each row */
-    _Alignas(64) uint8_t scm[17][16];  /* each row's scales_k4_avx2 (a row more: the gathers read 4 bytes) */
+    _Alignas(64) uint8_t scm[16][16];  /* each row's scales_k4_avx2: 8 scales, then 8 mins */
     memset(acc, 0, (size_t)T * sizeof acc[0]), memset(accm, 0, (size_t)T * sizeof accm[0]);
 #if AMX
     _Alignas(64) int32_t cs[8][16][16];   /* the AMX sums: cs[j][r % 16][i] */
@@ -4677,8 +4677,7 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
 #endif
     const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)row_bytes));
-    const __m512i m15 = _mm512_set1_epi8(15), m255 = _mm512_set1_epi32(255), soffs = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
+    const __m512i m15 = _mm512_set1_epi8(15), m255 = _mm512_set1_epi32(255);
     for (int64_t b = 0; b < n / 256; b++) {
         const uint8_t *blk = (const uint8_t *)((const BlockQ4_K *)w + b);
         /* the next sixteen rows' block b (its 144 bytes): the gathers below stall on lines from memory
@@ -4688,12 +4687,14 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
         for (int i = 16; i < 32; i++)
             for (int c = 0; c < 3; c++) _mm_prefetch((const char *)blk + i * row_bytes + 64 * c, _MM_HINT_T0);
         for (int i = 0; i < 16; i++) _mm_store_si128((__m128i *)scm[i], scales_k4_avx2(((const BlockQ4_K *)(blk + i * row_bytes))->scales));
+        __m512i sw[4];   /* lane i: row i's scales 0-3, 4-7, mins 0-3, 4-7 */
+        words16_zmm(scm[0], 16, sw);
         for (int j = 0; j < 8; j++) {   /* scale j of row i in lane i */
-            __m512i v = _mm512_and_si512(_mm512_i32gather_epi32(soffs, (const void *)(scm[0] + j), 1), m255);
+            __m512i v = _mm512_and_si512(_mm512_srli_epi32(sw[j / 4], 8 * (j % 4)), m255);
             _mm512_store_si512((void *)sci[j], v), _mm512_store_ps(sc[j], _mm512_cvtepi32_ps(v));
         }
         for (int p = 0; p < 4; p++) {   /* mins 2p, 2p+1 */
-            __m512i v = _mm512_i32gather_epi32(soffs, (const void *)(scm[0] + 8 + 2 * p), 1);
+            __m512i v = _mm512_srli_epi32(sw[2 + p / 2], 16 * (p % 2));
             _mm512_store_si512((void *)mn[p], _mm512_or_si512(_mm512_and_si512(v, m255), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(v, 8), m255), 16)));
         }
         __m512i dd = _mm512_i32gather_epi32(offs, (const void *)blk, 1);   /* d | dmin << 16 */
