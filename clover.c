@@ -4651,9 +4651,12 @@ static inline SIMD_INLINE void q4_K_sums16_amx(const uint8_t wt[8][8][64], const
  * bits): plain loads and shuffles, where a gather per word costs a load per lane. */
 static inline SIMD_INLINE void words16_zmm(const uint8_t *p, size_t row_bytes, __m512i T[4]) {
     __m512i Y[4];
-    for (int i = 0; i < 4; i++) {
-        Y[i] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + i * row_bytes)));
-        for (int L = 1; L < 4; L++) Y[i] = _mm512_inserti32x4(Y[i], _mm_loadu_si128((const __m128i *)(p + (i + 4 * L) * row_bytes)), L);
+    for (int i = 0; i < 4; i++) {   /* (the lane of an insert must be a constant) */
+        const uint8_t *r = p + i * row_bytes;
+        __m512i y = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)r));
+        y = _mm512_inserti32x4(y, _mm_loadu_si128((const __m128i *)(r + 4 * row_bytes)), 1);
+        y = _mm512_inserti32x4(y, _mm_loadu_si128((const __m128i *)(r + 8 * row_bytes)), 2);
+        Y[i] = _mm512_inserti32x4(y, _mm_loadu_si128((const __m128i *)(r + 12 * row_bytes)), 3);
     }
     __m512i t0 = _mm512_unpacklo_epi32(Y[0], Y[1]), t1 = _mm512_unpackhi_epi32(Y[0], Y[1]);
     __m512i t2 = _mm512_unpacklo_epi32(Y[2], Y[3]), t3 = _mm512_unpackhi_epi32(Y[2], Y[3]);
@@ -5438,7 +5441,7 @@ SIMD static void fa_mad_avx2(float *y, uint32_t type, const void *v, float w, in
  * by the scalar definition, whose NaN bits the conversion instructions need not share. */
 static inline SIMD_INLINE void fa_mad16_groups_avx2(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms,
                                                    const float *vs, int nt, int i, const int C) {
-    const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    enum { RND = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC };   /* a constant expression, as the conversion's immediate must be */
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++) acc[c] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8 * c)));
@@ -5446,16 +5449,16 @@ static inline SIMD_INLINE void fa_mad16_groups_avx2(uint16_t *y, uint32_t type, 
         const uint8_t *v = V + (size_t)t * vstride;
         if (ms[t] != 1) {
 #pragma GCC unroll 8
-            for (int c = 0; c < C; c++) acc[c] = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(acc[c], _mm256_set1_ps(ms[t])), rnd));
+            for (int c = 0; c < C; c++) acc[c] = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(acc[c], _mm256_set1_ps(ms[t])), RND));
         }
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++)
-            acc[c] = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_fmadd_ps(fa_load_avx2(type, v, i + 8 * c), _mm256_set1_ps(vs[t]), acc[c]), rnd));
+            acc[c] = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_fmadd_ps(fa_load_avx2(type, v, i + 8 * c), _mm256_set1_ps(vs[t]), acc[c]), RND));
     }
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++) {
         if (any_nan_avx2(acc[c])) fa_mad16_keys(y + i + 8 * c, type, V + (size_t)(i + 8 * c) * TYPES[type].bytes, vstride, ms, vs, nt, 8);
-        else _mm_storeu_si128((__m128i *)(y + i + 8 * c), _mm256_cvtps_ph(acc[c], rnd));
+        else _mm_storeu_si128((__m128i *)(y + i + 8 * c), _mm256_cvtps_ph(acc[c], RND));
     }
 }
 
