@@ -4683,8 +4683,9 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
     const __m512i m15 = _mm512_set1_epi8(15), m255 = _mm512_set1_epi32(255);
     for (int64_t b = 0; b < n / 256; b++) {
         const uint8_t *blk = (const uint8_t *)((const BlockQ4_K *)w + b);
-        /* the next sixteen rows' block b (its 144 bytes): the gathers below stall on lines from memory
-         * (one thread, 16 rows of 200 expert gates from memory: 36.9 -> 28.3 ms; 20.3 in cache; a
+        /* the next sixteen rows' block b (its 144 bytes): the reads below stall on lines from memory
+         * (measured when they were gathers: one thread, 16 rows of 200 expert gates from memory: 36.9
+         * -> 28.3 ms; 20.3 in cache; a
          * prefetch 4 KiB ahead of each row, as matmul_rows gives the other kernels, gained nothing)
          * -- a prefetch past the matrix's end reads nothing and cannot fault */
         for (int i = 16; i < 32; i++)
@@ -4828,7 +4829,7 @@ SIMD static void gemm16_q4_K_8x8_amx(const void *w, size_t row_bytes, const void
 }
 
 /* dot_q4_0_8x8 for sixteen weight rows against T <= TILE_T activation rows (DotGemm16Fn) on the
- * AMX tiles: per block, the sixteen rows' 32 values gathered (q4_0_rows16_zmm) and stored as tile
+ * AMX tiles: per block, the sixteen rows' 32 values in lanes (q4_0_rows16_zmm) and stored as tile
  * B's layout (group g: values 4g..4g+3 of every row), each group of up to 16 activation rows
  * loaded as it lies into tile A, tdpbssd gives every (activation row, weight row) its block sum,
  * and acc = fma(isum, d_w d_a, acc) in block order, the single-row kernel's float steps. */

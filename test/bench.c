@@ -164,6 +164,8 @@ static double memory_bandwidth(Pool *pool, uint64_t *p, size_t n) {   /* bytes/s
     return best;
 }
 
+/* The bytes of the weights one decode step reads: every tensor, the used share of each expert
+ * tensor, one embedding row; not the preview's tensors (CLOVER_EXTRA in clover.c's table of names). */
 static double decode_bytes(const Model *m) {
     const GGUF *f = &m->file;
     const Config *c = &m->c;
@@ -171,11 +173,17 @@ static double decode_bytes(const Model *m) {
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const GGUFTensor *t = &f->tensors[i];
         double b = (double)t->nbytes;
-        if (memmem(t->name.ptr, t->name.len, "_rev", 4) || memmem(t->name.ptr, t->name.len, "conv1d_right", 12)) continue;   /* the preview's */
         if (memmem(t->name.ptr, t->name.len, "_exps", 5)) b *= (double)c->n_expert_used / c->n_expert;
         else if (t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) b /= c->n_vocab;
         bytes += b;
     }
+    for (size_t k = 0; k < sizeof TENSOR_NAMES / sizeof TENSOR_NAMES[0]; k++)
+        for (int il = 0; il < c->n_layer && TENSOR_NAMES[k].need == CLOVER_EXTRA; il++) {
+            char name[96];
+            snprintf(name, sizeof name, TENSOR_NAMES[k].name, il);
+            const GGUFTensor *t = find_tensor(f, name);
+            if (t) bytes -= (double)t->nbytes;
+        }
     return bytes;
 }
 
