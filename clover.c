@@ -957,6 +957,7 @@ typedef struct {
     /* flash attention (section 9) */
     void (*to_f16)(uint16_t *y, const float *x, int n);
     void (*fa_scores)(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
+    void (*fa_kdots16)(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
     void (*fa_mad)(float *y, uint32_t type, const void *v, float w, int n);
     void (*fa_mad16_keys)(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n);
 } Kernels;
@@ -2210,6 +2211,13 @@ static void fa_scores(const float *q, uint32_t type, const uint8_t *K, size_t ks
     }
 }
 
+/* s_t = K_t . q for the nt F16 rows K_t = K + t kstride (bytes), q rounded to F16: the per-row
+ * path's K dot, each key in ggml_vec_dot_f16's order (dot_f16_row). Twins: fa_kdots16_avx2 and
+ * fa_kdots16_zmm, which convert q to floats once for the tile instead of once a key. */
+static void fa_kdots16(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+    for (int t = 0; t < nt; t++) s[t] = dot_f16_row(K + (size_t)t * kstride, q, hd);
+}
+
 /* y_i = fma(v_i, w, y_i), an F32 accumulator (ggml_vec_mad_f32 after the V row's conversion; the
  * tiled path's V sum). Twin: fa_mad_avx2. */
 static void fa_mad(float *y, uint32_t type, const void *v, float w, int n) {
@@ -2228,8 +2236,9 @@ static void fa_scale16(uint16_t *y, float s, int n) {
 
 /* The F16 accumulator over nt keys (rows V + t vstride), key by key as ggml's loop takes them: a key
  * with ms_t != 1 raised the running max, y = fp16(y ms_t); then y = fp16(fma(v_t, vs_t, y)). Twin:
- * fa_mad16_keys_avx2, which holds each group of values in a register across the keys instead of
- * storing it as F16 after every key (the order of each value's steps is the same). */
+ * fa_mad16_keys_avx2 (fa_mad16_keys_zmm in AVX-512 builds), which hold each group of values in a
+ * register across the keys instead of storing it as F16 after every key (the order of each value's
+ * steps is the same). */
 static void fa_mad16_keys(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
     for (int t = 0; t < nt; t++) {
         if (ms[t] != 1) fa_scale16(y, ms[t], n);
@@ -2250,8 +2259,8 @@ typedef struct {
  * acc += vs V_j and S = S ms + vs. With an F16 V the accumulator is F16 and every update rounds
  * to F16 (ggml_vec_scale_f16, ggml_vec_mad_f16: fused, on AVX-512 and in their scalar tails); else
  * it is F32. Leaves the F32 acc (not yet divided by S), M and S. The keys go in tiles of 64: the
- * tile's scores and weights (ms = 1 for a key that did not raise the max) first, then its V sum,
- * so that the V sum's kernel sees the whole tile (fa_mad16_keys). */
+ * tile's dots (fa_kdots16 for an F16 K), scores and weights (ms = 1 for a key that did not raise
+ * the max) first, then its V sum, so that the kernels see the whole tile (fa_mad16_keys). */
 static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
                      int j0, int j1, int hd, float *acc, float *M_out, float *S_out) {
     DotFn kdot = dot_fn(fa_type(at->k_type), false, 1);
@@ -2261,14 +2270,19 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
     else memset(acc, 0, (size_t)hd * sizeof(float));
     for (int j = j0; j < j1; j += 64) {
         int nt = j1 - j < 64 ? j1 - j : 64;
-        float ms[64], vs[64];
-        for (int t = 0; t < nt; t++) {
-            const uint8_t *k = K + (size_t)(j + t) * kstride;
-            if (at->k_type == T_F32) {
-                kernels()->to_f16(w->krow, (const float *)k, hd);
-                k = (const uint8_t *)w->krow;
+        float ms[64], vs[64], dots[64];
+        if (at->k_type == T_F16) kernels()->fa_kdots16(w->qr, K + (size_t)j * kstride, kstride, nt, hd, dots);
+        else
+            for (int t = 0; t < nt; t++) {
+                const uint8_t *k = K + (size_t)(j + t) * kstride;
+                if (at->k_type == T_F32) {
+                    kernels()->to_f16(w->krow, (const float *)k, hd);
+                    k = (const uint8_t *)w->krow;
+                }
+                dots[t] = kdot(k, w->qr, hd);
             }
-            float s = kdot(k, w->qr, hd) * scale;
+        for (int t = 0; t < nt; t++) {
+            float s = dots[t] * scale;
             ms[t] = 1, vs[t] = 1;
             if (s > M) {
                 ms[t] = expf(M - s);
@@ -5435,6 +5449,25 @@ SIMD static void fa_mad_avx2(float *y, uint32_t type, const void *v, float w, in
     fa_mad(y + i, type, (const uint8_t *)v + i * vb, w, n - i);
 }
 
+#if !ZMM
+/* dot_f16_avx2 key by key, q converted to floats once (exact: every F16 is a float) */
+SIMD static void fa_kdots16_avx2(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+    float qf[4096];   /* head_dim <= 4096 (model_config) */
+    int np = hd & ~63;
+    for (int i = 0; i < hd; i++) qf[i] = f16c(q[i]);
+    for (int t = 0; t < nt; t++) {
+        const uint16_t *k = (const uint16_t *)(K + (size_t)t * kstride);
+        __m256 acc[8];
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+        for (int i = 0; i < np; i += 64)
+#pragma GCC unroll 8   /* acc in registers */
+            for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(k + i + 8 * r), _mm256_loadu_ps(qf + i + 8 * r), acc[r]);
+        double sum = fold64_avx2(acc);
+        for (int i = np; i < hd; i++) sum += f16c(k[i]) * qf[i];
+        s[t] = (float)sum;
+    }
+}
+
 /* C groups of 8 values from i on, each in a register across the nt keys, rounded to F16 after every
  * step as fa_mad16_keys stores them (x -> F16 -> float is that rounding). The C chains are
  * independent, so their steps overlap (one group alone waits on its fma and two conversions a
@@ -5469,6 +5502,67 @@ SIMD static void fa_mad16_keys_avx2(uint16_t *y, uint32_t type, const uint8_t *V
     for (; i + 8 <= n; i += 8) fa_mad16_groups_avx2(y, type, V, vstride, ms, vs, nt, i, 1);
     fa_mad16_keys(y + i, type, V + (size_t)i * TYPES[type].bytes, vstride, ms, vs, nt, n - i);
 }
+
+#else
+/* The 512-bit forms (AVX-512 builds): the same operations on each value in 16 lanes. fa_kdots16:
+ * register r holds dot_f16_avx2's accumulators 2r and 2r+1 (its lanes 16r..16r+15), so its fold's
+ * pairwise adds are adds of whole registers until the last 16 lanes. */
+static void fa_kdots16_zmm(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+    float qf[4096];   /* head_dim <= 4096 (model_config) */
+    int np = hd & ~63;
+    for (int i = 0; i < hd; i++) qf[i] = f16c(q[i]);
+    for (int t = 0; t < nt; t++) {
+        const uint16_t *k = (const uint16_t *)(K + (size_t)t * kstride);
+        __m512 acc[4];
+        for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+        for (int i = 0; i < np; i += 64)
+#pragma GCC unroll 4   /* acc in registers */
+            for (int r = 0; r < 4; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i + 16 * r))), _mm512_loadu_ps(qf + i + 16 * r), acc[r]);
+        __m512 a = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));   /* fold64_avx2's first two rounds */
+        double sum = fold8_avx2(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+        for (int i = np; i < hd; i++) sum += f16c(k[i]) * qf[i];
+        s[t] = (float)sum;
+    }
+}
+
+/* fa_mad16_groups_avx2 with groups of 16 values: a head of 256 in 16 registers across the keys */
+static inline SIMD_INLINE __m512 fa_load_zmm(uint32_t type, const uint8_t *row, int i) {
+    if (type == T_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps((const float *)row + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline SIMD_INLINE void fa_mad16_groups_zmm(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms,
+                                                  const float *vs, int nt, int i, const int C) {
+    enum { RND = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC };
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; c++) acc[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i + 16 * c)));
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *v = V + (size_t)t * vstride;
+        if (ms[t] != 1) {
+#pragma GCC unroll 16
+            for (int c = 0; c < C; c++) acc[c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(acc[c], _mm512_set1_ps(ms[t])), RND));
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < C; c++)
+            acc[c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_fmadd_ps(fa_load_zmm(type, v, i + 16 * c), _mm512_set1_ps(vs[t]), acc[c]), RND));
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C; c++) {
+        if (_mm512_cmp_ps_mask(acc[c], acc[c], _CMP_UNORD_Q))
+            fa_mad16_keys(y + i + 16 * c, type, V + (size_t)(i + 16 * c) * TYPES[type].bytes, vstride, ms, vs, nt, 16);
+        else _mm256_storeu_si256((__m256i *)(y + i + 16 * c), _mm512_cvtps_ph(acc[c], RND));
+    }
+}
+
+static void fa_mad16_keys_zmm(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
+    int i = 0;
+    for (; i + 256 <= n; i += 256) fa_mad16_groups_zmm(y, type, V, vstride, ms, vs, nt, i, 16);
+    for (; i + 64 <= n; i += 64) fa_mad16_groups_zmm(y, type, V, vstride, ms, vs, nt, i, 4);
+    for (; i + 16 <= n; i += 16) fa_mad16_groups_zmm(y, type, V, vstride, ms, vs, nt, i, 1);
+    fa_mad16_keys(y + i, type, V + (size_t)i * TYPES[type].bytes, vstride, ms, vs, nt, n - i);
+}
+#endif
 #endif
 
 /* --- The kernel tables (section 5) ---------------------------------------------------------- */
@@ -5477,7 +5571,7 @@ static const Kernels KERNELS_PLAIN = {
             dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K},
     .quantize_q8_0 = quantize_q8_0, .quantize_q8_K = quantize_q8_K, .exp_sum = exp_sum, .softmax = softmax, .silu_row = silu_row,
     .gdn_conv = gdn_conv, .delta_rule = delta_rule, .round_row_as = round_row_as, .attn_v_sum = attn_v_sum,
-    .to_f16 = to_f16, .fa_scores = fa_scores, .fa_mad = fa_mad, .fa_mad16_keys = fa_mad16_keys,
+    .to_f16 = to_f16, .fa_scores = fa_scores, .fa_kdots16 = fa_kdots16, .fa_mad = fa_mad, .fa_mad16_keys = fa_mad16_keys,
 };
 #if defined(__x86_64__)
 static const Kernels KERNELS_AVX2 = {
@@ -5496,7 +5590,12 @@ static const Kernels KERNELS_AVX2 = {
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .exp_sum = exp_sum_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
-    .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2, .fa_mad16_keys = fa_mad16_keys_avx2,
+    .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2,
+#if ZMM
+    .fa_kdots16 = fa_kdots16_zmm, .fa_mad16_keys = fa_mad16_keys_zmm,
+#else
+    .fa_kdots16 = fa_kdots16_avx2, .fa_mad16_keys = fa_mad16_keys_avx2,
+#endif
 };
 #endif
 

@@ -657,7 +657,7 @@ static void test_fa_simd(void) {
         return;
     }
 #if defined(__x86_64__)
-    const int dims[] = {64, 32, 37, 16, 130, 7};
+    const int dims[] = {64, 32, 37, 16, 130, 7, 256, 320};
     const uint32_t types[] = {T_F32, T_F16, T_BF16};
     int bad = 0, n_checks = 0;
     char detail[160] = "";
@@ -697,9 +697,20 @@ static void test_fa_simd(void) {
                     for (int t = 0; t < nt; t++) ms[t] = rnd64() % 3 ? 1 : rnd_uniform(0, 1), vs[t] = rnd_uniform(0, 1);
                     for (int i = 0; i < hd && rep % 2; i++) h1[i] = h2[i] = rep % 4 == 1 ? fp32_to_fp16(rnd_normal() * 1e4f) : (uint16_t)rnd32();
                     fa_mad16_keys(h1, type, K1, stride, ms, vs, nt, hd);
-                    fa_mad16_keys_avx2(h2, type, K1, stride, ms, vs, nt, hd);
+                    KERNELS_AVX2.fa_mad16_keys(h2, type, K1, stride, ms, vs, nt, hd);
                     n_checks++;
                     if (memcmp(h1, h2, (size_t)hd * 2) && bad++ == 0) snprintf(detail, sizeof detail, "F16 mad over %d keys %s hd=%d", nt, TYPES[type].name, hd);
+                }
+                if (type == T_F16) {   /* the per-row path's K dots, q rounded to F16 */
+                    uint16_t *q16 = xmalloc((size_t)hd * 2);
+                    to_f16(q16, q, hd);
+                    fa_kdots16(q16, K1, stride, nt, hd, s1);
+                    KERNELS_AVX2.fa_kdots16(q16, K1, stride, nt, hd, s2);
+                    n_checks++;
+                    for (int t = 0; t < nt; t++)   /* a NaN may come out with either sign, as from the dot twins */
+                        if (memcmp(&s1[t], &s2[t], 4) && !(isnan(s1[t]) && isnan(s2[t])) && bad++ == 0)
+                            snprintf(detail, sizeof detail, "F16 K dots hd=%d nt=%d", hd, nt);
+                    free(q16);
                 }
                 fa_mad(y1, type, K1, w, hd);
                 fa_mad_avx2(y2, type, K1, w, hd);
@@ -713,7 +724,7 @@ static void test_fa_simd(void) {
                 }
                 free(K), free(row), free(q), free(s1), free(s2), free(y1), free(y2), free(h1), free(h2);
             }
-    check(bad == 0 && n_checks > 0, "SIMD flash attention steps (scores, F32 mad, F16 mad and scale over keys, to F16) vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
+    check(bad == 0 && n_checks > 0, "SIMD flash attention steps (scores, F16 K dots, F32 mad, F16 mad and scale over keys, to F16) vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
 #endif
 }
 
