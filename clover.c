@@ -1888,7 +1888,8 @@ static void gdn_qk_norm(float *y, int C, int d, int n_qk, float eps) {
 
 /* The gated delta rule for one value head and one row, on S (transposed, see State):
  *   S <- exp(g) S;  delta = beta (v - S^T k);  S <- S + k delta^T;  o = (S^T q) / sqrt(d)
- * Value head h reads q/k head h % n_k_heads (the GGUF's tiled head order). Twin: delta_rule_avx2. */
+ * Value head h reads q/k head h % n_k_heads (the GGUF's tiled head order). Twins: delta_rule_avx2,
+ * delta_rule_zmm. */
 static void delta_rule(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
     float decay = expf(g), scale = 1.0f / sqrtf((float)d);
     for (int j = 0; j < d; j++) {
@@ -5298,6 +5299,62 @@ SIMD static void delta_rule_avx2(float *S, const float *q, const float *k, const
     }
 }
 
+#if ZMM
+/* fold64_avx2 of the 64 accumulators in four 512-bit registers (register r: accumulators 16r..16r+15) */
+static inline SIMD_INLINE float fold64_zmm(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    __m512 a = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+    return fold8_avx2(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+}
+
+/* delta_rule_avx2 on two columns at once in 512-bit registers: the columns are independent, so the
+ * two chains (dot, delta, update, dot) overlap, where one column alone waits on its folds (what a
+ * batch's rows, which find S in cache, spend their time on). Each value's steps and each
+ * dot's lanes and fold are those of delta_rule_avx2. A decode step reads S from memory: the
+ * columns 4 on are asked for ahead. */
+static void delta_rule_zmm(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
+    if (d % 64) {
+        delta_rule_avx2(S, q, k, v, g, beta, d, o);
+        return;
+    }
+    float decay = expf(g), scale = 1.0f / sqrtf((float)d);
+    __m512 decay16 = _mm512_set1_ps(decay);
+    int j = 0;
+    for (; j + 2 <= d; j += 2) {
+        float *S0 = S + (size_t)j * d, *S1 = S0 + d;
+        for (int i = 0; i < 2 * d; i += 16) _mm_prefetch((const char *)(S0 + 8 * d + i), _MM_HINT_T0);   /* past S's end: a prefetch never faults */
+        __m512 a[4], b[4];
+        for (int r = 0; r < 4; r++) a[r] = b[r] = _mm512_setzero_ps();
+        for (int i = 0; i < d; i += 64)   /* S_j *= decay, and S_j . k */
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512 kk = _mm512_loadu_ps(k + i + 16 * r);
+                __m512 s0 = _mm512_mul_ps(_mm512_loadu_ps(S0 + i + 16 * r), decay16);
+                __m512 s1 = _mm512_mul_ps(_mm512_loadu_ps(S1 + i + 16 * r), decay16);
+                _mm512_storeu_ps(S0 + i + 16 * r, s0);
+                _mm512_storeu_ps(S1 + i + 16 * r, s1);
+                a[r] = _mm512_fmadd_ps(s0, kk, a[r]);
+                b[r] = _mm512_fmadd_ps(s1, kk, b[r]);
+            }
+        __m512 d0 = _mm512_set1_ps((v[j] - fold64_zmm(a[0], a[1], a[2], a[3])) * beta);
+        __m512 d1 = _mm512_set1_ps((v[j + 1] - fold64_zmm(b[0], b[1], b[2], b[3])) * beta);
+        for (int r = 0; r < 4; r++) a[r] = b[r] = _mm512_setzero_ps();
+        for (int i = 0; i < d; i += 64)   /* S_j += k delta, and S_j . q */
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512 kk = _mm512_loadu_ps(k + i + 16 * r), qq = _mm512_loadu_ps(q + i + 16 * r);
+                __m512 s0 = _mm512_fmadd_ps(kk, d0, _mm512_loadu_ps(S0 + i + 16 * r));
+                __m512 s1 = _mm512_fmadd_ps(kk, d1, _mm512_loadu_ps(S1 + i + 16 * r));
+                _mm512_storeu_ps(S0 + i + 16 * r, s0);
+                _mm512_storeu_ps(S1 + i + 16 * r, s1);
+                a[r] = _mm512_fmadd_ps(s0, qq, a[r]);
+                b[r] = _mm512_fmadd_ps(s1, qq, b[r]);
+            }
+        o[j] = fold64_zmm(a[0], a[1], a[2], a[3]) * scale;
+        o[j + 1] = fold64_zmm(b[0], b[1], b[2], b[3]) * scale;
+    }
+}
+#endif
+
 /* round_row_as 8 at a time: F16C's round-to-nearest-even for f16, the same integer rounding as
  * fp32_to_bf16 for bf16. Both keep a NaN's payload where the scalar makes a canonical quiet NaN,
  * so a group holding a NaN goes through the scalar definition. */
@@ -5505,8 +5562,7 @@ SIMD static void fa_mad16_keys_avx2(uint16_t *y, uint32_t type, const uint8_t *V
 
 #else
 /* The 512-bit forms (AVX-512 builds): the same operations on each value in 16 lanes. fa_kdots16:
- * register r holds dot_f16_avx2's accumulators 2r and 2r+1 (its lanes 16r..16r+15), so its fold's
- * pairwise adds are adds of whole registers until the last 16 lanes. */
+ * register r holds dot_f16_avx2's accumulators 16r..16r+15 (fold64_zmm). */
 static void fa_kdots16_zmm(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
     float qf[4096];   /* head_dim <= 4096 (model_config) */
     int np = hd & ~63;
@@ -5519,8 +5575,7 @@ static void fa_kdots16_zmm(const uint16_t *q, const uint8_t *K, size_t kstride, 
 #pragma GCC unroll 4   /* acc in registers */
             for (int r = 0; r < 4; r++)
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i + 16 * r))), _mm512_loadu_ps(qf + i + 16 * r), acc[r]);
-        __m512 a = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));   /* fold64_avx2's first two rounds */
-        double sum = fold8_avx2(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+        double sum = fold64_zmm(acc[0], acc[1], acc[2], acc[3]);
         for (int i = np; i < hd; i++) sum += f16c(k[i]) * qf[i];
         s[t] = (float)sum;
     }
@@ -5588,13 +5643,13 @@ static const Kernels KERNELS_AVX2 = {
     .dot_gemm16 = {[K_Q4_K_8X8] = gemm16_q4_K_8x8_zmm, [K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_gemm_zmm, [K_Q4_0_8X8] = gemm16_q4_0_8x8_zmm},
 #endif
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .exp_sum = exp_sum_avx2, .softmax = softmax_avx2,
-    .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2, .delta_rule = delta_rule_avx2,
+    .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
     .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2,
 #if ZMM
-    .fa_kdots16 = fa_kdots16_zmm, .fa_mad16_keys = fa_mad16_keys_zmm,
+    .delta_rule = delta_rule_zmm, .fa_kdots16 = fa_kdots16_zmm, .fa_mad16_keys = fa_mad16_keys_zmm,
 #else
-    .fa_kdots16 = fa_kdots16_avx2, .fa_mad16_keys = fa_mad16_keys_avx2,
+    .delta_rule = delta_rule_avx2, .fa_kdots16 = fa_kdots16_avx2, .fa_mad16_keys = fa_mad16_keys_avx2,
 #endif
 };
 #endif

@@ -563,7 +563,7 @@ static void test_simd_forward(void) {
             for (int i = 0; i < 3 * d; i++) qkv[i] = rnd_normal() * 0.3f;
             float g = -rnd_uniform(0, 2), beta = rnd_uniform(0, 1);
             delta_rule(S1, qkv, qkv + d, qkv + 2 * d, g, beta, d, o1);
-            delta_rule_avx2(S2, qkv, qkv + d, qkv + 2 * d, g, beta, d, o2);
+            KERNELS_AVX2.delta_rule(S2, qkv, qkv + d, qkv + 2 * d, g, beta, d, o2);
             n_checks++;
             if ((memcmp(S1, S2, (size_t)d * d * 4) || memcmp(o1, o2, (size_t)d * 4)) && bad++ == 0)
                 snprintf(detail, sizeof detail, "delta rule d=%d, step %d", d, rep);
