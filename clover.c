@@ -1637,6 +1637,12 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
         for (int t = t0; packed && t < t1; t += MAX_ROWS)
             pack_q8_0_rows(xq + t * stride, stride, t1 - t < MAX_ROWS ? t1 - t : MAX_ROWS, w->n_in,
                            (BlockQ8_0x8 *)(pack + (t - t0) / MAX_ROWS * group_bytes));
+        /* each tile's outputs gather in yt and go to y a whole row of the tile at a time (64 bytes):
+         * written value by value, the lines of a batch's rows, which lie a power of two apart in y
+         * for most matrices (16 rows of 32768 logits: 128 KiB), fall in one cache set and are
+         * evicted between writes. 16 rows of a Q6_K head of 32768 x 2048 from memory, one thread,
+         * zen5: 12.1 -> 9.9 ms (7.3 with the weights in cache) */
+        float yt[TILE_T * TILE_O];
         for (int64_t ob = o0; ob < o1; ob += TILE_O) {
             int64_t oe = ob + TILE_O < o1 ? ob + TILE_O : o1;
             /* sixteen weight rows at once against all the rows of the tile: those before T4, then the rest */
@@ -1645,12 +1651,12 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
             if (gemm16 && t < T4 && oe - ob == 16) {
                 int te = T4 < t1 ? T4 : t1;
                 gemm16(w->data + (size_t)ob * w->row_bytes, w->row_bytes, xq + t * stride, stride, te - t, w->n_in,
-                       y + (size_t)t * ystride + ob, ystride);
+                       yt + (size_t)(t - t0) * TILE_O, TILE_O);
                 t = te;
             }
             if (gemm16_rest && t1 - t >= GEMM16_MIN_ROWS && oe - ob == 16) {
                 gemm16_rest(w->data + (size_t)ob * w->row_bytes, w->row_bytes, xq + t * stride, stride, t1 - t, w->n_in,
-                            y + (size_t)t * ystride + ob, ystride);
+                            yt + (size_t)(t - t0) * TILE_O, TILE_O);
                 t = t1;
             }
             while (t < t1) {
@@ -1673,17 +1679,18 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
                     else if (!packed && t + R >= t1) prefetch_ahead(w, row, TILE_O * w->row_bytes);
                     if (tile8 && o + 8 <= oe) {   /* eight weight rows at once */
                         for (int i = 1; i < 8 && t == t0; i++) prefetch_ahead(w, row + i * w->row_bytes, PREFETCH_BYTES);
-                        tile8(row, w->row_bytes, x, R, w->n_in, y + (size_t)t * ystride + o, ystride);
+                        tile8(row, w->row_bytes, x, R, w->n_in, yt + (size_t)(t - t0) * TILE_O + (o - ob), TILE_O);
                         o += 7;
                         continue;
                     }
                     float out[MAX_ROWS];
                     if (R > 1) rows(row, x, stride, R, w->n_in, out);
                     else out[0] = dot(row, xq + t * stride, w->n_in);
-                    for (int r = 0; r < R; r++) y[(size_t)(t + r) * ystride + o] = out[r];
+                    for (int r = 0; r < R; r++) yt[(size_t)(t - t0 + r) * TILE_O + (o - ob)] = out[r];
                 }
                 t += R;
             }
+            for (t = t0; t < t1; t++) memcpy(y + (size_t)t * ystride + ob, yt + (size_t)(t - t0) * TILE_O, (size_t)(oe - ob) * sizeof(float));
         }
     }
 }
