@@ -5704,7 +5704,7 @@ static const Kernels *kernels(void) {
  * consistent), so one of the two always sees the other: no wakeup is lost, and the mutex and signal
  * are skipped in the common case, a task that starts or ends while the other side still spins.
  * Spinning is short so that an oversubscribed machine still makes progress. */
-enum { POOL_SPIN = 500 };   /* pause instructions before sleeping: a few microseconds */
+enum { POOL_SPIN = 500, POOL_YIELD_US = 300 };
 struct Pool {
     int n_threads, active;
     pthread_t *threads;
@@ -5726,9 +5726,28 @@ static void cpu_relax(void) {
 #endif
 }
 
+/* Round i of a wait that has not ended yet: a pause instruction for the first POOL_SPIN rounds (a
+ * few microseconds), then sched_yield, which gives the CPU to another runnable thread where there
+ * is one (an oversubscribed machine) and returns at once where there is none, until POOL_YIELD_US
+ * have passed since the first yield (*t0, 0 until then); false then: time to sleep. A decode step
+ * has gaps of tens of microseconds between tasks (the sampler, the embedding) that a pause-only
+ * spin did not bridge: a worker asleep there wakes late for the next task. */
+static bool pool_spin(int i, double *t0) {
+    if (i < POOL_SPIN) {
+        cpu_relax();
+        return true;
+    }
+    double t = now_seconds();
+    if (*t0 == 0) *t0 = t;
+    if (t - *t0 > POOL_YIELD_US * 1e-6) return false;
+    sched_yield();
+    return true;
+}
+
 /* A worker's wait for the task after generation `seen`: spin, then sleep; returns its generation. */
 static uint64_t pool_next_task(Pool *pool, uint64_t seen) {
-    for (int i = 0; i < POOL_SPIN && atomic_load(&pool->generation) == seen; i++) cpu_relax();
+    double t0 = 0;
+    for (int i = 0; atomic_load(&pool->generation) == seen && pool_spin(i, &t0); i++) {}
     if (atomic_load(&pool->generation) == seen) {
         pthread_mutex_lock(&pool->mu);
         atomic_fetch_add(&pool->sleepers, 1);
@@ -5784,7 +5803,8 @@ static void pool_fan_out(Pool *p, TaskFn fn, void *arg) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->active);
-    for (int i = 0; i < POOL_SPIN && atomic_load(&p->busy) > 0; i++) cpu_relax();
+    double t0 = 0;
+    for (int i = 0; atomic_load(&p->busy) > 0 && pool_spin(i, &t0); i++) {}
     if (atomic_load(&p->busy) > 0) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_sleeps, 1);
