@@ -728,6 +728,35 @@ static void test_fa_simd(void) {
 #endif
 }
 
+/* The sampler's top-k (top_k_ids: a heap, then the k sorted) vs the whole vocabulary sorted by the
+ * same comparator, its first k ids in order: logits with ties (values on a coarse grid), NaN, +-inf */
+static void test_top_k(void) {
+    int bad = 0, n_checks = 0;
+    char detail[160] = "";
+    const int ks[] = {1, 2, 3, 40, 100, 511};
+    for (int rep = 0; rep < 60; rep++) {
+        int n = 512 + (int)(rnd64() % 3000);
+        float *x = xmalloc((size_t)n * 4);
+        int *all = xmalloc((size_t)n * 4), *top = xmalloc((size_t)n * 4);
+        for (int i = 0; i < n; i++) {
+            uint64_t r = rnd64() % 100;
+            x[i] = rep % 3 == 0 ? (float)(int)(rnd_normal() * 4) : rnd_normal() * 5;   /* every third: many ties */
+            if (rep % 2 && r < 3) x[i] = NAN;
+            else if (rep % 2 && r < 5) x[i] = r == 3 ? INFINITY : -INFINITY;
+        }
+        for (int i = 0; i < n; i++) all[i] = i;
+        sort_logits = x;
+        qsort(all, (size_t)n, sizeof(int), cmp_by_logit);
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+            top_k_ids(x, n, ks[j], top);
+            n_checks++;
+            if (memcmp(top, all, (size_t)ks[j] * sizeof(int)) && bad++ == 0) snprintf(detail, sizeof detail, "n=%d k=%d rep %d", n, ks[j], rep);
+        }
+        free(x), free(all), free(top);
+    }
+    check(bad == 0 && n_checks > 0, "sampler top-k (a heap) vs the whole sort's first k ids, in order (ties, NaN, inf)", "%d of %d differ; %s", bad, n_checks, detail);
+}
+
 int main(void) {
     test_fp16_to_fp32();
     test_fp32_to_fp16();
@@ -740,6 +769,7 @@ int main(void) {
     test_simd_forward();
     test_round_row_simd();
     test_fa_simd();
+    test_top_k();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
