@@ -3023,6 +3023,15 @@ static int best_token(const float *z, int V, int skip, float *p_top, float *H) {
     return best;
 }
 
+/* best_token of rows i = ith, ith + nth, ... of n rows of logits: each row's double exps take
+ * 1.6 ms at the real vocabulary, 25 ms a 16-row preview on one thread */
+typedef struct { const float *logits; int V, skip, n; Draft *cand; } CandTask;
+static void candidates_task(void *p, int ith, int nth) {
+    const CandTask *ct = p;
+    for (int i = ith; i < ct->n; i += nth)
+        ct->cand[i].id = best_token(ct->logits + (size_t)i * ct->V, ct->V, ct->skip, &ct->cand[i].p, &ct->cand[i].H);
+}
+
 /* A preview pass over block[0..T-1] and its candidates: cand[i] = best_token of logits row first + i
  * (i < n), the mask excluded. On the GPU they are taken on the device (clover.cu's twin), so that n
  * ids and 2n floats come back instead of n rows of logits (16 MB for 16 rows of the real vocabulary). */
@@ -3036,7 +3045,8 @@ static void preview_candidates(Ctx *ctx, const int *block, int T, int first, int
         return;
     }
     forward_preview(ctx, block, T, logits);
-    for (int i = 0; i < n; i++) cand[i].id = best_token(logits + (size_t)(first + i) * c->n_vocab, c->n_vocab, c->mask_id, &cand[i].p, &cand[i].H);
+    CandTask ct = {logits + (size_t)first * c->n_vocab, c->n_vocab, c->mask_id, n, cand};
+    pool_run(ctx->pool, candidates_task, &ct);
 }
 
 /* Draft up to n tokens after id_last with --spec-draft-steps denoising steps; returns how many to
