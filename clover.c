@@ -5335,8 +5335,7 @@ static void delta_rule_zmm(float *S, const float *q, const float *k, const float
     }
     float decay = expf(g), scale = 1.0f / sqrtf((float)d);
     __m512 decay16 = _mm512_set1_ps(decay);
-    int j = 0;
-    for (; j + 2 <= d; j += 2) {
+    for (int j = 0; j < d; j += 2) {   /* d a multiple of 64: the columns go in pairs */
         float *S0 = S + (size_t)j * d, *S1 = S0 + d;
         for (int i = 0; i < 2 * d; i += 16) _mm_prefetch((const char *)(S0 + 8 * d + i), _MM_HINT_T0);   /* past S's end: a prefetch never faults */
         __m512 a[4], b[4];
@@ -6889,10 +6888,12 @@ static float random_uniform(uint64_t *state) {
 }
 
 static const float *sort_logits;
+/* a logit as the sort ranks it: NaN (hostile weights) as -inf, so it sorts last and qsort gets a
+ * consistent order */
+static float logit_rank(float x) { return isnan(x) ? -INFINITY : x; }
+
 static int cmp_by_logit(const void *a, const void *b) {
-    float x = sort_logits[*(const int *)a], y = sort_logits[*(const int *)b];
-    if (isnan(x)) x = -INFINITY;   /* NaN logits (hostile weights) sort last: qsort needs a consistent order */
-    if (isnan(y)) y = -INFINITY;
+    float x = logit_rank(sort_logits[*(const int *)a]), y = logit_rank(sort_logits[*(const int *)b]);
     if (x != y) return x > y ? -1 : 1;
     return *(const int *)a - *(const int *)b;
 }
@@ -6901,7 +6902,7 @@ static int cmp_by_logit(const void *a, const void *b) {
  * vocabulary (a 248,320-id sort is ~30 ms a token, as long as a decode step of the real model):
  * a heap of the k best ids seen so far, the one that sorts last at its root; id i, larger than
  * every id in the heap, enters only if its logit (NaN as -inf) exceeds the root's, since on a tie
- * the lower id sorts first. Then the k are sorted. */
+ * the lower id sorts first. Then the k are sorted (k = n: the whole sort, the heap a formality). */
 static void heap_sift_down(int *h, int k, int j) {
     for (;;) {
         int c = 2 * j + 1;
@@ -6917,27 +6918,20 @@ static void top_k_ids(const float *logits, int n, int k, int *idx) {
     sort_logits = logits;
     for (int i = 0; i < k; i++) idx[i] = i;
     for (int j = k / 2 - 1; j >= 0; j--) heap_sift_down(idx, k, j);
-    float worst = isnan(logits[idx[0]]) ? -INFINITY : logits[idx[0]];
+    float worst = logit_rank(logits[idx[0]]);
     for (int i = k; i < n; i++)
         if (logits[i] > worst) {
             idx[0] = i;
             heap_sift_down(idx, k, 0);
-            worst = isnan(logits[idx[0]]) ? -INFINITY : logits[idx[0]];
+            worst = logit_rank(logits[idx[0]]);
         }
     qsort(idx, (size_t)k, sizeof(int), cmp_by_logit);
 }
 
 static int sample(Sampler *s, const float *logits, int n_vocab) {
     if (sampler_greedy(s)) return argmax(logits, n_vocab);
-    int n = n_vocab;
-    if (s->top_k > 0 && s->top_k < n) {
-        n = s->top_k;
-        top_k_ids(logits, n_vocab, n, s->idx);
-    } else {
-        for (int i = 0; i < n; i++) s->idx[i] = i;
-        sort_logits = logits;
-        qsort(s->idx, (size_t)n, sizeof(int), cmp_by_logit);
-    }
+    int n = s->top_k > 0 && s->top_k < n_vocab ? s->top_k : n_vocab;
+    top_k_ids(logits, n_vocab, n, s->idx);
     /* top-p over the probabilities at temperature 1 */
     double sum = 0, cum = 0;
     for (int i = 0; i < n; i++) sum += exp((double)logits[s->idx[i]] - logits[s->idx[0]]);
