@@ -34,10 +34,12 @@
  *   t_issue    = warp load instructions, from device and from shared memory, and warp shuffles /
  *                (SMs it fills x 1 per cycle): the memory-input pipe of an SM, which also moves the
  *                shuffles, issues about one warp instruction a cycle
- *   t_l1       = L1 wavefronts / (SMs it fills x 1 per cycle): each warp load instruction, from
- *                device or from shared memory, costs a wavefront per distinct 128-byte line its lanes
- *                touch (L1 and shared memory serve an SM about 128 bytes a cycle): a warp's 16-byte
- *                loads of 512 consecutive bytes take 4, a broadcast 1, lanes 64 bytes apart 16
+ *   t_l1       = L1 wavefronts / (SMs it fills x 1 per cycle): each warp load instruction from
+ *                device memory costs a wavefront per distinct 128-byte line its lanes touch (L1 and
+ *                shared memory serve an SM about 128 bytes a cycle): a warp's 16-byte loads of 512
+ *                consecutive bytes take 4, a broadcast 1, lanes 64 bytes apart 16; one from shared
+ *                memory as many as the most distinct 4-byte words one of its 32 banks gives (a
+ *                padded row a lane: 1)
  *   t_serial   = the busiest warp's loads x 20 cycles (an L1 hit's latency, partly overlapped)
  *   t_tensor   = tensor-core instructions (mma.sync m16n8k32 int8, 4096 multiply-adds each) x 2
  *                cycles / SMs it fills: the H200's dense int8 rate (about 1979 TOPS, ~4200

@@ -128,7 +128,8 @@ struct EmuThread {
     uint64_t sloads;              // and from shared memory
     uint64_t shuffles;            // counting: its warp operations (the same pipe as the loads)
     uint64_t mmas;                // counting: its tensor-core instructions
-    std::vector<uintptr_t> lines; // counting: the 128-byte line of each of its loads, in order (shared ones tagged)
+    std::vector<uintptr_t> lines; // counting: each of its loads, in order: from device memory its 128-byte
+                                  // line(s); from shared memory, tagged, its address and size (EMU_SHARED_LOAD)
 };
 
 enum { EMU_MAX_THREADS = 1024, EMU_STACK = 256 * 1024 };
@@ -434,13 +435,37 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 //          SHARED_WARP_LOADS L1_WAVEFRONTS WARP_SHUFFLES WARP_MMAS
 //   copy KIND BYTES | graph | sync
 // (the load counts -1 when not counted; MAX_WARP_LOADS counts both kinds; L1_WAVEFRONTS: the
-// distinct 128-byte lines of each warp load instruction of either kind, summed: what L1 and shared
-// memory serve at about one a cycle, so that a warp's 16-byte loads of 512 consecutive bytes take 4,
-// a broadcast 1, and lanes 64 bytes apart twice the lines; WARP_SHUFFLES: warp operations, counted as
+// wavefronts of each warp load instruction, summed: what L1 and shared memory serve at about one a
+// cycle; from device memory the distinct 128-byte lines its lanes touch, so that a warp's 16-byte
+// loads of 512 consecutive bytes take 4, a broadcast 1, and lanes 64 bytes apart twice the lines;
+// from shared memory its bank wavefronts (emu_bank_wavefronts: 1 for a padded row a lane); WARP_SHUFFLES: warp operations, counted as
 // warp loads are; WARP_MMAS: tensor-core instructions, alike). The emulator's own
 // accesses (copies, memsets) open and close the pages they touch.
 enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
 struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
+// a shared-memory load in EmuThread::lines: this bit, its size in bytes at bit 48, its address below
+static const uintptr_t EMU_SHARED_LOAD = (uintptr_t)1 << 63;
+
+// The wavefronts of one warp load instruction from shared memory: its 32 banks serve one 4-byte word
+// each a cycle (words w and w + 32 share a bank), the same word to any number of lanes (a broadcast),
+// so it takes as many as the most distinct words any one bank holds: 1 for lanes reading a row each
+// of a padded array or one value, 4 for 16-byte loads of 512 consecutive bytes, 16 for 4-byte loads
+// 64 bytes apart.
+static int emu_bank_wavefronts(const uintptr_t *loads, int n) {
+    uintptr_t words[32][32];
+    int count[32] = {0}, most = 0;
+    for (int i = 0; i < n; i++) {
+        uintptr_t a = loads[i] & (((uintptr_t)1 << 48) - 1), size = (loads[i] & ~EMU_SHARED_LOAD) >> 48;
+        for (uintptr_t w = a >> 2; w <= (a + size - 1) >> 2; w++) {
+            int b = (int)(w % 32), k = 0;
+            while (k < count[b] && words[b][k] != w) k++;
+            if (k == count[b] && k < 32) words[b][count[b]++] = w;
+        }
+    }
+    for (int b = 0; b < 32; b++) most = count[b] > most ? count[b] : most;
+    return most;
+}
+
 struct EmuCount {
     FILE *f;
     bool in_launch;
@@ -463,13 +488,14 @@ __attribute__((no_sanitize("coverage"))) static void emu_load(const void *p, uns
     const std::vector<std::pair<uintptr_t, uintptr_t>> &r = emu_count.ranges;
     auto at = std::upper_bound(r.begin(), r.end(), std::make_pair((uintptr_t)a, UINTPTR_MAX));   // the first range starting after a
     EmuThread &h = emu.th[emu.cur];
-    uintptr_t shared = 0;
-    if (at != r.begin() && (uintptr_t)a < (at - 1)->second) h.loads++, h.load_bytes += n;
-    else if ((a >= __start_emu_shared && a < __stop_emu_shared) || (a >= (const char *)emu_dynamic_smem && a < (const char *)emu_dynamic_smem + EMU_SMEM_OPTIN))
-        h.sloads++, shared = (uintptr_t)1 << 63;
-    else return;
-    h.lines.push_back(shared | (uintptr_t)a >> 7);
-    if (((uintptr_t)a + n - 1) >> 7 != (uintptr_t)a >> 7) h.lines.push_back(shared | ((uintptr_t)a + n - 1) >> 7);   // (across a line: two)
+    if (at != r.begin() && (uintptr_t)a < (at - 1)->second) {
+        h.loads++, h.load_bytes += n;
+        h.lines.push_back((uintptr_t)a >> 7);
+        if (((uintptr_t)a + n - 1) >> 7 != (uintptr_t)a >> 7) h.lines.push_back(((uintptr_t)a + n - 1) >> 7);   // (across a line: two)
+    } else if ((a >= __start_emu_shared && a < __stop_emu_shared) || (a >= (const char *)emu_dynamic_smem && a < (const char *)emu_dynamic_smem + EMU_SMEM_OPTIN)) {
+        h.sloads++;
+        h.lines.push_back(EMU_SHARED_LOAD | (uintptr_t)n << 48 | ((uintptr_t)a & (((uintptr_t)1 << 48) - 1)));
+    }
 }
 extern "C" void __sanitizer_cov_load1(uint8_t *p) { emu_load(p, 1); }
 extern "C" void __sanitizer_cov_load2(uint16_t *p) { emu_load(p, 2); }
@@ -585,20 +611,25 @@ static void emu_count_block_end(void) {
         emu_count.warp_loads += (double)m, emu_count.shared_warp_loads += (double)ms, emu_count.shuffles += (double)mw, emu_count.mmas += (double)mm;
         if ((double)mall > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)mall;
         // L1 wavefronts: the i-th load of each lane taken as one warp instruction (convergent code),
-        // which costs a wavefront per distinct 128-byte line its lanes touch (one for a broadcast)
+        // which costs from device memory a wavefront per distinct 128-byte line its lanes touch (one
+        // for a broadcast), from shared memory its bank wavefronts (emu_bank_wavefronts)
         size_t most = 0;
         for (int t = w0; t < emu.n && t < w0 + 32; t++) most = emu.th[t].lines.size() > most ? emu.th[t].lines.size() : most;
         for (size_t i = 0; i < most; i++) {
-            uintptr_t seen[32];
-            int n_seen = 0;
+            uintptr_t seen[32], sh[32];
+            int n_seen = 0, n_sh = 0;
             for (int t = w0; t < emu.n && t < w0 + 32; t++) {
                 if (i >= emu.th[t].lines.size()) continue;
                 uintptr_t l = emu.th[t].lines[i];
+                if (l & EMU_SHARED_LOAD) {
+                    sh[n_sh++] = l;
+                    continue;
+                }
                 bool dup = false;
                 for (int k = 0; k < n_seen && !dup; k++) dup = seen[k] == l;
                 if (!dup) seen[n_seen++] = l;
             }
-            emu_count.wavefronts += n_seen;
+            emu_count.wavefronts += n_seen + (n_sh ? emu_bank_wavefronts(sh, n_sh) : 0);
         }
     }
 }
@@ -798,7 +829,8 @@ static cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     emu_init();   // the thread order its name reports
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda-emu (CUDA executed on the CPU, %s thread order)", emu.order == 0 ? "forward" : emu.order == 1 ? "reverse" : "random");
-    p->totalGlobalMem = emu_total_memory(), p->major = 9, p->minor = 0, p->multiProcessorCount = 1;
+    // an H200's 132 SMs: the device whose occupancy clover.cu's launches are shaped for (matmul_mma_gpu's split)
+    p->totalGlobalMem = emu_total_memory(), p->major = 9, p->minor = 0, p->multiProcessorCount = 132;
     return cudaSuccess;
 }
 static inline cudaError_t cudaDeviceSynchronize(void) {
