@@ -360,13 +360,13 @@ __global__ void quantize_bf16_kernel(const float *x, uint16_t *y, int64_t n) {
 __device__ void round_row_block(const float *xn, int n, uint32_t dt, uint8_t *xq) {
     if (dt == T_F32) return;
     __syncthreads();   // every thread's values of xn written
-    int warp = threadIdx.x / WARP;
+    int warp = threadIdx.x / WARP, warps = blockDim.x / WARP;
     if (dt == T_Q8_0)
-        for (int b = warp; b < n / 32; b += BLOCK / WARP) round_block_q8_0(xn + 32 * b, xq, n, b);
+        for (int b = warp; b < n / 32; b += warps) round_block_q8_0(xn + 32 * b, xq, n, b);
     else if (dt == T_Q8_K)
-        for (int b = warp; b < n / 256; b += BLOCK / WARP) round_block_q8_K(xn + 256 * b, xq, n, b);
+        for (int b = warp; b < n / 256; b += warps) round_block_q8_K(xn + 256 * b, xq, n, b);
     else
-        for (int i = threadIdx.x; i < n; i += BLOCK) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
 }
 
 // Round T rows of n activations (x, device) to the dot type of weights of type wtype (y, device; rows
@@ -517,21 +517,22 @@ __device__ bool tile_rows(const int *ids, int n, int in_div, TileRows &tr) {
 }
 
 // Tile rows tr of the rounded Q8_K rows x (x_bytes apart, section 3's layout) into the tile xs, by
-// all the block's threads in 16-byte pieces (rows past tr.R zero).
-__device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRows &tr, uint8_t *xs) {
-    int per = n / 16, nu = n / 256, R = tr.R;
-    for (int i = threadIdx.x; i < MMA_M * 2 * per; i += blockDim.x) {   // q: piece t of group j, 8 bytes
-        int r = i / (2 * per), k = i % (2 * per), u = k / 32, j = k % 32 / 4, t = k % 4;
+// all the block's threads in 16-byte pieces (rows past tr.R zero): units u0, u0 + du, ... (a split
+// batch's block stages the units of its slot alone, matmul_mma_kernel), at their places in the tile.
+__device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRows &tr, uint8_t *xs, int u0, int du) {
+    int nu = n / 256, ns = (nu - u0 + du - 1) / du, R = tr.R;   // ns: the units staged
+    for (int i = threadIdx.x; i < MMA_M * 32 * ns; i += blockDim.x) {   // q: piece t of group j, 8 bytes
+        int r = i / (32 * ns), k = i % (32 * ns), u = u0 + du * (k / 32), j = k % 32 / 4, t = k % 4;
         W2 v = r < R ? load8(x + tr.act[r] * x_bytes + 256 * u + 32 * j + 8 * tile_piece(j, t)) : W2{};
         *(W2 *)(xs + tile_q_at(u, j, r) + 8 * t) = v;
     }
-    for (int i = threadIdx.x; i < MMA_M * per / 8; i += blockDim.x) {   // bsums: 8 of a row's n / 16
-        int r = i / (per / 8), k = i % (per / 8);
-        Vec16 v = r < R ? load16(x + tr.act[r] * x_bytes + n + 16 * k) : Vec16{};
-        *(Vec16 *)(xs + tile_bsums_at(n, k / 2, r) + 16 * (k % 2)) = v;
+    for (int i = threadIdx.x; i < MMA_M * 2 * ns; i += blockDim.x) {   // bsums: a unit's 16, two 16-byte halves
+        int r = i / (2 * ns), k = i % (2 * ns), u = u0 + du * (k / 2);
+        Vec16 v = r < R ? load16(x + tr.act[r] * x_bytes + n + 32 * u + 16 * (k % 2)) : Vec16{};
+        *(Vec16 *)(xs + tile_bsums_at(n, u, r) + 16 * (k % 2)) = v;
     }
-    for (int i = threadIdx.x; i < MMA_M * nu; i += blockDim.x) {   // d: one a unit
-        int r = i / nu, u = i % nu;
+    for (int i = threadIdx.x; i < MMA_M * ns; i += blockDim.x) {   // d: one a unit
+        int r = i / ns, u = u0 + du * (i % ns);
         *(float *)(xs + tile_d_at(n, u, r)) = r < R ? ((const float *)(x + tr.act[r] * x_bytes + n + n / 8))[u] : 0.0f;
     }
 }
@@ -986,6 +987,24 @@ template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x,
     }
 }
 
+// Whether this block is the last of `blocks` blocks to get here, counting in *count (which the last
+// one resets to 0 for the next launch: a graph replays it). The fence makes this block's writes
+// visible to the last one before it counts; the last reads what every other block wrote. Every
+// thread of the block calls it. The work the last block then does reads finished values in a fixed
+// order, so the bits do not depend on which block came last.
+__device__ bool last_block(unsigned *count, unsigned blocks) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(count, 1u) == blocks - 1;
+        if (last) *count = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 // The K-quant batches on the tensor cores (verify, preview, prefill: every dense matrix, the LM
 // head of a Q4_K_M model and the experts): a block takes a tile of MMA_M activation rows (tile_rows),
 // staged once in shared memory (stage_tile), and MMA_ROWS weight rows, a warp 8 of them; for each
@@ -1007,43 +1026,73 @@ __device__ void fold_slots(float a[4][4], int slots) {
         if (slots >= 2) a[0][e] += a[1][e];
     }
 }
-// A warp's 8 weight rows o0.. of m against the staged tile: this lane's cells e (tile row g + 8 (e/2),
-// weight row o0 + 2t + e%2) as row_dot gives them (upper false: the tile's rows are at most 8, and
-// the cells of rows g + 8 are left out)
-template <typename D> __device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, int slots, bool upper, float v[4]) {
-    float acc[4][4] = {}, accm[4][4] = {};   // [slot][cell]
-    int nu = (int)(m.n_in / D::UNIT);
-    for (int u = 0; u < nu; u++) {
+// A warp's 8 weight rows o0.. of m against the staged tile, units u0, u0 + du, ...: this lane's cells
+// e (tile row g + 8 (e/2), weight row o0 + 2t + e%2) as row_dot's slots hold them, acc[k] the slot of
+// unit u0 + k du (the slots rotating; slots 1: one, a split batch's block) (upper false: the tile's
+// rows are at most 8, and the cells of rows g + 8 are left out)
+template <typename D>
+__device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, int u0, int du, int slots, bool upper, float acc[4][4], float accm[4][4]) {
+    int nu = (int)(m.n_in / D::UNIT), k = 0;
+    for (int u = u0; u < nu; u += du, k++) {
         D::mma_add(m, o0, u, xs, m.n_in, upper, acc[0], accm[0]);
         rotate_slots(acc, slots), rotate_slots(accm, slots);
     }
-    for (int u = nu; u % slots; u++) rotate_slots(acc, slots), rotate_slots(accm, slots);   // back to slot 0
+    for (; k % slots; k++) rotate_slots(acc, slots), rotate_slots(accm, slots);   // back to slot 0
+}
+// the row's sums from its slots' (acc[s], accm[s]): the halving fold, less the mins
+template <typename D> __device__ void fold_cells(float acc[4][4], float accm[4][4], int slots, float v[4]) {
     fold_slots(acc, slots), fold_slots(accm, slots);
     for (int e = 0; e < 4; e++) v[e] = D::MINS ? acc[0][e] - accm[0][e] : acc[0][e];
 }
+
+// A batch of few rows against a matrix of few rows has few blocks: 16 rows of a 2048 x 4096 matrix
+// are 64 blocks of 32 weight rows, 8,192 threads, whose loads cannot keep an H200's memory busy
+// (bytes in flight: ~8,192 x 32 against the ~2.9 MB that 4.8 TB/s x 600 ns asks). Such a batch is
+// split by slot (matmul_mma_gpu: where its blocks would not fill the SMs): block (row block b, slot s)
+// computes slot s's sums of its rows (units s, s + slots, ...: the same fmaf chain, the tile staged
+// for those units alone), writes them to part, and the last of b's blocks to finish (last_block, its
+// count in count) folds the slots in order: the bits of the unsplit kernel. split 1: unsplit.
+struct MmaSplit { float *part; unsigned *count; int split; };
+enum { MMA_SPLIT_TILES = 1024 };   // (tile, row block)s a split launch may have (part: 4 slots of 32 floats a thread each)
+static size_t mma_split_bytes(void) { return (size_t)MMA_SPLIT_TILES * (4 * MMA_WARPS * WARP * 8 * sizeof(float) + sizeof(unsigned)); }
 
 // (Both tensor-core kernels are bounded to 128 registers, four blocks of MMA_WARPS warps an SM: left
 // alone, ptxas gives the Q5_K form 130, and none of them spills under the bound.)
 // y[out[r]][o] = W_e[o] . x[act[r]] for block y's tile (tile_rows: of the n rows, ids NULL; or of the
 // n pairs of experts ids, the stacked matrices of L; then rd's blocks): matmul's, and matmul_id's
-// (matvec_kernel's) bits
+// (matvec_kernel's) bits. sp.split > 1 (ids NULL): grid x holds each row block's sp.split slots.
 template <typename D>
-__global__ void __launch_bounds__(MMA_WARPS * WARP, 4) matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, Rider rd) {
+__global__ void __launch_bounds__(MMA_WARPS * WARP, 4) matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots,
+                                                                           MmaSplit sp, Rider rd) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
     uint8_t *xs = (uint8_t *)tile;
     if (ridden(rd)) return;   // the whole block
-    unsigned b0;
+    unsigned rb = blockIdx.x / sp.split, b0;   // the row block, and (split) its slot s
+    int s = (int)(blockIdx.x % sp.split);
     Mat m;
     float *y;
-    pick(L, blockIdx.x, m, y, b0);
+    pick(L, rb, m, y, b0);
     if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
-    if (tr.e >= 0) stage_tile(x, x_bytes, (int)m.n_in, tr, xs);
+    if (tr.e >= 0) stage_tile(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split);
     __syncthreads();
-    int64_t o0 = (int64_t)(blockIdx.x - b0) * MMA_ROWS + 8 * (threadIdx.x / WARP);
+    int64_t o0 = (int64_t)(rb - b0) * MMA_ROWS + 8 * (threadIdx.x / WARP);
+    float acc[4][4] = {}, accm[4][4] = {}, v[4];   // [slot][cell]
+    if (tr.e >= 0 && o0 < m.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, s, sp.split, sp.split > 1 ? 1 : slots, tr.R > MMA_M / 2, acc, accm);
+    if (sp.split > 1) {   // this slot's cells to part, the last of the row block's slots folds them all
+        size_t at = (size_t)blockIdx.y * L.first[L.n] + rb;
+        float *own = sp.part + ((at * sp.split + s) * MMA_WARPS * WARP + threadIdx.x) * 8;
+        for (int e = 0; e < 4; e++) own[e] = acc[0][e], own[4 + e] = accm[0][e];
+        if (!last_block(sp.count + at, (unsigned)sp.split)) return;   // the whole block
+#pragma unroll
+        for (int k = 0; k < 4; k++) {   // (constant indices: acc stays in registers)
+            if (k >= sp.split) break;
+            const float *p = sp.part + ((at * sp.split + k) * MMA_WARPS * WARP + threadIdx.x) * 8;
+            for (int e = 0; e < 4; e++) acc[k][e] = p[e], accm[k][e] = p[4 + e];
+        }
+    }
     if (o0 >= m.n_out) return;   // the whole warp
-    float v[4] = {};
-    if (tr.e >= 0) mma_rows<D>(expert(&m, tr.e), o0, xs, slots, tr.R > MMA_M / 2, v);
+    fold_cells<D>(acc, accm, slots, v);
     int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     for (int e = 0; e < 4; e++) {
         int r = g + 8 * (e / 2);
@@ -1109,16 +1158,36 @@ template <typename... P> static cudaLaunchConfig_t mma_config(void (*k)(P...), d
     return c;
 }
 
+// The split batches' partial sums and counts (MMA_SPLIT_TILES of each, made once by mma_split_init),
+// and the SMs of the device, four blocks of the tensor-core kernels each
+static MmaSplit mma_split_buf;
+static int mma_sms;
+static void mma_split_init(void) {
+    if (mma_split_buf.part) return;
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    mma_sms = p.multiProcessorCount;
+    mma_split_buf.part = (float *)dev_alloc((size_t)MMA_SPLIT_TILES * 4 * MMA_WARPS * WARP * 8 * sizeof(float));
+    mma_split_buf.count = (unsigned *)dev_alloc(MMA_SPLIT_TILES * sizeof(unsigned));
+    CUDA_CHECK(cudaMemset(mma_split_buf.count, 0, MMA_SPLIT_TILES * sizeof(unsigned)));
+}
+
 // The batch on the tensor cores (mma_batch): n rows (ids NULL: a grid row a tile of MMA_M) or n pairs
 // of experts ids (a grid row a pair, which leads a tile or not: tile_rows), for the matrices of L;
-// rd: riders (rows of ids NULL)
-template <typename D> static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t *x, size_t xb, int n, int lpr, Rider rd) {
+// rd: riders (rows of ids NULL). may_split (ids NULL): split by slot where the (tile, row block)s
+// would not give every SM four blocks (MmaSplit); the same bits either way.
+template <typename D>
+static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t *x, size_t xb, int n, int lpr, Rider rd, bool may_split) {
     if constexpr (D::MMA) {
         for (int i = 0; i < L.n; i++) L.first[i + 1] = L.first[i] + blocks_for(L.m[i].n_out, MMA_ROWS);
         rd = rider_layout(rd, MMA_WARPS * WARP);
-        dim3 grid(L.first[L.n] + rider_blocks(rd), ids ? n : blocks_for(n, MMA_M));
+        unsigned tiles = ids ? (unsigned)n : blocks_for(n, MMA_M), blocks = L.first[L.n] * tiles;
+        int slots = lpr / D::LPB;
+        MmaSplit sp = mma_split_buf;
+        sp.split = may_split && !ids && slots > 1 && blocks < 4u * (unsigned)mma_sms && blocks <= MMA_SPLIT_TILES ? slots : 1;
+        dim3 grid(L.first[L.n] * sp.split + rider_blocks(rd), tiles);
         cudaLaunchConfig_t c = mma_config(matmul_mma_kernel<D>, grid, L.m[0].n_in);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, ids, in_div, x, xb, n, lpr / D::LPB, rd));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, ids, in_div, x, xb, n, slots, sp, rd));
     }
 }
 
@@ -1152,7 +1221,7 @@ static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float
             cudaLaunchConfig_t c = launch_config(L.first[n] + rider_blocks(rd), BLOCK);
             CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, xf, dt, 1, lpr, rd));
         } else if (mma_batch(w[0]->type, w[0]->n_in)) {
-            matmul_mma_gpu<D>(L, nullptr, 1, x, xb, T, lpr, rd);
+            matmul_mma_gpu<D>(L, nullptr, 1, x, xb, T, lpr, rd, true);
         } else {
             cudaLaunchConfig_t c = launch_config(dim3(L.first[n] + rider_blocks(rd), blocks_for(T, MAX_ROWS)), BLOCK);
             CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_kernel<D>, L, x, xb, T, lpr, rd));
@@ -1178,7 +1247,7 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
         MatList L = {};
         L.n = 1, L.m[0] = *w, L.y[0] = y;
         if (batch && x && n_pairs <= MMA_MAX_PAIRS && mma_batch(w->type, w->n_in)) {
-            matmul_mma_gpu<D>(L, ids, in_div, x, xb, n_pairs, lpr, Rider{});
+            matmul_mma_gpu<D>(L, ids, in_div, x, xb, n_pairs, lpr, Rider{}, false);
             return;
         }
         L.first[1] = blocks_for(w->n_out, BLOCK / lpr);
@@ -2032,24 +2101,6 @@ static void swiglu_gpu(const float *g, const float *u, float *h, int64_t n) {
     CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_kernel, g, u, h, n));
 }
 
-// Whether this block is the last of `blocks` blocks to get here, counting in *count (which the last
-// one resets to 0 for the next launch: a graph replays it). The fence makes this block's writes
-// visible to the last one before it counts; the last reads what every other block wrote. Every
-// thread of the block calls it. The work the last block then does reads finished values in a fixed
-// order, so the bits do not depend on which block came last.
-__device__ bool last_block(unsigned *count, unsigned blocks) {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(count, 1u) == blocks - 1;
-        if (last) *count = 0;
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
-}
-
 // The routing of the rows after their router logits: route_row's arguments, and the count of the
 // blocks that compute the logits (done NULL: no routing)
 struct Routing { const float *logits; float *p; int *sel; float *w; int n_expert, n_used; float scale; unsigned *done; };
@@ -2062,15 +2113,25 @@ __device__ void route_after(const Rider &rd, const Routing &rt) {
         route_row(rt.logits, rt.p, nullptr, rt.sel, rt.w, t, rt.n_expert, rt.n_used, rt.scale, true, true);
 }
 
+// The rounding of a launch's output rows for the matrix that reads them next (quantize_row_gpu's
+// work and bits, without a launch of its own): rows r of n floats to dot type dt into q (rows q_bytes
+// apart), each by the last of the blocks that write it to finish (last_block, its count count[r]).
+// q NULL: none.
+struct Rounding { uint8_t *q; size_t q_bytes; uint32_t dt; unsigned *count; };
+// Whether this block is the last of the `blocks` that write row r of rq's rows (then it rounds them:
+// round_row_block). Every thread of the block calls it.
+__device__ bool rounds_after(const Rounding &rq, int64_t r, unsigned blocks) { return rq.q && last_block(rq.count + r, blocks); }
+
 // Gate, up and SwiGLU in one launch, for gate and up matrices of one type: the fused twin of
 // matmul_id_gpu (gate), matmul_id_gpu (up), swiglu_gpu, with the same bits (each dot is row_dot's,
 // then silu(g) * u): h[p][o] = silu(G_e[o] . x[t]) * (U_e[o] . x[t]), e = ids[p] (ids NULL: the one
 // matrix, the shared expert), t = p / in_div; ids[p] < 0: h row p is 0 (= silu(0) * 0). The input
 // as matvec_kernel's (block_input: rounded rows x, or floats xf rounded by each block to dt). Blocks
-// and grid as matvec_kernel's; the gate row then the up row, by the same lanes.
+// and grid as matvec_kernel's; the gate row then the up row, by the same lanes. rq: h's rows rounded
+// for the down projection after it, row p by the last of its row_blocks blocks.
 template <typename D>
 __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, const float *xf, uint32_t dt, int lpr,
-                                 int64_t row_blocks, float *h, Rider rd, Routing rt) {
+                                 int64_t row_blocks, float *h, Rider rd, Routing rt, Rounding rq) {
     __shared__ Vec16 xs[MAX_ROUNDED / 16];
     if (ridden(rd)) {   // the whole block: a rider's (then rd's blocks, as in matvec_kernel)
         route_after(rd, rt);
@@ -2086,15 +2147,17 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
         u = row_dot<D>(U, e * U.n_out + o, xr, lpr, active);
     }
     if (active && threadIdx.x % lpr == 0) h[job * G.n_out + o] = silu(g) * u;
+    if (rounds_after(rq, job, (unsigned)row_blocks)) round_row_block(h + job * G.n_out, (int)G.n_out, rq.dt, rq.q + job * rq.q_bytes);
 }
 
 // h[out[r]][o] = silu(G_e[o] . x[act[r]]) * (U_e[o] . x[act[r]]) for block y's tile (as
 // matmul_mma_kernel's; ids NULL: the one matrix G, U, the shared expert): swiglu_id_kernel's bits. A
 // block takes 16 rows o of both: warps 0 and 1 their gate rows, warps 2 and 3 the same up rows, the
-// gate's cells passed in shared memory (MMA_ROWS / 2 rows o a block).
+// gate's cells passed in shared memory (MMA_ROWS / 2 rows o a block). rq: the tile's rows of h rounded
+// by the last of the blocks of its grid row.
 template <typename D>
 __global__ void __launch_bounds__(MMA_WARPS * WARP, 4) swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
-                                  Routing rt) {
+                                  Routing rt, Rounding rq) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
     __shared__ float gs[MMA_M][MMA_ROWS / 2];
@@ -2104,31 +2167,33 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 4) swiglu_mma_kernel(Mat G, 
         return;
     }
     if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
-    if (tr.e >= 0) stage_tile(x, x_bytes, (int)G.n_in, tr, xs);
+    if (tr.e >= 0) stage_tile(x, x_bytes, (int)G.n_in, tr, xs, 0, 1);
     __syncthreads();
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     int64_t o0 = (int64_t)blockIdx.x * (MMA_ROWS / 2) + 8 * (w % 2);
-    float v[4] = {};
+    float acc[4][4] = {}, accm[4][4] = {}, v[4];
     Mat m = G;   // (a copy, not a pointer to one of the two: they stay in registers)
     if (w >= 2) m = U;
-    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, slots, tr.R > MMA_M / 2, v);   // (warp-uniform)
+    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, 0, 1, slots, tr.R > MMA_M / 2, acc, accm);   // (warp-uniform)
+    fold_cells<D>(acc, accm, slots, v);
     if (w < 2)
         for (int e = 0; e < 4; e++) gs[g + 8 * (e / 2)][8 * w + 2 * t + e % 2] = v[e];
     __syncthreads();
-    if (w < 2) return;
-    for (int e = 0; e < 4; e++) {
+    for (int e = 0; w >= 2 && e < 4; e++) {
         int r = g + 8 * (e / 2), c = 8 * (w % 2) + 2 * t + e % 2;
         int64_t o = o0 + 2 * t + e % 2;
         if (r < tr.R && o < G.n_out) h[(int64_t)tr.out[r] * G.n_out + o] = silu(gs[r][c]) * v[e];
     }
+    if (rounds_after(rq, blockIdx.y, gridDim.x - rider_blocks(rd)))
+        for (int r = 0; r < tr.R; r++) round_row_block(h + (int64_t)tr.out[r] * G.n_out, (int)G.n_out, rq.dt, rq.q + (int64_t)tr.out[r] * rq.q_bytes);
 }
 
 // xq NULL (rounds_in_block): the float rows xf, each block rounding the row it reads; rd: F32 riders
 // (of the rows of ids NULL: n_pairs = T), and rt.done not NULL: they are the router, and the rows are
 // routed after them in the same launch (route_gpu's work). batch: as matmul_id_gpu's
-// (swiglu_mma_kernel).
+// (swiglu_mma_kernel). rq: h's rows rounded for the matrix after it, in the same launch (Rounding).
 static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pairs, int in_div, bool batch, const void *xq, const float *xf, float *h,
-                          Rider rd, Routing rt) {
+                          Rider rd, Routing rt, Rounding rq) {
     uint32_t dt = dot_type(G->type);
     size_t xb = act_bytes(dt, G->n_in);
     const uint8_t *ax = (const uint8_t *)xq;
@@ -2140,13 +2205,13 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
                 Rider r = rider_layout(rd, MMA_WARPS * WARP);
                 dim3 grid(blocks_for(G->n_out, MMA_ROWS / 2) + rider_blocks(r), ids ? n_pairs : blocks_for(n_pairs, MMA_M));
                 cudaLaunchConfig_t c = mma_config(swiglu_mma_kernel<D>, grid, G->n_in);
-                CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_mma_kernel<D>, *G, *U, ids, in_div, ax, xb, n_pairs, lpr / D::LPB, h, r, rt));
+                CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_mma_kernel<D>, *G, *U, ids, in_div, ax, xb, n_pairs, lpr / D::LPB, h, r, rt, rq));
                 return;
             }
         }
         unsigned rb = blocks_for(G->n_out, BLOCK / lpr);
         cudaLaunchConfig_t c = launch_config(rb * (unsigned)n_pairs + rider_blocks(rd), BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ax, xb, xf, dt, lpr, (int64_t)rb, h, rd, rt));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_id_kernel<D>, *G, *U, ids, in_div, ax, xb, xf, dt, lpr, (int64_t)rb, h, rd, rt, rq));
     });
 }
 
@@ -2294,6 +2359,8 @@ struct Scratch {
                                    // or a preview's best_token
     float *p_H;                    // best_token's p of each of those rows, then their H ([2][cap])
     unsigned *done;                // last_block's count (the routing after the router's riders)
+    unsigned *round_count;         // last_block's counts of a Rounding's rows ([cap * n_expert_used])
+    uint8_t *hsq;                  // the shared expert's hs rounded for its down projection (a batch's: Rounding)
     float *x_host, *logits_host;   // pinned host staging of the embeddings in and the logits out
     int *pos_host, *token_host;
     float *p_H_host;
@@ -2376,7 +2443,7 @@ static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_
     double per_row = 4.0 * c->n_embd + 2.0 * c->conv_dim + 4.0 * c->value_dim + 8.0 * c->n_v_heads + 4.0 * c->n_head * c->head_dim +
                      2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + c->n_ff_shexp + 1 + c->n_vocab +
                      (double)attention_part_floats(1, c->n_head, c->head_dim);
-    p.scratch = 4 * T * per_row + 4 * (T * K * maxin + T * maxin) + c->n_expert;
+    p.scratch = 4 * T * per_row + 4 * (T * K * maxin + T * maxin) + c->n_expert + (double)mma_split_bytes() + 4 * T * (K + c->n_ff_shexp);
     return p;
 }
 
@@ -2529,6 +2596,9 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     s->hs = dev_floats(T * c->n_ff_shexp);
     s->done = (unsigned *)dev_alloc(sizeof(unsigned));
     CUDA_CHECK(cudaMemset(s->done, 0, sizeof(unsigned)));
+    s->round_count = (unsigned *)dev_alloc(T * K * sizeof(unsigned));
+    CUDA_CHECK(cudaMemset(s->round_count, 0, T * K * sizeof(unsigned)));
+    s->hsq = (uint8_t *)dev_alloc(T * c->n_ff_shexp * 4);
     s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
     s->logits = dev_floats(T * c->n_vocab);
@@ -2573,6 +2643,7 @@ extern "C" Gpu *gpu_load(const GpuModel *m, int n_ctx, int cap, uint32_t k_type,
     for (int il = 0; il < c->n_layer; il++) gpu->layers[il] = upload_layer(c, &m->layers[il]);
     state_init(&gpu->st, c, gpu->layers, n_ctx, cap, k_type, v_type);
     scratch_init(&gpu->sc, c, cap);
+    mma_split_init();
     return gpu;
 }
 
@@ -2790,8 +2861,6 @@ static void matmuls(Gpu *gpu, Input in, int T, int n, const Mat *const w[], floa
     }
 }
 
-static void matmul(Gpu *gpu, const Mat *w, const float *x, int T, float *y) { matmuls(gpu, {x, nullptr, 0}, T, 1, &w, &y); }
-
 static void copy_floats(float *dst, const float *src, size_t n) {
     dev_to_dev(dst, src, n * sizeof(float));
 }
@@ -2903,40 +2972,57 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
 //   ye_p = down_e(silu(gate_e m) * up_e m)
 // (summed in rank order by moe_out_gpu). The expert ids stay on the device: each expert matmul reads
 // them (matmul_id_gpu, swiglu_id_gpu).
+// The rounding an input of n values for a matrix of type wtype read by the blocks of a kernel of
+// one row a job or not (by_block, as rounded() takes it) needs before it: none where the matrix reads
+// floats or its blocks round the row, else a Rounding of the rows into q (count: the scratch's).
+static Rounding rounding_for(Gpu *gpu, uint32_t wtype, int64_t n, bool by_block, uint8_t *q) {
+    uint32_t dt = dot_type(wtype);
+    if (dt == T_F32 || (by_block && rounds_in_block(dt, n))) return Rounding{};
+    return Rounding{q, act_bytes(dt, n), dt, gpu->sc.round_count};
+}
+
 static void moe_experts(Gpu *gpu, const Layer *L, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int K = c->n_expert_used, E = c->n_embd, F = c->n_ff;
-    bool batch = T > 1;
+    bool batch = T > 1, down_by_block = rows_by_block(&L->down_exps, T);
+    Input h = {s->he, nullptr, 0};
     if (L->gate_exps.type == L->up_exps.type && !gpu->dump) {   // h = silu(gate_e m) * up_e m in one launch (dumps: gate and up kept)
-        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, batch, rounded(gpu, in, L->up_exps.type, E, T, rows_by_block(&L->up_exps, T)), in.x,
-                      s->he, Rider{}, Routing{});
+        const void *x = rounded(gpu, in, L->up_exps.type, E, T, rows_by_block(&L->up_exps, T));
+        // and h rounded for the down projection in the same launch, into xq2 unless the launch reads its input there
+        Rounding rq = x == s->xq2 ? Rounding{} : rounding_for(gpu, L->down_exps.type, F, down_by_block, s->xq2);
+        swiglu_id_gpu(&L->gate_exps, &L->up_exps, s->sel, T * K, K, batch, x, in.x, s->he, Rider{}, Routing{}, rq);
+        if (rq.q) h = {s->he, s->xq2, rq.dt};
     } else {   // (gate's rounding, if in xq2, is read before the next rounding there)
         matmul_id_gpu(&L->gate_exps, s->sel, T * K, K, batch, rounded(gpu, in, L->gate_exps.type, E, T, rows_by_block(&L->gate_exps, T)), in.x, s->ge);
         matmul_id_gpu(&L->up_exps, s->sel, T * K, K, batch, rounded(gpu, in, L->up_exps.type, E, T, rows_by_block(&L->up_exps, T)), in.x, s->ue);
         swiglu_gpu(s->ge, s->ue, s->he, (int64_t)T * K * F);
     }
-    Input h = {s->he, nullptr, 0};
-    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, batch, rounded(gpu, h, L->down_exps.type, F, T * K, rows_by_block(&L->down_exps, T)), s->he, s->ye);
+    matmul_id_gpu(&L->down_exps, s->sel, T * K, 1, batch, rounded(gpu, h, L->down_exps.type, F, T * K, down_by_block), s->he, s->ye);
 }
 
 // Shared expert: sh = down_sh(hs), hs = silu(gate_sh m) * up_sh m (its gate sigmoid(g_sh . m) is
 // applied by moe_out_gpu, g_sh . m computed with the router). rd: the router and g_sh riding with the
 // gate and up, and rt the routing after them, in the same launch (a decode step; then hs is made
-// before the routing, by moe_layer); NULL: not so.
-static void moe_shared_up(Gpu *gpu, const Layer *L, int T, Input in, const Rider *rd, Routing rt) {
+// before the routing, by moe_layer); NULL: not so. Returns hs as the down projection's input: in a
+// batch, rounded for it by the same launch (into hsq).
+static Input moe_shared_up(Gpu *gpu, const Layer *L, int T, Input in, const Rider *rd, Routing rt) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int E = c->n_embd, F = c->n_ff_shexp;
+    Input hs = {s->hs, nullptr, 0};
     if (L->gate_shexp.type == L->up_shexp.type && !gpu->dump) {   // one launch (swiglu_id with one matrix; dumps: gate and up kept)
         const void *x = rounded(gpu, in, L->up_shexp.type, E, T, rows_by_block(&L->up_shexp, T));
-        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, T > 1, x, in.x, s->hs, rd ? *rd : Rider{}, rt);
+        Rounding rq = rounding_for(gpu, L->down_shexp.type, F, T == 1, s->hsq);   // (matmuls' by_block: T == 1)
+        swiglu_id_gpu(&L->gate_shexp, &L->up_shexp, nullptr, T, 1, T > 1, x, in.x, s->hs, rd ? *rd : Rider{}, rt, rq);
+        if (rq.q) hs = {s->hs, s->hsq, rq.dt};
     } else {
         const Mat *w[] = {&L->up_shexp, &L->gate_shexp};
         float *y[] = {s->ue, s->ge};
         matmuls(gpu, in, T, 2, w, y);
         swiglu_gpu(s->ge, s->ue, s->hs, (int64_t)T * F);
     }
+    return hs;
 }
 
 // The MoE FFN on the normed input in: route each row to its experts (in the preview, within the
@@ -2953,10 +3039,11 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     bool ride = T <= MAX_ROWS && !gpu->dump && L->gate_shexp.type == L->up_shexp.type && L->router.type == T_F32 && L->shexp_gate.type == T_F32 &&
                 c->n_expert <= MAX_EXPERT;
     bool use_coreset = pass == PREVIEW && c->coreset_top_p > 0;   // a coreset needs every row's probabilities first
+    Input hs;   // the shared expert's SwiGLU rows (moe_shared_up)
     if (ride) {
         Rider rd = riders(w, 2, in.x, y, T);
         Routing rt = {s->router_logits, s->probs, s->sel, s->w, c->n_expert, K, c->expert_weights_scale, s->done};
-        moe_shared_up(gpu, L, T, in, &rd, use_coreset ? Routing{} : rt);
+        hs = moe_shared_up(gpu, L, T, in, &rd, use_coreset ? Routing{} : rt);
     } else matmuls(gpu, in, T, 2, w, y);
     dump(gpu, "ffn_moe_logits", il, s->router_logits, T, c->n_expert);
     if (!ride || use_coreset)
@@ -2970,8 +3057,9 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     dump(gpu, "ffn_moe_weights_norm", il, s->w, T, K);
     moe_experts(gpu, L, T, in);
     dump_experts(gpu, il, T);   // ffn_moe_gate, _up, _swiglu, _down, _weighted, by pair
-    if (!ride) moe_shared_up(gpu, L, T, in, nullptr, Routing{});
-    matmul(gpu, &L->down_shexp, s->hs, T, s->sh);
+    if (!ride) hs = moe_shared_up(gpu, L, T, in, nullptr, Routing{});
+    const Mat *down = &L->down_shexp;
+    matmuls(gpu, hs, T, 1, &down, &s->sh);
     dump_shared_expert(gpu, il, T);   // ffn_gate .. ffn_shexp_gated (moe_out_gpu, after, overwrites sh)
 }
 
@@ -3369,6 +3457,19 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
             CUDA_CHECK(cudaFree(d2));
             CUDA_CHECK(cudaFree(dy2));
             free(g2), free(g1);
+        }
+        if (T > 1 && mma_batch(wt, n)) {   // the tensor-core batch unsplit: the bits of the split one (MmaSplit), where that split
+            by_type(wt, "check_matmul", [&](auto d) {
+                using D = decltype(d);
+                MatList L = {};
+                L.n = 1, L.m[0] = dm, L.y[0] = dy;
+                matmul_mma_gpu<D>(L, nullptr, 1, (const uint8_t *)dxq, xb, T, lanes_per_row(D::LPB, n / D::UNIT), Rider{}, false);
+            });
+            float *un = (float *)xmalloc((size_t)(n_out * T) * 4);
+            host_copy(un, dy, (size_t)(n_out * T) * 4);
+            snprintf(op, sizeof op, "matmul %s%s %lldx%lld T=%d unsplit = split", type_name(wt), exact ? " exact" : "", (long long)n_out, (long long)n, T);
+            report(tl, op, bytes_differ(un, got, (size_t)(n_out * T) * 4), 0, "bytes");
+            free(un);
         }
         if (T > 1) {   // row T-1 alone (matvec_kernel) must give the bits it got in the batch (matmul_kernel)
             matmul_gpu(&dm, (uint8_t *)dxq + (T - 1) * xb, 1, dy);
@@ -4051,8 +4152,8 @@ static void check_riders(Tally *tl, const GpuCheck *cpu) {
                 matmul_gpu(&u0, dxq, T, dy1);
             } else {   // with the first rider's 37 rows as a router's logits, the rows routed after them (last_block)
                 Routing rt = {dr[0], dp, dsel, dw, (int)rows[0], K, 1, ddone};
-                swiglu_id_gpu(&u0, &u0, nullptr, T, 1, T > 1, dxq, nullptr, dy, rd, rt);
-                swiglu_id_gpu(&u0, &u0, nullptr, T, 1, T > 1, dxq, nullptr, dy1, Rider{}, Routing{});
+                swiglu_id_gpu(&u0, &u0, nullptr, T, 1, T > 1, dxq, nullptr, dy, rd, rt, Rounding{});
+                swiglu_id_gpu(&u0, &u0, nullptr, T, 1, T > 1, dxq, nullptr, dy1, Rider{}, Routing{}, Rounding{});
                 route_gpu(dr[0], dp + T * rows[0], nullptr, dsel + T * K, dw + T * K, T, (int)rows[0], K, 1, true, true);
                 size_t np = (size_t)(T * rows[0]), nk = (size_t)(T * K);
                 float *hp = (float *)xmalloc(np * 8), *hw = (float *)xmalloc(nk * 8);
@@ -4101,6 +4202,29 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
     uint32_t wt = um->type;
     size_t xb = act_bytes(dot_type(wt), n);
     Mat dg = upload_weights(wt, n, F, E, gm->data), du = upload_weights(wt, n, F, E, um->data);
+    // h's rows rounded for a down projection of this type by the launch that makes them (Rounding),
+    // both poisoned first, against quantize_row_gpu of the rows it made (bytes)
+    uint32_t rdt = dot_type(wt);
+    size_t qb = act_bytes(rdt, F);
+    auto check_rounding = [&](const char *what, float *dh, int rows, auto launch) {
+        if (rdt == T_F32 || F % (rdt == T_Q8_K ? 256 : rdt == T_Q8_0 ? 32 : 1)) return;
+        uint8_t *dq = (uint8_t *)dev_alloc(qb * rows), *dwant = (uint8_t *)dev_alloc(qb * rows);
+        unsigned *dcount = (unsigned *)dev_alloc(rows * sizeof(unsigned));
+        CUDA_CHECK(cudaMemset(dcount, 0, rows * sizeof(unsigned)));
+        CUDA_CHECK(cudaMemset(dq, 0xff, qb * rows));
+        CUDA_CHECK(cudaMemset(dwant, 0xff, qb * rows));
+        CUDA_CHECK(cudaMemset(dh, 0xff, (size_t)(F * rows) * 4));   // (rows rounded before they are made differ)
+        launch(Rounding{dq, qb, rdt, dcount});
+        quantize_row_gpu(wt, dh, dwant, F, rows);
+        uint8_t *got = (uint8_t *)xmalloc(qb * rows), *want = (uint8_t *)xmalloc(qb * rows);
+        host_copy(got, dq, qb * rows);
+        host_copy(want, dwant, qb * rows);
+        char name[160];
+        snprintf(name, sizeof name, "swiglu_id %s %lldx%lld %s, h rounded after = quantize_row", type_name(wt), (long long)F, (long long)n, what);
+        report(tl, name, bytes_differ(got, want, qb * rows), 0, "bytes");
+        for (void *p : {(void *)dq, (void *)dwant, (void *)dcount}) CUDA_CHECK(cudaFree(p));
+        free(got), free(want);
+    };
     for (int T : BATCHES) {
         int n_pairs = T * K;
         int *ids = (int *)xmalloc((size_t)n_pairs * sizeof(int));
@@ -4111,7 +4235,7 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         int *dids = (int *)dev_copy(ids, (size_t)n_pairs * sizeof(int));
         void *dxq = dev_alloc(xb * T);
         quantize_row_gpu(wt, dx, dxq, n, T);
-        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, false, dxq, nullptr, dh, Rider{}, Routing{});
+        swiglu_id_gpu(&dg, &du, dids, n_pairs, K, false, dxq, nullptr, dh, Rider{}, Routing{}, Rounding{});
         host_copy(got, dh, (size_t)(F * n_pairs) * 4);
         matmul_id_gpu(&dg, dids, n_pairs, K, false, dxq, nullptr, dgo);
         matmul_id_gpu(&du, dids, n_pairs, K, false, dxq, nullptr, duo);
@@ -4120,8 +4244,10 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         char name[128];
         snprintf(name, sizeof name, "swiglu_id %s %lldx%lld x%d pairs=%d T=%d = matmul_id x2 + swiglu", type_name(wt), (long long)F, (long long)n, E, n_pairs, T);
         report(tl, name, bytes_differ(got, want, (size_t)(F * n_pairs) * 4), 0, "bytes");
+        snprintf(name, sizeof name, "pairs=%d T=%d", n_pairs, T);
+        check_rounding(name, dh, n_pairs, [&](Rounding rq) { swiglu_id_gpu(&dg, &du, dids, n_pairs, K, false, dxq, nullptr, dh, Rider{}, Routing{}, rq); });
         if (rounds_in_block(dot_type(wt), n)) {   // the float rows, each block rounding its own (block_input)
-            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, false, nullptr, dx, dh, Rider{}, Routing{});
+            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, false, nullptr, dx, dh, Rider{}, Routing{}, Rounding{});
             host_copy(want, dh, (size_t)(F * n_pairs) * 4);
             snprintf(name, sizeof name, "swiglu_id %s %lldx%lld T=%d rounded in the blocks = rounded first", type_name(wt), (long long)F, (long long)n, T);
             report(tl, name, bytes_differ(want, got, (size_t)(F * n_pairs) * 4), 0, "bytes");
@@ -4129,22 +4255,28 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
         bool mma = T > 1 && mma_batch(wt, n);
         if (mma) {   // the batch form (tensor cores, a tile an expert's run of pairs)
             CUDA_CHECK(cudaMemset(dh, 0xff, (size_t)(F * n_pairs) * 4));   // (NaNs where a row is not written)
-            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, true, dxq, nullptr, dh, Rider{}, Routing{});
+            swiglu_id_gpu(&dg, &du, dids, n_pairs, K, true, dxq, nullptr, dh, Rider{}, Routing{}, Rounding{});
             host_copy(want, dh, (size_t)(F * n_pairs) * 4);
             snprintf(name, sizeof name, "swiglu_id %s %lldx%lld T=%d batch = a job a pair", type_name(wt), (long long)F, (long long)n, T);
             report(tl, name, bytes_differ(want, got, (size_t)(F * n_pairs) * 4), 0, "bytes");
+            snprintf(name, sizeof name, "pairs=%d T=%d batch", n_pairs, T);
+            check_rounding(name, dh, n_pairs, [&](Rounding rq) { swiglu_id_gpu(&dg, &du, dids, n_pairs, K, true, dxq, nullptr, dh, Rider{}, Routing{}, rq); });
         }
         // one matrix (the shared expert's form: ids NULL, row t of h from row t of x) against matmul x2 + swiglu
         Mat g0 = expert(&dg, 1 % E), u0 = expert(&du, 1 % E);
-        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, false, dxq, nullptr, dh, Rider{}, Routing{});
+        swiglu_id_gpu(&g0, &u0, nullptr, T, 1, false, dxq, nullptr, dh, Rider{}, Routing{}, Rounding{});
         host_copy(got, dh, (size_t)(F * T) * 4);
         if (mma) {
             CUDA_CHECK(cudaMemset(dgo, 0xff, (size_t)(F * T) * 4));
-            swiglu_id_gpu(&g0, &u0, nullptr, T, 1, true, dxq, nullptr, dgo, Rider{}, Routing{});
+            swiglu_id_gpu(&g0, &u0, nullptr, T, 1, true, dxq, nullptr, dgo, Rider{}, Routing{}, Rounding{});
             host_copy(want, dgo, (size_t)(F * T) * 4);
             snprintf(name, sizeof name, "swiglu_id %s %lldx%lld one matrix T=%d batch = a job a row", type_name(wt), (long long)F, (long long)n, T);
             report(tl, name, bytes_differ(want, got, (size_t)(F * T) * 4), 0, "bytes");
+            snprintf(name, sizeof name, "one matrix T=%d batch", T);
+            check_rounding(name, dgo, T, [&](Rounding rq) { swiglu_id_gpu(&g0, &u0, nullptr, T, 1, true, dxq, nullptr, dgo, Rider{}, Routing{}, rq); });
         }
+        snprintf(name, sizeof name, "one matrix T=%d", T);
+        check_rounding(name, dh, T, [&](Rounding rq) { swiglu_id_gpu(&g0, &u0, nullptr, T, 1, false, dxq, nullptr, dh, Rider{}, Routing{}, rq); });
         matmul_gpu(&g0, dxq, T, dgo);
         matmul_gpu(&u0, dxq, T, duo);
         swiglu_gpu(dgo, duo, dh, F * T);
@@ -4239,6 +4371,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
         exit(1);
     }
     printf("check-ops: %s\n", info);
+    mma_split_init();
     Tally tl = {0, 0};
     check_fp16(&tl);
     // each distinct (type, shape) once; big matrices by their first rows (the CPU twin is slow there)
