@@ -1807,18 +1807,20 @@ static void attn_prep_gpu(float *qg, float *kr, const float *vr, const float *q_
 // G heads share each K and V row read. The n keys are split into chunks whose length depends on n
 // alone (never on the batch: a verify row gets the bits its decode step gets); a split walks its
 // chunk in tiles of KV_TILE keys: the block loads a tile of K rows into shared memory as floats
-// (16-byte loads, rows padded by one float: lane j reads row j without bank conflicts), lane j of
-// each warp computes score j (fmaf over the head's dims in order), then the online softmax:
+// (16-byte loads; rows KV_ROW floats apart: lane j reads row j 16 bytes at a time, a warp's 512
+// bytes from 4 words of every bank, and 16-byte aligned), lane j of each warp computes score j
+// (fmaf over the head's dims in order, K and q read 4 values a load), then the online softmax:
 //   m' = max(m, max_j s_j), c = exp(m - m'), l = c l + sum_j exp(s_j - m'), o = c o + sum_j p_j V_j
 // (expf_ggml, the CPU softmax's exp; the sum of p by xor butterfly; the V sum over the tile's keys in
-// order, lane l holding dims l, l+32, ... of o, the tile's V rows loaded as the K rows were). Each split
+// order, lane l holding dims l, l+32, ... of o, the tile's p in registers, the tile's V rows loaded as
+// the K rows were). Each split
 // writes (m, l, o) to part; attention_combine_kernel folds the splits in order and divides:
 //   M = max_s m_s, o = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s.
 // No n_ctx-long score buffer: part holds T x n_head x MAX_SPLITS x (hd + 2) floats. The CPU rounds p
 // to the cache type before the V sum (llama.cpp's non-flash matmul); this form keeps p in float, as
 // llama.cpp's flash attention does, so with f16/bf16 caches the two differ by up to half an ulp of
 // that type per p (check_attention's limits).
-enum { MAX_HEAD_DIM = 256, MAX_GROUP = 8, KV_TILE = 32, MAX_SPLITS = 16, SPLIT_KEYS = 128 };
+enum { MAX_HEAD_DIM = 256, KV_ROW = MAX_HEAD_DIM + 4, MAX_GROUP = 8, KV_TILE = 32, MAX_SPLITS = 16, SPLIT_KEYS = 128 };
 
 // keys a split of a row that sees n keys takes: n over at most MAX_SPLITS splits of at least
 // SPLIT_KEYS, rounded up to whole tiles
@@ -1830,7 +1832,7 @@ __device__ int split_keys(int n) {
 }
 
 // rows 0..nk-1 of a kv head's cache slice (rows `stride` bytes apart, hd values of `type`) into tile as floats
-__device__ void load_tile(float (*tile)[MAX_HEAD_DIM + 1], const uint8_t *src, size_t stride, uint32_t type, int nk, int hd) {
+__device__ void load_tile(float (*tile)[KV_ROW], const uint8_t *src, size_t stride, uint32_t type, int nk, int hd) {
     int per = type == T_F32 ? 4 : 8, chunks = hd / per;   // values of a 16-byte load
     for (int c = threadIdx.x; c < nk * chunks; c += blockDim.x) {
         int k = c / chunks, i = c % chunks * per;
@@ -1847,9 +1849,9 @@ __device__ void load_tile(float (*tile)[MAX_HEAD_DIM + 1], const uint8_t *src, s
 
 __global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, const int *pos,
                                  int T, bool causal, int n_head, int n_head_kv, int hd, float kq_scale, float *part) {
-    __shared__ float tile[KV_TILE][MAX_HEAD_DIM + 1];
-    __shared__ float qr[MAX_GROUP][MAX_HEAD_DIM];
-    __shared__ float p[MAX_GROUP][KV_TILE];
+    alignas(16) __shared__ float tile[KV_TILE][KV_ROW];
+    alignas(16) __shared__ float qr[MAX_GROUP][MAX_HEAD_DIM];
+    alignas(16) __shared__ float p[MAX_GROUP][KV_TILE];
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, split = blockIdx.x % MAX_SPLITS, rest = blockIdx.x / MAX_SPLITS;
     int t = rest / n_head_kv, g = rest % n_head_kv, h = g * (n_head / n_head_kv) + w;
     int n = causal ? *pos + t + 1 : *pos + T, chunk = split_keys(n), j0 = split * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
@@ -1868,7 +1870,10 @@ __global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_
         float s = -INFINITY;
         if (lane < nk) {
             float d = 0;
-            for (int i = 0; i < hd; i++) d = fmaf(tile[lane][i], qr[w][i], d);
+            for (int i = 0; i < hd; i += 4) {   // (hd % 8 == 0: attention_gpu)
+                F4 kv = load_vec<F4>(&tile[lane][i]), qv = load_vec<F4>(&qr[w][i]);
+                for (int e = 0; e < 4; e++) d = fmaf(kv.v[e], qv.v[e], d);
+            }
             s = d * kq_scale;
         }
         float mn = fmaxf(m, warp_max(s)), pj = lane < nk ? expf_ggml(s - mn) : 0, c = expf_ggml(m - mn);
@@ -1878,10 +1883,18 @@ __global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_
         __syncthreads();   // every warp's scores are done with the K tile
         load_tile(tile, Vg + (size_t)j * vstride, vstride, v_type, nk, hd);
         __syncthreads();
+        float pk[KV_TILE];   // the tile's p, 4 a load (constant indices below: registers)
+#pragma unroll
+        for (int k = 0; k < KV_TILE; k += 4) {
+            F4 v = load_vec<F4>(&p[w][k]);
+            for (int e = 0; e < 4; e++) pk[k + e] = v.v[e];
+        }
         for (int i = 0; i < MAX_HEAD_DIM / WARP; i++) {
             if (lane + WARP * i >= hd) break;
             float a = o[i] * c;
-            for (int k = 0; k < nk; k++) a = fmaf(p[w][k], tile[k][lane + WARP * i], a);
+#pragma unroll
+            for (int k = 0; k < KV_TILE; k++)
+                if (k < nk) a = fmaf(pk[k], tile[k][lane + WARP * i], a);
             o[i] = a;
         }
     }

@@ -2,7 +2,7 @@
 # test/gpu_mutants.sh MODEL — shows that the GPU checks bite: builds mutants of clover.cu (each one
 # planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row
 # fold, the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie
-# rule, the online softmax's rescaling, the matvec blocks' own rounding, the conv's ring push and
+# rule, the online softmax's rescaling, the attention's q pieces and p, the matvec blocks' own rounding, the conv's ring push and
 # gates, the riders' rows (a batch's too), the routing after the riders, moe_out's unused ranks; on the tensor cores:
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, an expert's run of pairs, the
 # gate's cells in swiglu_mma, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
@@ -30,6 +30,8 @@ delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/
 q4_0-dp4a-offset|s/(float)(s - 8 \* sa)/(float)(s - 7 * sa)/
 route-tie-to-higher|s/(bv2 == best_v \&\& b2 < best)/(bv2 == best_v \&\& b2 > best)/
 attention-no-rescale|s/float a = o\[i\] \* c;/float a = o[i];/
+attention-q-pieces-swapped|s/qv = load_vec<F4>(\&qr\[w\]\[i\]);/qv = load_vec<F4>(\&qr[w][i ^ 4]);/
+attention-p-of-next-keys|s/F4 v = load_vec<F4>(\&p\[w\]\[k\]);/F4 v = load_vec<F4>(\&p[w][(k + 4) % KV_TILE]);/
 block-input-no-barrier|/round_row_block(xf + r \* n, (int)n, dt, xs);/{n;/__syncthreads();/d}
 conv-push-window-off-by-one|s/if (r < R) ring\[(int64_t)r \* C + c\] = win\[r\];/if (r < R) ring[(int64_t)r * C + c] = win[r + 1];/
 conv-gates-skip-block-0|s/if (gt.g)$/if (gt.g \&\& b > 0)/
