@@ -87,10 +87,32 @@ static void norm_name(const char *in, char *out, size_t n) {
     out[k] = 0;
 }
 
+/* A kernel template's launches are counted under its source name ("matmul_mma_kernel<D>"), the
+ * compiler reports each instance ("matmul_mma_kernel<DotQ6_K>"): such a name gets the most of each
+ * figure over the instances of its template. */
+static Static *template_of(const char *name) {
+    static Static t;
+    const char *lt = strchr(name, '<');
+    if (!lt) return NULL;
+    size_t base = (size_t)(lt - name) + 1;
+    int found = 0;
+    for (int i = 0; i < n_st; i++) {
+        const Static *s = &st[i];
+        if (strncmp(s->name, name, base)) continue;
+        if (!found) t = *s;
+        found = 1;
+        t.regs = s->regs > t.regs ? s->regs : t.regs, t.stack = s->stack > t.stack ? s->stack : t.stack;
+        t.spill_st = s->spill_st > t.spill_st ? s->spill_st : t.spill_st, t.spill_ld = s->spill_ld > t.spill_ld ? s->spill_ld : t.spill_ld;
+        t.smem = s->smem > t.smem ? s->smem : t.smem, t.sass = s->sass > t.sass ? s->sass : t.sass;
+    }
+    return found ? &t : NULL;
+}
+
 static Static *static_of(const char *name, int add) {
     for (int i = 0; i < n_st; i++)
         if (!strcmp(st[i].name, name)) return &st[i];
-    if (!add || n_st == MAX_KERNELS) return NULL;
+    if (!add) return template_of(name);
+    if (n_st == MAX_KERNELS) return NULL;
     Static *s = &st[n_st++];
     memset(s, 0, sizeof *s);
     s->regs = s->sass = -1;
