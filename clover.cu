@@ -261,7 +261,11 @@ __device__ W2 load8(const uint8_t *p) { return load_vec<W2>(p); }
 //    ends with the same bits, in an order fixed by the lane numbers alone. A block of 32*W threads
 //    folds each warp, then warp 0 folds the W warp results the same way.
 // ================================================================================================
-enum { WARP = 32, BLOCK = 256 };
+// BLOCK: the threads of a block unless said otherwise. ROW_BLOCK: those of the kernels that take a
+// whole row of the residual stream in one block (the norms and the MoE's sum: a decode step's launch
+// of one is a single block, whose time is the chain of loads each of its threads issues in turn; a
+// row of 2048-4096 values is one or two 16-byte loads a thread at 1024 threads).
+enum { WARP = 32, BLOCK = 256, ROW_BLOCK = 1024 };
 
 template <typename T> __device__ T warp_sum(T v) {
     for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -273,14 +277,14 @@ __device__ float warp_max(float v) {   // fmaxf: a NaN loses to any number, as i
     return v;
 }
 
-// sum over a block of BLOCK threads; every thread gets the result
+// sum over a block of whole warps (at most 32 of them); every thread gets the result
 template <typename T> __device__ T block_sum(T v) {
-    __shared__ T part[BLOCK / WARP];
+    __shared__ T part[WARP];
     int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     v = warp_sum(v);
     if (lane == 0) part[w] = v;
     __syncthreads();
-    T s = lane < BLOCK / WARP ? part[lane] : (T)0;
+    T s = lane < (int)(blockDim.x / WARP) ? part[lane] : (T)0;
     s = warp_sum(s);
     __syncthreads();   // part[] is reused by the next call
     return s;
@@ -1260,18 +1264,18 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
 // 7. The other ops, one row per block of BLOCK threads unless said otherwise
 // ================================================================================================
 // Twin: rmsnorm. y = x / sqrt(mean(x^2) + eps) * w; the squares (rounded to float, as on the CPU)
-// are summed in double, thread i taking the quads of elements 4i..4i+3, 4(i+BLOCK).., ... (16-byte
+// are summed in double, thread i of the block's B taking the quads of elements 4i..4i+3, 4(i+B).., ... (16-byte
 // loads: n % 4 == 0 for every row the device normalizes, n_embd by upload_weights' rule and the head
 // dim by attention_gpu's), then block_sum. One row xr by the block; yr may be xr.
 __device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n, float eps) {
     double ss = 0;
-    for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
+    for (int i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
         F4 v = load_vec<F4>(xr + i);
         for (int k = 0; k < 4; k++) ss += (double)(v.v[k] * v.v[k]);
     }
     ss = block_sum(ss);
     float scale = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
+    for (int i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
         F4 v = load_vec<F4>(xr + i), g = load_vec<F4>(w + i);
         for (int k = 0; k < 4; k++) v.v[k] = v.v[k] * scale * g.v[k];
         *(F4 *)(yr + i) = v;
@@ -1285,14 +1289,14 @@ __device__ void norm_round_block(float *xn, const float *x, const float *w, int 
     round_row_block(xn, n, dt, xq);
 }
 
-// The residual add, the next norm and its rounding in one pass over each row (block per row t):
+// The residual add, the next norm and its rounding in one pass over each row (a block of ROW_BLOCK per row t):
 //   x_t += mix_t (mix NULL: nothing added; the CPU's loop x[i] += mix[i]);  xn_t = rmsnorm(x_t) w;  xq_t = xn_t rounded to dt
 // Each thread adds the quads rmsnorm_block then reads (the same stride): no barrier before the norm.
-__global__ void add_norm_kernel(float *x, const float *mix, const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
+__global__ void __launch_bounds__(ROW_BLOCK) add_norm_kernel(float *x, const float *mix, const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
     int64_t t = blockIdx.x;
     float *xr = x + t * n;
     if (mix)
-        for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
+        for (int i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
             F4 a = load_vec<F4>(xr + i), b = load_vec<F4>(mix + t * n + i);
             for (int k = 0; k < 4; k++) a.v[k] += b.v[k];
             *(F4 *)(xr + i) = a;
@@ -1303,7 +1307,7 @@ __global__ void add_norm_kernel(float *x, const float *mix, const float *w, int 
 // x += mix (mix may be NULL), xn = rmsnorm(x) w, and xq = xn rounded for weights of type wtype, T rows
 // of n (xq rows act_bytes(dot_type(wtype), n) apart); for F32 dot types xq is not written.
 static void add_norm_gpu(float *x, const float *mix, const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T) {
-    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
     uint32_t dt = dot_type(wtype);
     CUDA_CHECK(cudaLaunchKernelEx(&c, add_norm_kernel, x, mix, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
 }
@@ -1701,13 +1705,13 @@ static void gdn_rev_mix_gpu(float *o, const float *o_rev, const float *gamma, in
 // Twin: gdn_gated_norm, then quantize_row of its output for ssm_out. Per (row t, value head h):
 // y_h = rmsnorm(o_h) * w * silu(z_h), w shared by all heads: rmsnorm's steps (the squares summed in
 // double by the warp, in another order than the CPU's), then the product with silu (expf_ggml). A
-// block per row t, warp w taking heads w, w + 8, ...; then the row's y rounded to dot type dt
+// block of ROW_BLOCK per row t, warp w taking heads w, w + 32, ...; then the row's y rounded to dot type dt
 // (round_row_block; F32: none) into xq.
-__global__ void gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int H, int d, float eps, float *y, uint32_t dt, uint8_t *xq,
+__global__ void __launch_bounds__(ROW_BLOCK) gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int H, int d, float eps, float *y, uint32_t dt, uint8_t *xq,
                                       size_t xq_bytes) {
     int64_t t = blockIdx.x, row = t * H * d;
     int lane = threadIdx.x % WARP;
-    for (int h = threadIdx.x / WARP; h < H; h += BLOCK / WARP) {
+    for (int h = threadIdx.x / WARP; h < H; h += ROW_BLOCK / WARP) {
         const float *oh = o + row + (int64_t)h * d, *zh = z + row + (int64_t)h * d;
         double ss = 0;
         for (int i = lane; i < d; i += WARP) ss += (double)(oh[i] * oh[i]);
@@ -1723,7 +1727,7 @@ __global__ void gdn_gated_norm_kernel(const float *o, const float *z, const floa
 
 // T rows of H heads of d; xq: y rounded for weights of type wtype (rows act_bytes apart)
 static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, int T, int H, int d, float eps, float *y, uint32_t wtype, void *xq) {
-    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
     uint32_t dt = dot_type(wtype);
     CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gated_norm_kernel, o, z, w, H, d, eps, y, dt, (uint8_t *)xq, act_bytes(dt, (int64_t)H * d)));
 }
@@ -2228,7 +2232,7 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
     });
 }
 
-// The MoE output, the residual add and the next norm in one pass over each row (block per row t):
+// The MoE output, the residual add and the next norm in one pass over each row (a block of ROW_BLOCK per row t):
 //   moe_i = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each term rounded to float before it is
 //           added, ranks with sel[t][r] < 0 adding nothing (twin moe_sum: the CPU's order exactly);
 //   ffn_i = moe_i + sh_i * sigmoid(sh_logit_t) (twin moe_shared_gate);  x_i += ffn_i;
@@ -2238,15 +2242,15 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
 // 4 consecutive values at a time (16-byte loads: n % 4 == 0, rows 16-byte aligned), a single block
 // being the whole grid of a decode step, where the loads a thread issues in turn are its time.
 enum { MAX_USED = 64 };   // n_expert_used
-__global__ void moe_out_kernel(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
+__global__ void __launch_bounds__(ROW_BLOCK) moe_out_kernel(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
                                const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
     __shared__ float wk[MAX_USED];
     __shared__ bool used[MAX_USED];
     int64_t t = blockIdx.x;
-    for (int r = threadIdx.x; r < K; r += BLOCK) used[r] = sel[t * K + r] >= 0, wk[r] = wr[t * K + r];
+    for (int r = threadIdx.x; r < K; r += ROW_BLOCK) used[r] = sel[t * K + r] >= 0, wk[r] = wr[t * K + r];
     __syncthreads();
     float gate = sigmoid(sh_logit[t]);
-    for (int i = 4 * threadIdx.x; i < n; i += 4 * BLOCK) {
+    for (int i = 4 * threadIdx.x; i < n; i += 4 * ROW_BLOCK) {
         F4 o = {{0, 0, 0, 0}}, s4 = load_vec<F4>(sh + t * n + i), x4 = load_vec<F4>(x + t * n + i);
         for (int r = 0; r < K; r++) {
             if (!used[r]) continue;
@@ -2276,7 +2280,7 @@ static void moe_out_gpu(float *x, const int *sel, const float *wr, const float *
         fprintf(stderr, "clover: error: moe_out_gpu: %d experts used or a row of %d, over %d or not a multiple of 4\n", K, n, MAX_USED);
         exit(1);
     }
-    cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
+    cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
     uint32_t dt = dot_type(wtype);
     CUDA_CHECK(cudaLaunchKernelEx(&c, moe_out_kernel, x, sel, wr, ye, K, mix, sh, sh_logit, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
 }
