@@ -1057,8 +1057,10 @@ template <typename D> __device__ void fold_cells(float acc[4][4], float accm[4][
 // for those units alone), writes them to part, and the last of b's blocks to finish (last_block, its
 // count in count) folds the slots in order: the bits of the unsplit kernel. split 1: unsplit.
 struct MmaSplit { float *part; unsigned *count; int split; };
-enum { MMA_SPLIT_TILES = 1024 };   // (tile, row block)s a split launch may have (part: 4 slots of 32 floats a thread each)
-static size_t mma_split_bytes(void) { return (size_t)MMA_SPLIT_TILES * (4 * MMA_WARPS * WARP * 8 * sizeof(float) + sizeof(unsigned)); }
+// (tile, row block)s a split launch may have; the part of each: its (at most 4) slots' cells, 8 floats
+// a thread (acc and accm of its 4 cells)
+enum { MMA_SPLIT_TILES = 1024, MMA_PART_FLOATS = 4 * MMA_WARPS * WARP * 8 };
+static size_t mma_split_bytes(void) { return (size_t)MMA_SPLIT_TILES * (MMA_PART_FLOATS * sizeof(float) + sizeof(unsigned)); }
 
 // (Both tensor-core kernels are bounded to 128 registers, four blocks of MMA_WARPS warps an SM: left
 // alone, ptxas gives the Q5_K form 130, and none of them spills under the bound.)
@@ -1171,7 +1173,7 @@ static void mma_split_init(void) {
     cudaDeviceProp p;
     CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
     mma_sms = p.multiProcessorCount;
-    mma_split_buf.part = (float *)dev_alloc((size_t)MMA_SPLIT_TILES * 4 * MMA_WARPS * WARP * 8 * sizeof(float));
+    mma_split_buf.part = (float *)dev_alloc((size_t)MMA_SPLIT_TILES * MMA_PART_FLOATS * sizeof(float));
     mma_split_buf.count = (unsigned *)dev_alloc(MMA_SPLIT_TILES * sizeof(unsigned));
     CUDA_CHECK(cudaMemset(mma_split_buf.count, 0, MMA_SPLIT_TILES * sizeof(unsigned)));
 }
@@ -2861,6 +2863,16 @@ static const void *rounded(Gpu *gpu, Input in, uint32_t wtype, int64_t n, int T,
     return gpu->sc.xq2;
 }
 
+// rounded()'s counterpart for rows a launch is about to make (a SwiGLU's): what the matrix of type
+// wtype that reads them (by_block as rounded() takes it) needs rounded before it, as a Rounding of
+// the rows into q by that launch (count: the scratch's); none where the matrix reads floats or its
+// blocks round the row themselves.
+static Rounding rounding_for(Gpu *gpu, uint32_t wtype, int64_t n, bool by_block, uint8_t *q) {
+    uint32_t dt = dot_type(wtype);
+    if (dt == T_F32 || (by_block && rounds_in_block(dt, n))) return Rounding{};
+    return Rounding{q, act_bytes(dt, n), dt, gpu->sc.round_count};
+}
+
 // y_i = W_i x[t] for the n matrices that read one input (T rows), in order: one launch for each run of
 // matrices of one type (a GDN layer's projections, attention's q, k and v, the router and the shared
 // expert's gate), the input rounded once a run at most (a decode step's row: by the blocks).
@@ -2989,15 +3001,6 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
 //   ye_p = down_e(silu(gate_e m) * up_e m)
 // (summed in rank order by moe_out_gpu). The expert ids stay on the device: each expert matmul reads
 // them (matmul_id_gpu, swiglu_id_gpu).
-// The rounding an input of n values for a matrix of type wtype read by the blocks of a kernel of
-// one row a job or not (by_block, as rounded() takes it) needs before it: none where the matrix reads
-// floats or its blocks round the row, else a Rounding of the rows into q (count: the scratch's).
-static Rounding rounding_for(Gpu *gpu, uint32_t wtype, int64_t n, bool by_block, uint8_t *q) {
-    uint32_t dt = dot_type(wtype);
-    if (dt == T_F32 || (by_block && rounds_in_block(dt, n))) return Rounding{};
-    return Rounding{q, act_bytes(dt, n), dt, gpu->sc.round_count};
-}
-
 static void moe_experts(Gpu *gpu, const Layer *L, int T, Input in) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
