@@ -4463,24 +4463,30 @@ static inline SIMD_INLINE float q8_K_d(const void *a, size_t stride, int r, cons
 }
 
 /* The repacked Q4_K kernels add one float term per row at a time: per block (gemv) or per pair s of
- * sub-blocks (gemm); the R rows' accumulators sit in the lanes of one register (unused lanes: 0).
+ * sub-blocks (gemm); the R <= 8 rows' accumulators sit in the lanes of one register (unused lanes: 0),
+ * so that each weight block is unpacked once for all of them.
  *   gemv: acc = fma(sumi, d_w d_a, acc),  acc_min = fma(summ, dmin_w d_a, acc_min),  result acc - acc_min
  *   gemm: the same with sumi and summ split by pair s = 0..3, added in that order. */
+/* the pairs' mins of four rows as [row 0 .. row 3] for each pair s: pair sums, then a transpose */
+static inline SIMD_INLINE void k4_pair_mins4_avx2(const __m256i m[4], __m128 fm[4]) {
+    __m256i h01 = _mm256_hadd_epi32(m[0], m[1]), h23 = _mm256_hadd_epi32(m[2], m[3]);
+    __m256i lo = _mm256_unpacklo_epi32(h01, h23), hi = _mm256_unpackhi_epi32(h01, h23);
+    __m256 m02 = _mm256_cvtepi32_ps(_mm256_unpacklo_epi32(lo, hi)), m13 = _mm256_cvtepi32_ps(_mm256_unpackhi_epi32(lo, hi));
+    fm[0] = _mm256_castps256_ps128(m02), fm[1] = _mm256_castps256_ps128(m13);
+    fm[2] = _mm256_extractf128_ps(m02, 1), fm[3] = _mm256_extractf128_ps(m13, 1);
+}
 static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, size_t stride, const int R, bool gemm,
                                                  int64_t n, float *out) {
     const BlockQ4_K *x = w;
-    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
-        __m128i scm = scales_k4_avx2(x[b].scales), si[4];
-        __m256i sc16 = scales16_k4_avx2(scm), lanes[4], mins[4];
-        __m256i mn16 = k4_mins16_avx2(scm);
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {   /* row r's mins per sub-block */
-            lanes[r] = mins[r] = _mm256_setzero_si256();
-            if (r < R) mins[r] = k4_mins8_avx2(mn16, act_block(a, stride, r, sizeof(BlockQ8_K), b));
-        }
-        __m128 yd4 = _mm_setr_ps(q8_K_d(a, stride, 0, R, b), q8_K_d(a, stride, 1, R, b), q8_K_d(a, stride, 2, R, b), q8_K_d(a, stride, 3, R, b));
-        __m128 d = _mm_mul_ps(_mm_set1_ps(f16c(x[b].d)), yd4), dmin = _mm_mul_ps(_mm_set1_ps(f16c(x[b].dmin)), yd4);
+        __m128i scm = scales_k4_avx2(x[b].scales);
+        __m256i sc16 = scales16_k4_avx2(scm), lanes[MAX_ROWS];
+        __m256 yd = _mm256_setr_ps(q8_K_d(a, stride, 0, R, b), q8_K_d(a, stride, 1, R, b), q8_K_d(a, stride, 2, R, b), q8_K_d(a, stride, 3, R, b),
+                                   q8_K_d(a, stride, 4, R, b), q8_K_d(a, stride, 5, R, b), q8_K_d(a, stride, 6, R, b), q8_K_d(a, stride, 7, R, b));
+        __m256 d = _mm256_mul_ps(_mm256_set1_ps(f16c(x[b].d)), yd), dmin = _mm256_mul_ps(_mm256_set1_ps(f16c(x[b].dmin)), yd);
+        #pragma GCC unroll 8
+        for (int r = 0; r < MAX_ROWS; r++) lanes[r] = _mm256_setzero_si256();
 #if ZMM
         if (!gemm) k4_block_zmm(x[b].qs, NULL, sc16, a, stride, R, b, lanes);
 #endif
@@ -4489,7 +4495,7 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
 #if ZMM
             if (gemm) {   /* pair s is sub-blocks 2s, 2s+1 */
                 __m512i q = k4_pair_q_zmm(x[b].qs, NULL, s), sp = k4_pair_scale_zmm(sc16, s);
-                #pragma GCC unroll 4
+                #pragma GCC unroll 8
                 for (int r = 0; r < R; r++)
                     lanes[r] = fold_pair_zmm(lanes_u8i8_zmm(_mm512_setzero_si512(), q, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs + 64 * s, sp));
             }
@@ -4497,38 +4503,36 @@ static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, 
             #pragma GCC unroll 2
             for (int j = 2 * s; j < 2 * s + 2; j++) {
                 __m256i q = k4_sub_q_avx2(x[b].qs, NULL, j), sj = scale_k4_avx2(sc16, j);
-                #pragma GCC unroll 4
+                #pragma GCC unroll 8
                 for (int r = 0; r < R; r++)
                     lanes[r] = k4_sub_avx2(lanes[r], q, sj, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j);
             }
 #endif
-            if (gemm) {
-                si[s] = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);   /* [row 0 .. row 3] of pair s */
-                #pragma GCC unroll 4
+            if (gemm) {   /* pair s's term, rows in lanes (acc and acc_min are separate chains) */
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32_avx2(lanes)), d, acc);
+                #pragma GCC unroll 8
                 for (int r = 0; r < R; r++) lanes[r] = _mm256_setzero_si256();
             }
         }
+        /* row r's mins per sub-block (in lanes, for R rows), then acc_min */
+        __m256i mn16 = k4_mins16_avx2(scm), mins[MAX_ROWS];
+        #pragma GCC unroll 8
+        for (int r = 0; r < MAX_ROWS; r++)
+            mins[r] = r < R ? k4_mins8_avx2(mn16, act_block(a, stride, r, sizeof(BlockQ8_K), b)) : _mm256_setzero_si256();
         if (gemm) {
-            /* the pairs' mins as [row 0 .. row 3] for each pair s: pair sums, then a transpose */
-            __m256i h01 = _mm256_hadd_epi32(mins[0], mins[1]), h23 = _mm256_hadd_epi32(mins[2], mins[3]);
-            __m256i lo = _mm256_unpacklo_epi32(h01, h23), hi = _mm256_unpackhi_epi32(h01, h23);
-            __m256 m02 = _mm256_cvtepi32_ps(_mm256_unpacklo_epi32(lo, hi)), m13 = _mm256_cvtepi32_ps(_mm256_unpackhi_epi32(lo, hi));
-            __m128 fm[4] = {_mm256_castps256_ps128(m02), _mm256_castps256_ps128(m13), _mm256_extractf128_ps(m02, 1), _mm256_extractf128_ps(m13, 1)};
+            __m128 lo[4], hi[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+            k4_pair_mins4_avx2(mins, lo);
+            if (R > 4) k4_pair_mins4_avx2(mins + 4, hi);
             #pragma GCC unroll 4
-            for (int s = 0; s < 4; s++) {
-                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(si[s]), d, acc);
-                accm = _mm_fmadd_ps(fm[s], dmin, accm);
-            }
+            for (int s = 0; s < 4; s++) accm = _mm256_fmadd_ps(_mm256_set_m128(hi[s], lo[s]), dmin, accm);
         } else {
-            __m128i sumi = hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3]);
-            __m128i summ = hsum4_i32_avx2(mins[0], mins[1], mins[2], mins[3]);
-            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sumi), d, acc);
-            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), dmin, accm);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32_avx2(lanes)), d, acc);
+            accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32_avx2(mins)), dmin, accm);
         }
     }
-    float o[4];
-    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
-    #pragma GCC unroll 4
+    float o[MAX_ROWS];
+    _mm256_storeu_ps(o, _mm256_sub_ps(acc, accm));
+    #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = o[r];
 }
 
@@ -5089,7 +5093,8 @@ SIMD static void quantize_q8_K_avx2(const float *x, BlockQ8_K *y, int64_t n) {
  * after inlining each call is an instance for a constant row count. Those on Q8_0 activations take a
  * packed group (BlockQ8_0x8, stride unused) and all eight rows at once (their per-row work is small
  * beside the weight block's); the K-quants take rows stride bytes apart, four at a time (eight where
- * AVX-512's 32 registers hold their accumulators). */
+ * AVX-512's 32 registers hold their accumulators, and the repacked Q4_K, whose rows' sums are reduced
+ * into the lanes of one register as they go). */
 typedef void KRowsFn(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out);
 static inline SIMD_INLINE void rows_upto_four_avx2(KRowsFn *k, const void *w, const void *a, size_t stride, int R, int64_t n,
                                                    float *out) {
@@ -5153,10 +5158,10 @@ SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int
     else rows_by_four_avx2(q4_K_rows_avx2, w, a, stride, R, n, out);
 }
 SIMD static void rows_q4_K_8x8_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    rows_by_four_avx2(q4_K_8x8_gemv_rows_avx2, w, a, stride, R, n, out);
+    rows_upto_eight_avx2(q4_K_8x8_gemv_rows_avx2, w, a, stride, R, n, out);
 }
 SIMD static void rows_q4_K_8x8_gemm_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
-    rows_by_four_avx2(q4_K_8x8_gemm_rows_avx2, w, a, stride, R, n, out);
+    rows_upto_eight_avx2(q4_K_8x8_gemm_rows_avx2, w, a, stride, R, n, out);
 }
 SIMD static void rows_q5_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     if (ZMM) rows_upto_eight_avx2(q5_K_rows_avx2, w, a, stride, R, n, out);
