@@ -956,7 +956,10 @@ typedef struct {
     void (*attn_v_sum)(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int n, int lanes, int hd, float *acc, float *o);
     /* flash attention (section 9) */
     void (*to_f16)(uint16_t *y, const float *x, int n);
-    void (*fa_scores)(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
+    void (*fa_tile)(uint32_t k_type, const uint8_t *K, size_t kstride, uint32_t v_type, const uint8_t *V, size_t vstride, int nt, int hd,
+                    float *kt, float *vf);
+    void (*fa_scores)(const float *q, const float *kt, int nt, int hd, float *s);
+    void (*fa_mad_keys)(float *acc, const float *vf, const float *p, int nt, int hd);
     void (*fa_kdots16)(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
     void (*fa_mad)(float *y, uint32_t type, const void *v, float w, int n);
     void (*fa_mad16_keys)(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n);
@@ -1376,6 +1379,7 @@ typedef struct {
     float *ao, *ao_gated;           /* attention: head outputs o_h, and o_h * sigmoid(gate_h) [cap][n_head*head_dim] */
     float *att;                     /* attention scores, [n_threads][n_ctx] */
     float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
+    float *fa;                      /* attention, the tiled path: a tile and a job's states, [n_threads][fa_tiled_floats] */
     float *router_logits, *probs;   /* MoE: W_router m and its softmax p [cap][n_expert] */
     float *w;                       /* MoE: the chosen experts' weights [cap][n_used] */
     int *sel;                       /* MoE: chosen experts [cap][n_used] */
@@ -1397,6 +1401,7 @@ typedef struct {
 static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
 
 static size_t packed_bytes(int64_t n);   /* matmul_rows' packed activations per thread (section 8) */
+static size_t fa_tiled_floats(const Config *c);   /* the tiled flash attention's per thread (section 9) */
 
 /* The bytes scratch_init allocates (below; keep the two in step), for the memory plan: computed with
  * checked arithmetic, so that once the plan fits, scratch_init's own products cannot wrap. */
@@ -1411,6 +1416,7 @@ static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) 
     size_t floats = mul_size(T, per_row, "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
+    floats = add_size(floats, mul_size((size_t)n_threads, fa_tiled_floats(c), "attention scratch"), "scratch");
     floats = add_size(floats, 2 * S_floats(c), "scratch");
     size_t bytes = add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
     return add_size(bytes, mul_size((size_t)n_threads, packed_bytes((int64_t)maxin), "scratch"), "scratch");
@@ -1443,6 +1449,7 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
     s->vacc = xcalloc(mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), 4);
+    s->fa = xcalloc(mul_size((size_t)n_threads, fa_tiled_floats(c), "attention scratch"), 4);
     s->router_logits = xcalloc(T * (size_t)c->n_expert, 4);
     s->probs = xcalloc(T * (size_t)c->n_expert, 4);
     s->w = xcalloc(T * K, 4);
@@ -2209,12 +2216,25 @@ static void to_f16(uint16_t *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] = fp32_to_fp16(x[i]);
 }
 
-/* s_t = q . K_t for the nt rows K_t = K + t kstride (bytes): a plain fused chain over the dims from
- * dim 0, q in F32 (the tiled path's GEMM, simd_gemm). Twin: fa_scores_avx2 (eight keys per register). */
-static void fa_scores(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+/* The tiled path reads a tile of nt <= 64 keys once for all the rows and query heads of a job
+ * (fa_tiled_rows): the keys transposed, kt[d * 64 + t] = fa_load(K_t, d), so that a score's chain
+ * runs down a column, columns nt..63 zero; and the values as floats, vf[t * hd + i] = fa_load(V_t, i).
+ * Twin: fa_tile_avx2. */
+static void fa_tile(uint32_t k_type, const uint8_t *K, size_t kstride, uint32_t v_type, const uint8_t *V, size_t vstride, int nt, int hd,
+                    float *kt, float *vf) {
+    for (int d = 0; d < hd; d++)
+        for (int t = 0; t < 64; t++) kt[(size_t)d * 64 + t] = t < nt ? fa_load(k_type, K + (size_t)t * kstride, d) : 0;
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < hd; i++) vf[(size_t)t * hd + i] = fa_load(v_type, V + (size_t)t * vstride, i);
+}
+
+/* s_t = q . K_t for the tile's first nt keys (kt: fa_tile's columns): a plain fused chain over the
+ * dims from dim 0, q in F32 (the tiled path's GEMM, simd_gemm). Twin: fa_scores_avx2 (the 64 keys in
+ * eight registers, eight chains at once). */
+static void fa_scores(const float *q, const float *kt, int nt, int hd, float *s) {
     for (int t = 0; t < nt; t++) {
         float d = 0;
-        for (int i = 0; i < hd; i++) d = fmaf(q[i], fa_load(type, K + (size_t)t * kstride, i), d);
+        for (int i = 0; i < hd; i++) d = fmaf(q[i], kt[(size_t)i * 64 + t], d);
         s[t] = d;
     }
 }
@@ -2226,10 +2246,18 @@ static void fa_kdots16(const uint16_t *q, const uint8_t *K, size_t kstride, int 
     for (int t = 0; t < nt; t++) s[t] = dot_f16_row(K + (size_t)t * kstride, q, hd);
 }
 
-/* y_i = fma(v_i, w, y_i), an F32 accumulator (ggml_vec_mad_f32 after the V row's conversion; the
- * tiled path's V sum). Twin: fa_mad_avx2. */
+/* y_i = fma(v_i, w, y_i), an F32 accumulator (ggml_vec_mad_f32 after the V row's conversion: the
+ * per-row path's V sum with a BF16 V). Twin: fa_mad_avx2. */
 static void fa_mad(float *y, uint32_t type, const void *v, float w, int n) {
     for (int i = 0; i < n; i++) y[i] = fmaf(fa_load(type, v, i), w, y[i]);
+}
+
+/* acc_i = fma(v_ti, p_t, acc_i) over the tile's keys t < nt in turn (vf: fa_tile's rows), F32: the
+ * tiled path's V sum, ggml_vec_mad_f32 key by key. Twin: fa_mad_keys_avx2, 64 values at a time held
+ * in registers across the keys (the same steps for each value). */
+static void fa_mad_keys(float *acc, const float *vf, const float *p, int nt, int hd) {
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < hd; i++) acc[i] = fmaf(vf[(size_t)t * hd + i], p[t], acc[i]);
 }
 
 /* y_i = fp16(fma(v_i, w, y_i)), an F16 accumulator (ggml_vec_mad_f16) */
@@ -2314,36 +2342,72 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
     *S_out = S;
 }
 
-/* The tiled path (ggml's _tiled; F16 K and V) for one head over keys [0, n): the keys in tiles of 64
- * from key 0; per tile the scores s_j = (q . K_j) * scale by a plain fused chain over the dims in
- * F32 (q not rounded), the tile's max; if the running max M grows, acc and S scale by
- * expf(M_old - M); then p_j = exp(s_j - M) and S += sum_j p_j as ggml_vec_soft_max_f32 computes
- * them (exp_sum; S float, the sum double), and acc += p_j V_j, a fused chain over the tile's keys. */
-static void fa_tiled(const AttnTask *at, const float *q, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride, int n, int hd,
-                     float *acc, float *M_out, float *S_out) {
-    float scale = at->ctx->m->c.kq_scale, M = -INFINITY, S = 0;
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int j0 = 0; j0 < n; j0 += 64) {
-        int nt = n - j0 < 64 ? n - j0 : 64;
-        float p[64], tile_max = -INFINITY;
-        for (int t = nt; t < 64; t++) p[t] = -INFINITY;
-        kernels()->fa_scores(q, at->k_type, K + (size_t)j0 * kstride, kstride, nt, hd, p);
-        for (int t = 0; t < nt; t++) {
-            p[t] *= scale;
-            if (p[t] > tile_max) tile_max = p[t];
-        }
-        float M_new = fmaxf(M, tile_max);
-        if (M_new > M) {
-            float ms = expf(M - M_new);
-            for (int i = 0; i < hd; i++) acc[i] *= ms;
-            S *= ms;
-        }
-        M = M_new;
-        S = (float)(S + kernels()->exp_sum(p, 64, M));
-        for (int t = 0; t < nt; t++) kernels()->fa_mad(acc, at->v_type, V + (size_t)(j0 + t) * vstride, p[t], hd);
+/* The keys row t of a batch sees: the causal prefix, or all of them (the preview's block) */
+static int fa_row_keys(const AttnTask *at, int t) { return at->causal_from < 0 ? at->n_keys : at->causal_from + t + 1; }
+
+/* o = acc / S (S = 0: zeros) and og = o * sigmoid(gate): a head's output, from its online softmax */
+static void fa_finish(const float *acc, float S, const float *gate, int hd, float *o, float *og) {
+    float inv = S == 0 ? 0 : 1.0f / S;
+    for (int i = 0; i < hd; i++) {
+        o[i] = acc[i] * inv;
+        og[i] = o[i] * sigmoid(gate[i]);
     }
-    *M_out = M;
-    *S_out = S;
+}
+
+/* The tiled path (ggml's _tiled; F16 K and V) for rows t0..t1-1 of the batch and the query heads of kv
+ * head kvh (R = t1 - t0 <= FA_JOB_ROWS rows): the keys in tiles of 64 from key 0, each read once for
+ * all of them (fa_tile). Each (row, head) keeps its running max M, sum S and acc (in w, after the
+ * tile); per tile the scores s_j = (q . K_j) * scale by a plain fused chain over the dims in F32 (q
+ * not rounded), the tile's max; if the running max grows, acc and S scale by expf(M_old - M); then
+ * p_j = exp(s_j - M) and S += sum_j p_j as ggml_vec_soft_max_f32 computes them (exp_sum; S float, the
+ * sum double), and acc += p_j V_j, a fused chain over the tile's keys. */
+enum { FA_JOB_ROWS = 16 };
+static size_t fa_tiled_floats(const Config *c) {   /* w's size: a tile, and the states of a job's rows */
+    return 128 * (size_t)c->head_dim + FA_JOB_ROWS * (size_t)(c->n_head / c->n_head_kv) * ((size_t)c->head_dim + 2);
+}
+static void fa_tiled_rows(const AttnTask *at, float *w, int t0, int t1, int kvh) {
+    const Config *c = &at->ctx->m->c;
+    Scratch *s = &at->ctx->sc;
+    int hd = c->head_dim, group = c->n_head / c->n_head_kv, kvd = c->n_head_kv * hd, jobs = (t1 - t0) * group;
+    size_t kstride = (size_t)kvd * TYPES[at->k_type].bytes, vstride = (size_t)kvd * TYPES[at->v_type].bytes;
+    const uint8_t *K = at->K + (size_t)kvh * hd * TYPES[at->k_type].bytes, *V = at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes;
+    float *kt = w, *vf = kt + 64 * (size_t)hd, *acc = vf + 64 * (size_t)hd, *M = acc + (size_t)jobs * hd, *S = M + jobs;
+    float scale = c->kq_scale;
+    memset(acc, 0, (size_t)jobs * hd * sizeof(float));
+    for (int k = 0; k < jobs; k++) M[k] = -INFINITY, S[k] = 0;
+    int n_all = fa_row_keys(at, t1 - 1);   /* the most keys a row of the job sees */
+    for (int j0 = 0; j0 < n_all; j0 += 64) {
+        kernels()->fa_tile(at->k_type, K + (size_t)j0 * kstride, kstride, at->v_type, V + (size_t)j0 * vstride, vstride,
+                           n_all - j0 < 64 ? n_all - j0 : 64, hd, kt, vf);
+        for (int k = 0; k < jobs; k++) {
+            int t = t0 + k / group, h = kvh * group + k % group, n = fa_row_keys(at, t);
+            if (j0 >= n) continue;
+            int nt = n - j0 < 64 ? n - j0 : 64;
+            const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
+            float p[64], tile_max = -INFINITY, *a = acc + (size_t)k * hd;
+            for (int i = nt; i < 64; i++) p[i] = -INFINITY;
+            kernels()->fa_scores(q, kt, nt, hd, p);
+            for (int i = 0; i < nt; i++) {
+                p[i] *= scale;
+                if (p[i] > tile_max) tile_max = p[i];
+            }
+            float M_new = fmaxf(M[k], tile_max);
+            if (M_new > M[k]) {
+                float ms = expf(M[k] - M_new);
+                for (int i = 0; i < hd; i++) a[i] *= ms;
+                S[k] *= ms;
+            }
+            M[k] = M_new;
+            S[k] = (float)(S[k] + kernels()->exp_sum(p, 64, M[k]));
+            kernels()->fa_mad_keys(a, vf, p, nt, hd);
+        }
+    }
+    for (int k = 0; k < jobs; k++) {
+        int t = t0 + k / group, h = kvh * group + k % group;
+        size_t head = (size_t)t * c->n_head * hd + (size_t)h * hd;
+        fa_finish(acc + (size_t)k * hd, S[k], s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd + hd, hd, s->ao + head,
+                  s->ao_gated + head);
+    }
 }
 
 /* The split path (F16 K and V; one row over n_kv >= 512 cells, n of them visible): the cells in
@@ -2373,37 +2437,43 @@ static void fa_split(const AttnTask *at, const FaScratch *w, const uint8_t *K, s
  * (llama_kv_cache::get_n_kv; never past the context, which llama.cpp also rounds up to 256). */
 static int fa_cells(int n) { return n <= 256 ? 256 : (n + 255) / 256 * 256; }
 
-/* One head of one row with flash attention, over its n visible keys: o = acc / S by the row's path,
- * og = o * sigmoid(gate). */
+/* One head of one row with flash attention, over its n visible keys, by the row's path (not the
+ * tiled one): o = acc / S, og = o * sigmoid(gate). */
 static void attend_fa(const AttnTask *at, const FaScratch *w, const float *q, const float *gate, const uint8_t *K, size_t kstride,
                       const uint8_t *V, size_t vstride, int n, int hd, float *o, float *og) {
     bool f16_kv = fa_type(at->k_type) == T_F16 && fa_type(at->v_type) == T_F16;
     float M, S;
-    if (at->fa != FA_TILED) store_as(fa_type(at->k_type), w->qr, q, hd);
-    if (at->fa == FA_TILED) fa_tiled(at, q, K, kstride, V, vstride, n, hd, w->acc, &M, &S);
-    else if (at->fa == FA_STEP && f16_kv && fa_cells(n) >= 512)
+    store_as(fa_type(at->k_type), w->qr, q, hd);
+    if (at->fa == FA_STEP && f16_kv && fa_cells(n) >= 512)
         fa_split(at, w, K, kstride, V, vstride, n, fa_cells(n), at->ctx->fa_threads, hd, w->acc, &M, &S);
     else fa_chunk(at, w, K, kstride, V, vstride, 0, n, hd, w->acc, &M, &S);
-    float inv = S == 0 ? 0 : 1.0f / S;
-    for (int i = 0; i < hd; i++) {
-        o[i] = w->acc[i] * inv;
-        og[i] = o[i] * sigmoid(gate[i]);
-    }
+    fa_finish(w->acc, S, gate, hd, o, og);
 }
 
-/* For each (row t, head h), attend over the keys row t may see (GQA: head h reads kv head h / group). */
+/* For each (row t, head h), attend over the keys row t may see (GQA: head h reads kv head h / group).
+ * The tiled path goes by jobs of up to FA_JOB_ROWS rows and one kv head, about four a thread, so that
+ * each tile of keys is read once for the rows and query heads of a job (fa_tiled_rows). */
 static void attn_task(void *p, int ith, int nth) {
     const AttnTask *at = p;
     const Config *c = &at->ctx->m->c;
     Scratch *s = &at->ctx->sc;
     int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
+    if (at->fa == FA_TILED) {
+        int R = at->T * c->n_head_kv / (4 * nth);
+        R = R < 1 ? 1 : R > FA_JOB_ROWS ? FA_JOB_ROWS : R;
+        int blocks = (at->T + R - 1) / R;
+        for (int job = ith; job < blocks * c->n_head_kv; job += nth) {
+            int t0 = job / c->n_head_kv * R;
+            fa_tiled_rows(at, s->fa + (size_t)ith * fa_tiled_floats(c), t0, t0 + R < at->T ? t0 + R : at->T, job % c->n_head_kv);
+        }
+        return;
+    }
     float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
     size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes;
     float *vacc = s->vacc + (size_t)ith * 64 * hd;
     FaScratch w = {vacc, vacc + hd, (uint16_t *)(vacc + 2 * hd), (uint16_t *)(vacc + 3 * hd), (uint16_t *)(vacc + 4 * hd)};
     for (int job = ith; job < at->T * c->n_head; job += nth) {
-        int t = job / c->n_head, h = job % c->n_head, kvh = h / group;
-        int n = at->causal_from < 0 ? at->n_keys : at->causal_from + t + 1;
+        int t = job / c->n_head, h = job % c->n_head, kvh = h / group, n = fa_row_keys(at, t);
         const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
         size_t head = (size_t)t * c->n_head * hd + (size_t)h * hd;
         const uint8_t *K = at->K + (size_t)kvh * hd * kb, *V = at->V + (size_t)kvh * hd * vb;
@@ -5478,16 +5548,26 @@ SIMD static void to_f16_avx2(uint16_t *y, const float *x, int n) {
     to_f16(y + i, x + i, n - i);
 }
 
-/* eight keys at once, one per lane: the 8 x 8 blocks of their rows transposed so that lane t
- * runs key t's chain over the dims in order */
-SIMD static void fa_scores_avx2(const float *q, uint32_t type, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
-    int t = 0, nd = hd & ~7;
-    for (; t + 8 <= nt; t += 8) {
-        const uint8_t *Kt = K + (size_t)t * kstride;
-        __m256 acc = _mm256_setzero_ps();
-        for (int d = 0; d < nd; d += 8) {
+/* fa_tile with F16C: 8 x 8 blocks of the keys' rows transposed in registers, the values converted
+ * 8 at a time; a group of 8 with a NaN goes through fa_load (hd a multiple of 8, as the tiled path's) */
+SIMD static void fa_tile_avx2(uint32_t k_type, const uint8_t *K, size_t kstride, uint32_t v_type, const uint8_t *V, size_t vstride, int nt,
+                              int hd, float *kt, float *vf) {
+    for (int t = 0; t < 64; t += 8)
+        for (int d = 0; d < hd; d += 8) {
             __m256 r[8], u[8], c[8];
-            for (int k = 0; k < 8; k++) r[k] = fa_load_avx2(type, Kt + (size_t)k * kstride, d);
+            for (int k = 0; k < 8; k++) {
+                const uint8_t *row = K + (size_t)(t + k) * kstride;
+                if (t + k >= nt) {
+                    r[k] = _mm256_setzero_ps();
+                    continue;
+                }
+                r[k] = fa_load_avx2(k_type, row, d);
+                if (any_nan_avx2(r[k])) {
+                    float f[8];
+                    for (int i = 0; i < 8; i++) f[i] = fa_load(k_type, row, d + i);
+                    r[k] = _mm256_loadu_ps(f);
+                }
+            }
             for (int k = 0; k < 8; k += 2) {
                 u[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
                 u[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
@@ -5502,17 +5582,65 @@ SIMD static void fa_scores_avx2(const float *q, uint32_t type, const uint8_t *K,
                 c[j] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x20);
                 c[j + 4] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x31);
             }
-            for (int j = 0; j < 8; j++) acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d + j]), c[j], acc);
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(kt + (size_t)(d + j) * 64 + t, c[j]);
         }
-        float a[8];
-        _mm256_storeu_ps(a, acc);
-        for (int k = 0; k < 8; k++) {
-            for (int d = nd; d < hd; d++) a[k] = fmaf(q[d], fa_load(type, Kt + (size_t)k * kstride, d), a[k]);
-            s[t + k] = a[k];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < hd; i += 8) {
+            const uint8_t *row = V + (size_t)t * vstride;
+            __m256 v = fa_load_avx2(v_type, row, i);
+            if (any_nan_avx2(v))
+                for (int k = 0; k < 8; k++) vf[(size_t)t * hd + i + k] = fa_load(v_type, row, i + k);
+            else _mm256_storeu_ps(vf + (size_t)t * hd + i, v);
         }
-        if (any_nan_avx2(_mm256_loadu_ps(s + t))) fa_scores(q, type, Kt, kstride, 8, hd, s + t);
+}
+
+/* fa_scores for the 64 columns at once, 8 keys a register: lane l of register g runs key 8g + l's
+ * chain over the dims, eight chains in flight; a group with a NaN is redone by the definition */
+SIMD static void fa_scores_avx2(const float *q, const float *kt, int nt, int hd, float *s) {
+    __m256 acc[8];
+    for (int g = 0; g < 8; g++) acc[g] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m256 qd = _mm256_set1_ps(q[d]);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) acc[g] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + (size_t)d * 64 + 8 * g), acc[g]);
     }
-    fa_scores(q, type, K + (size_t)t * kstride, kstride, nt - t, hd, s + t);
+    for (int g = 0; g < 8 && 8 * g < nt; g++) {
+        float a[8];
+        int n = nt - 8 * g < 8 ? nt - 8 * g : 8;
+        _mm256_storeu_ps(a, acc[g]);
+        if (any_nan_avx2(acc[g])) {   /* (past nt: zero columns, or keys of this tile the row does not see) */
+            fa_scores(q, kt + 8 * g, n, hd, s + 8 * g);
+            continue;
+        }
+        memcpy(s + 8 * g, a, (size_t)n * sizeof(float));
+    }
+}
+
+/* fa_mad_keys 64 values at a time: eight registers of acc updated key by key (hd a multiple of 8);
+ * a group of 8 values with a NaN result is redone by the definition from its values before */
+SIMD static void fa_mad_keys_avx2(float *acc, const float *vf, const float *p, int nt, int hd) {
+    for (int i0 = 0; i0 < hd; i0 += 64) {
+        int w = hd - i0 < 64 ? (hd - i0) / 8 : 8;
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) a[k] = k < w ? _mm256_loadu_ps(acc + i0 + 8 * k) : _mm256_setzero_ps();
+        for (int t = 0; t < nt; t++) {
+            __m256 pt = _mm256_set1_ps(p[t]);
+            const float *v = vf + (size_t)t * hd + i0;
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                if (k < w) a[k] = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * k), pt, a[k]);
+        }
+        for (int k = 0; k < w; k++) {
+            float *y = acc + i0 + 8 * k;
+            if (!any_nan_avx2(a[k])) {
+                _mm256_storeu_ps(y, a[k]);
+                continue;
+            }
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < 8; i++) y[i] = fmaf(vf[(size_t)t * hd + i0 + 8 * k + i], p[t], y[i]);
+        }
+    }
 }
 
 SIMD static void fa_mad_avx2(float *y, uint32_t type, const void *v, float w, int n) {
@@ -5647,7 +5775,8 @@ static const Kernels KERNELS_PLAIN = {
             dot_q4_0_8x8, dot_q4_K, dot_q4_K_8x8, dot_q4_K_8x8_gemm, dot_q5_K, dot_q6_K},
     .quantize_q8_0 = quantize_q8_0, .quantize_q8_K = quantize_q8_K, .exp_sum = exp_sum, .softmax = softmax, .silu_row = silu_row,
     .gdn_conv = gdn_conv, .delta_rule = delta_rule, .round_row_as = round_row_as, .attn_v_sum = attn_v_sum,
-    .to_f16 = to_f16, .fa_scores = fa_scores, .fa_kdots16 = fa_kdots16, .fa_mad = fa_mad, .fa_mad16_keys = fa_mad16_keys,
+    .to_f16 = to_f16, .fa_tile = fa_tile, .fa_scores = fa_scores, .fa_mad_keys = fa_mad_keys, .fa_kdots16 = fa_kdots16, .fa_mad = fa_mad,
+    .fa_mad16_keys = fa_mad16_keys,
 };
 #if defined(__x86_64__)
 static const Kernels KERNELS_AVX2 = {
@@ -5666,7 +5795,7 @@ static const Kernels KERNELS_AVX2 = {
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .exp_sum = exp_sum_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
-    .to_f16 = to_f16_avx2, .fa_scores = fa_scores_avx2, .fa_mad = fa_mad_avx2,
+    .to_f16 = to_f16_avx2, .fa_tile = fa_tile_avx2, .fa_scores = fa_scores_avx2, .fa_mad_keys = fa_mad_keys_avx2, .fa_mad = fa_mad_avx2,
 #if ZMM
     .delta_rule = delta_rule_zmm, .fa_kdots16 = fa_kdots16_zmm, .fa_mad16_keys = fa_mad16_keys_zmm,
 #else

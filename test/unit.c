@@ -686,11 +686,28 @@ static void test_fa_simd(void) {
                 }
                 const uint8_t *K1 = K + (size_t)hd * TYPES[type].bytes;   /* the second head */
                 float w = rnd_uniform(0, 1);
-                if (type != T_BF16) {
-                    fa_scores(q, type, K1, stride, nt, hd, s1);
-                    fa_scores_avx2(q, type, K1, stride, nt, hd, s2);
+                if (type != T_BF16 && hd % 8 == 0) {   /* the tiled path's steps (hd a multiple of 16 there) */
+                    float *kt1 = xmalloc(64 * (size_t)hd * 4), *kt2 = xmalloc(64 * (size_t)hd * 4);
+                    float *vf1 = xmalloc((size_t)nt * hd * 4), *vf2 = xmalloc((size_t)nt * hd * 4), p[21];
+                    memset(kt2, 0xff, 64 * (size_t)hd * 4);   /* (stale NaNs: columns past nt must come out zero) */
+                    fa_tile(type, K1, stride, type, K, stride, nt, hd, kt1, vf1);
+                    fa_tile_avx2(type, K1, stride, type, K, stride, nt, hd, kt2, vf2);
+                    n_checks++;
+                    if ((memcmp(kt1, kt2, 64 * (size_t)hd * 4) || memcmp(vf1, vf2, (size_t)nt * hd * 4)) && bad++ == 0)
+                        snprintf(detail, sizeof detail, "tile %s hd=%d nt=%d", TYPES[type].name, hd, nt);
+                    fa_scores(q, kt1, nt, hd, s1);
+                    fa_scores_avx2(q, kt1, nt, hd, s2);
                     n_checks++;
                     if (memcmp(s1, s2, (size_t)nt * 4) && bad++ == 0) snprintf(detail, sizeof detail, "scores %s hd=%d nt=%d", TYPES[type].name, hd, nt);
+                    for (int t = 0; t < nt; t++) p[t] = rnd_uniform(0, 1);
+                    memcpy(y2, y1, (size_t)hd * 4);
+                    fa_mad_keys(y1, vf1, p, nt, hd);
+                    fa_mad_keys_avx2(y2, vf1, p, nt, hd);
+                    n_checks++;
+                    if (memcmp(y1, y2, (size_t)hd * 4) && bad++ == 0) snprintf(detail, sizeof detail, "mad over keys %s hd=%d nt=%d", TYPES[type].name, hd, nt);
+                    free(kt1), free(kt2), free(vf1), free(vf2);
+                }
+                if (type != T_BF16) {
                     /* the F16 accumulator over the nt keys: a third of them raise the max (ms < 1), the
                      * accumulator large or of random bits every other time (inf, NaN) */
                     float ms[21], vs[21];
@@ -724,7 +741,7 @@ static void test_fa_simd(void) {
                 }
                 free(K), free(row), free(q), free(s1), free(s2), free(y1), free(y2), free(h1), free(h2);
             }
-    check(bad == 0 && n_checks > 0, "SIMD flash attention steps (scores, F16 K dots, F32 mad, F16 mad and scale over keys, to F16) vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
+    check(bad == 0 && n_checks > 0, "SIMD flash attention steps (tile, scores, mad over keys, F16 K dots, F32 mad, F16 mad and scale over keys, to F16) vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
 #endif
 }
 
