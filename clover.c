@@ -958,8 +958,8 @@ typedef struct {
     void (*to_f16)(uint16_t *y, const float *x, int n);
     void (*fa_tile)(uint32_t k_type, const uint8_t *K, size_t kstride, uint32_t v_type, const uint8_t *V, size_t vstride, int nt, int hd,
                     float *kt, float *vf);
-    void (*fa_scores)(const float *q, const float *kt, int nt, int hd, float *s);
-    void (*fa_mad_keys)(float *acc, const float *vf, const float *p, int nt, int hd);
+    void (*fa_scores)(const float *q, size_t qstride, int nh, const float *kt, int nt, int hd, float *s);
+    void (*fa_mad_keys)(float *acc, int nh, const float *vf, const float *p, int nt, int hd);
     void (*fa_kdots16)(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
     void (*fa_mad)(float *y, uint32_t type, const void *v, float w, int n);
     void (*fa_mad16_keys)(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n);
@@ -2228,15 +2228,17 @@ static void fa_tile(uint32_t k_type, const uint8_t *K, size_t kstride, uint32_t 
         for (int i = 0; i < hd; i++) vf[(size_t)t * hd + i] = fa_load(v_type, V + (size_t)t * vstride, i);
 }
 
-/* s_t = q . K_t for the tile's first nt keys (kt: fa_tile's columns): a plain fused chain over the
- * dims from dim 0, q in F32 (the tiled path's GEMM, simd_gemm). Twin: fa_scores_avx2 (the 64 keys in
- * eight registers, eight chains at once). */
-static void fa_scores(const float *q, const float *kt, int nt, int hd, float *s) {
-    for (int t = 0; t < nt; t++) {
-        float d = 0;
-        for (int i = 0; i < hd; i++) d = fmaf(q[i], kt[(size_t)i * 64 + t], d);
-        s[t] = d;
-    }
+/* s_t = q . K_t for the tile's first nt keys (kt: fa_tile's columns), for the queries of nh heads
+ * (q, q + qstride, ...; their scores s, s + 64, ...): a plain fused chain over the dims from dim 0, q
+ * in F32 (the tiled path's GEMM, simd_gemm). Twins: fa_scores_avx2 (a head's 64 keys in eight
+ * registers, eight chains at once), fa_scores_zmm (two heads' in eight registers). */
+static void fa_scores(const float *q, size_t qstride, int nh, const float *kt, int nt, int hd, float *s) {
+    for (int h = 0; h < nh; h++)
+        for (int t = 0; t < nt; t++) {
+            float d = 0;
+            for (int i = 0; i < hd; i++) d = fmaf(q[h * qstride + i], kt[(size_t)i * 64 + t], d);
+            s[h * 64 + t] = d;
+        }
 }
 
 /* s_t = K_t . q for the nt F16 rows K_t = K + t kstride (bytes), q rounded to F16: the per-row
@@ -2252,12 +2254,14 @@ static void fa_mad(float *y, uint32_t type, const void *v, float w, int n) {
     for (int i = 0; i < n; i++) y[i] = fmaf(fa_load(type, v, i), w, y[i]);
 }
 
-/* acc_i = fma(v_ti, p_t, acc_i) over the tile's keys t < nt in turn (vf: fa_tile's rows), F32: the
- * tiled path's V sum, ggml_vec_mad_f32 key by key. Twin: fa_mad_keys_avx2, 64 values at a time held
- * in registers across the keys (the same steps for each value). */
-static void fa_mad_keys(float *acc, const float *vf, const float *p, int nt, int hd) {
-    for (int t = 0; t < nt; t++)
-        for (int i = 0; i < hd; i++) acc[i] = fmaf(vf[(size_t)t * hd + i], p[t], acc[i]);
+/* acc_i = fma(v_ti, p_t, acc_i) over the tile's keys t < nt in turn (vf: fa_tile's rows), F32, for
+ * nh heads (acc, acc + hd, ...; their weights p, p + 64, ...): the tiled path's V sum,
+ * ggml_vec_mad_f32 key by key. Twins: fa_mad_keys_avx2 (64 values of a head at a time, held in
+ * registers across the keys), fa_mad_keys_zmm (64 values of two heads). */
+static void fa_mad_keys(float *acc, int nh, const float *vf, const float *p, int nt, int hd) {
+    for (int h = 0; h < nh; h++)
+        for (int t = 0; t < nt; t++)
+            for (int i = 0; i < hd; i++) acc[(size_t)h * hd + i] = fmaf(vf[(size_t)t * hd + i], p[h * 64 + t], acc[(size_t)h * hd + i]);
 }
 
 /* y_i = fp16(fma(v_i, w, y_i)), an F16 accumulator (ggml_vec_mad_f16) */
@@ -2362,8 +2366,9 @@ static void fa_finish(const float *acc, float S, const float *gate, int hd, floa
  * p_j = exp(s_j - M) and S += sum_j p_j as ggml_vec_soft_max_f32 computes them (exp_sum; S float, the
  * sum double), and acc += p_j V_j, a fused chain over the tile's keys. */
 enum { FA_JOB_ROWS = 16 };
-static size_t fa_tiled_floats(const Config *c) {   /* w's size: a tile, and the states of a job's rows */
-    return 128 * (size_t)c->head_dim + FA_JOB_ROWS * (size_t)(c->n_head / c->n_head_kv) * ((size_t)c->head_dim + 2);
+static size_t fa_tiled_floats(const Config *c) {   /* w's size: a tile, a row's scores, and the states of a job's rows */
+    size_t group = (size_t)(c->n_head / c->n_head_kv);
+    return 128 * (size_t)c->head_dim + 64 * group + FA_JOB_ROWS * group * ((size_t)c->head_dim + 2);
 }
 static void fa_tiled_rows(const AttnTask *at, float *w, int t0, int t1, int kvh) {
     const Config *c = &at->ctx->m->c;
@@ -2371,7 +2376,8 @@ static void fa_tiled_rows(const AttnTask *at, float *w, int t0, int t1, int kvh)
     int hd = c->head_dim, group = c->n_head / c->n_head_kv, kvd = c->n_head_kv * hd, jobs = (t1 - t0) * group;
     size_t kstride = (size_t)kvd * TYPES[at->k_type].bytes, vstride = (size_t)kvd * TYPES[at->v_type].bytes;
     const uint8_t *K = at->K + (size_t)kvh * hd * TYPES[at->k_type].bytes, *V = at->V + (size_t)kvh * hd * TYPES[at->v_type].bytes;
-    float *kt = w, *vf = kt + 64 * (size_t)hd, *acc = vf + 64 * (size_t)hd, *M = acc + (size_t)jobs * hd, *S = M + jobs;
+    float *kt = w, *vf = kt + 64 * (size_t)hd, *p = vf + 64 * (size_t)hd, *acc = p + 64 * (size_t)group, *M = acc + (size_t)jobs * hd,
+          *S = M + jobs;
     float scale = c->kq_scale;
     memset(acc, 0, (size_t)jobs * hd * sizeof(float));
     for (int k = 0; k < jobs; k++) M[k] = -INFINITY, S[k] = 0;
@@ -2379,27 +2385,28 @@ static void fa_tiled_rows(const AttnTask *at, float *w, int t0, int t1, int kvh)
     for (int j0 = 0; j0 < n_all; j0 += 64) {
         kernels()->fa_tile(at->k_type, K + (size_t)j0 * kstride, kstride, at->v_type, V + (size_t)j0 * vstride, vstride,
                            n_all - j0 < 64 ? n_all - j0 : 64, hd, kt, vf);
-        for (int k = 0; k < jobs; k++) {
-            int t = t0 + k / group, h = kvh * group + k % group, n = fa_row_keys(at, t);
+        for (int t = t0; t < t1; t++) {   /* the kv head's query heads of row t, g = 0..group-1 */
+            int n = fa_row_keys(at, t), k0 = (t - t0) * group;
             if (j0 >= n) continue;
             int nt = n - j0 < 64 ? n - j0 : 64;
-            const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
-            float p[64], tile_max = -INFINITY, *a = acc + (size_t)k * hd;
-            for (int i = nt; i < 64; i++) p[i] = -INFINITY;
-            kernels()->fa_scores(q, kt, nt, hd, p);
-            for (int i = 0; i < nt; i++) {
-                p[i] *= scale;
-                if (p[i] > tile_max) tile_max = p[i];
+            for (int i = 0; i < 64 * group; i++) p[i] = -INFINITY;
+            kernels()->fa_scores(s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)kvh * group * 2 * hd, 2 * (size_t)hd, group, kt, nt, hd, p);
+            for (int g = 0; g < group; g++) {
+                float *pg = p + 64 * g, tile_max = -INFINITY, *a = acc + (size_t)(k0 + g) * hd;
+                for (int i = 0; i < nt; i++) {
+                    pg[i] *= scale;
+                    if (pg[i] > tile_max) tile_max = pg[i];
+                }
+                float M_new = fmaxf(M[k0 + g], tile_max);
+                if (M_new > M[k0 + g]) {
+                    float ms = expf(M[k0 + g] - M_new);
+                    for (int i = 0; i < hd; i++) a[i] *= ms;
+                    S[k0 + g] *= ms;
+                }
+                M[k0 + g] = M_new;
+                S[k0 + g] = (float)(S[k0 + g] + kernels()->exp_sum(pg, 64, M[k0 + g]));
             }
-            float M_new = fmaxf(M[k], tile_max);
-            if (M_new > M[k]) {
-                float ms = expf(M[k] - M_new);
-                for (int i = 0; i < hd; i++) a[i] *= ms;
-                S[k] *= ms;
-            }
-            M[k] = M_new;
-            S[k] = (float)(S[k] + kernels()->exp_sum(p, 64, M[k]));
-            kernels()->fa_mad_keys(a, vf, p, nt, hd);
+            kernels()->fa_mad_keys(acc + (size_t)k0 * hd, group, vf, p, nt, hd);
         }
     }
     for (int k = 0; k < jobs; k++) {
@@ -5594,9 +5601,22 @@ SIMD static void fa_tile_avx2(uint32_t k_type, const uint8_t *K, size_t kstride,
         }
 }
 
+/* The first nt of a head's 64 scores a (the SIMD chains' lanes) into s, by groups of L keys: a group
+ * with a NaN is redone by the definition (its payload may differ; past nt: zero columns, or keys of
+ * the tile this row does not see) */
+static void fa_scores_out(const float *q, const float *kt, int nt, int hd, const float *a, int L, float *s) {
+    for (int j = 0; j < nt; j += L) {
+        int n = nt - j < L ? nt - j : L;
+        bool nan = false;
+        for (int i = 0; i < L; i++) nan |= isnan(a[j + i]);
+        if (nan) fa_scores(q, 0, 1, kt + j, n, hd, s + j);
+        else memcpy(s + j, a + j, (size_t)n * sizeof(float));
+    }
+}
+
 /* fa_scores for the 64 columns at once, 8 keys a register: lane l of register g runs key 8g + l's
  * chain over the dims, eight chains in flight; a group with a NaN is redone by the definition */
-SIMD static void fa_scores_avx2(const float *q, const float *kt, int nt, int hd, float *s) {
+static inline SIMD_INLINE void fa_scores_head_avx2(const float *q, const float *kt, int nt, int hd, float *s) {
     __m256 acc[8];
     for (int g = 0; g < 8; g++) acc[g] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d++) {
@@ -5604,21 +5624,18 @@ SIMD static void fa_scores_avx2(const float *q, const float *kt, int nt, int hd,
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) acc[g] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + (size_t)d * 64 + 8 * g), acc[g]);
     }
-    for (int g = 0; g < 8 && 8 * g < nt; g++) {
-        float a[8];
-        int n = nt - 8 * g < 8 ? nt - 8 * g : 8;
-        _mm256_storeu_ps(a, acc[g]);
-        if (any_nan_avx2(acc[g])) {   /* (past nt: zero columns, or keys of this tile the row does not see) */
-            fa_scores(q, kt + 8 * g, n, hd, s + 8 * g);
-            continue;
-        }
-        memcpy(s + 8 * g, a, (size_t)n * sizeof(float));
-    }
+    float a[8][8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) _mm256_storeu_ps(a[g], acc[g]);
+    fa_scores_out(q, kt, nt, hd, &a[0][0], 8, s);
+}
+SIMD static void fa_scores_avx2(const float *q, size_t qstride, int nh, const float *kt, int nt, int hd, float *s) {
+    for (int h = 0; h < nh; h++) fa_scores_head_avx2(q + h * qstride, kt, nt, hd, s + 64 * h);
 }
 
 /* fa_mad_keys 64 values at a time: eight registers of acc updated key by key (hd a multiple of 8);
  * a group of 8 values with a NaN result is redone by the definition from its values before */
-SIMD static void fa_mad_keys_avx2(float *acc, const float *vf, const float *p, int nt, int hd) {
+static inline SIMD_INLINE void fa_mad_keys_head_avx2(float *acc, const float *vf, const float *p, int nt, int hd) {
     for (int i0 = 0; i0 < hd; i0 += 64) {
         int w = hd - i0 < 64 ? (hd - i0) / 8 : 8;
         __m256 a[8];
@@ -5641,6 +5658,9 @@ SIMD static void fa_mad_keys_avx2(float *acc, const float *vf, const float *p, i
                 for (int i = 0; i < 8; i++) y[i] = fmaf(vf[(size_t)t * hd + i0 + 8 * k + i], p[t], y[i]);
         }
     }
+}
+SIMD static void fa_mad_keys_avx2(float *acc, int nh, const float *vf, const float *p, int nt, int hd) {
+    for (int h = 0; h < nh; h++) fa_mad_keys_head_avx2(acc + (size_t)h * hd, vf, p + 64 * h, nt, hd);
 }
 
 SIMD static void fa_mad_avx2(float *y, uint32_t type, const void *v, float w, int n) {
@@ -5766,6 +5786,87 @@ static void fa_mad16_keys_zmm(uint16_t *y, uint32_t type, const uint8_t *V, size
     for (; i + 16 <= n; i += 16) fa_mad16_groups_zmm(y, type, V, vstride, ms, vs, nt, i, 1);
     fa_mad16_keys(y + i, type, V + (size_t)i * TYPES[type].bytes, vstride, ms, vs, nt, n - i);
 }
+
+/* fa_scores two heads at a time: a head's 64 keys in four registers, 16 keys each, the two heads'
+ * eight chains sharing each load of the tile (the L2 cache's bandwidth, not the fused multiply-adds,
+ * bounded one head at a time); a group of 16 with a NaN is redone by the definition */
+static void fa_scores_zmm(const float *q, size_t qstride, int nh, const float *kt, int nt, int hd, float *s) {
+    int h = 0;
+    for (; h + 2 <= nh; h += 2) {
+        const float *q0 = q + h * qstride, *q1 = q0 + qstride;
+        __m512 a[8];
+        for (int g = 0; g < 8; g++) a[g] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            __m512 x0 = _mm512_set1_ps(q0[d]), x1 = _mm512_set1_ps(q1[d]);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m512 k = _mm512_loadu_ps(kt + (size_t)d * 64 + 16 * g);
+                a[g] = _mm512_fmadd_ps(x0, k, a[g]);
+                a[4 + g] = _mm512_fmadd_ps(x1, k, a[4 + g]);
+            }
+        }
+        float r[2][64];
+        __mmask16 nan = 0;
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) _mm512_storeu_ps(r[g / 4] + 16 * (g % 4), a[g]), nan |= _mm512_cmp_ps_mask(a[g], a[g], _CMP_UNORD_Q);
+        if (!nan) {   /* (else by groups, fa_scores_out) */
+            memcpy(s + 64 * h, r[0], (size_t)nt * sizeof(float));
+            memcpy(s + 64 * (h + 1), r[1], (size_t)nt * sizeof(float));
+            continue;
+        }
+        fa_scores_out(q0, kt, nt, hd, r[0], 16, s + 64 * h);
+        fa_scores_out(q1, kt, nt, hd, r[1], 16, s + 64 * (h + 1));
+    }
+    if (h < nh) fa_scores_avx2(q + h * qstride, qstride, nh - h, kt, nt, hd, s + 64 * h);
+}
+
+/* fa_mad_keys two heads at a time: W <= 4 groups of 16 values of each (from value i0) in registers,
+ * updated key by key, each load of the tile's values serving both; a group with a NaN result is
+ * redone by the definition from its values before */
+static inline SIMD_INLINE void fa_mad_keys2_zmm(float *acc0, float *acc1, const float *vf, const float *p0, const float *p1, int nt, int hd,
+                                                int i0, const int W) {
+    __m512 a[8];
+#pragma GCC unroll 4
+    for (int k = 0; k < W; k++) a[k] = _mm512_loadu_ps(acc0 + i0 + 16 * k), a[4 + k] = _mm512_loadu_ps(acc1 + i0 + 16 * k);
+    for (int t = 0; t < nt; t++) {
+        __m512 x0 = _mm512_set1_ps(p0[t]), x1 = _mm512_set1_ps(p1[t]);
+        const float *v = vf + (size_t)t * hd + i0;
+#pragma GCC unroll 4
+        for (int k = 0; k < W; k++) {
+            __m512 vv = _mm512_loadu_ps(v + 16 * k);
+            a[k] = _mm512_fmadd_ps(vv, x0, a[k]);
+            a[4 + k] = _mm512_fmadd_ps(vv, x1, a[4 + k]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        if (k % 4 >= W) continue;
+        float *y = (k < 4 ? acc0 : acc1) + i0 + 16 * (k % 4);
+        const float *ph = k < 4 ? p0 : p1;
+        if (!_mm512_cmp_ps_mask(a[k], a[k], _CMP_UNORD_Q)) {
+            _mm512_storeu_ps(y, a[k]);
+            continue;
+        }
+        for (int t = 0; t < nt; t++)
+            for (int i = 0; i < 16; i++) y[i] = fmaf(vf[(size_t)t * hd + i0 + 16 * (k % 4) + i], ph[t], y[i]);
+    }
+}
+/* (hd a multiple of 16, as the tiled path's; else the 256-bit form) */
+static void fa_mad_keys_zmm(float *acc, int nh, const float *vf, const float *p, int nt, int hd) {
+    int h = hd % 16 ? nh : 0;
+    for (; h + 2 <= nh; h += 2) {
+        float *acc0 = acc + (size_t)h * hd, *acc1 = acc0 + hd;
+        const float *p0 = p + 64 * h, *p1 = p0 + 64;
+        int i0 = 0;
+        for (; i0 + 64 <= hd; i0 += 64) fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 4);
+        switch ((hd - i0) / 16) {
+        case 3: fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 3); break;
+        case 2: fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 2); break;
+        case 1: fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 1); break;
+        }
+    }
+    if (h < nh) fa_mad_keys_avx2(acc + (size_t)h * hd, nh - h, vf, p + 64 * h, nt, hd);
+}
 #endif
 #endif
 
@@ -5795,11 +5896,13 @@ static const Kernels KERNELS_AVX2 = {
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .exp_sum = exp_sum_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2,
     .round_row_as = round_row_as_avx2, .attn_v_sum = attn_v_sum_avx2,
-    .to_f16 = to_f16_avx2, .fa_tile = fa_tile_avx2, .fa_scores = fa_scores_avx2, .fa_mad_keys = fa_mad_keys_avx2, .fa_mad = fa_mad_avx2,
+    .to_f16 = to_f16_avx2, .fa_tile = fa_tile_avx2, .fa_mad = fa_mad_avx2,
 #if ZMM
     .delta_rule = delta_rule_zmm, .fa_kdots16 = fa_kdots16_zmm, .fa_mad16_keys = fa_mad16_keys_zmm,
+    .fa_scores = fa_scores_zmm, .fa_mad_keys = fa_mad_keys_zmm,
 #else
     .delta_rule = delta_rule_avx2, .fa_kdots16 = fa_kdots16_avx2, .fa_mad16_keys = fa_mad16_keys_avx2,
+    .fa_scores = fa_scores_avx2, .fa_mad_keys = fa_mad_keys_avx2,
 #endif
 };
 #endif

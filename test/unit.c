@@ -686,26 +686,27 @@ static void test_fa_simd(void) {
                 }
                 const uint8_t *K1 = K + (size_t)hd * TYPES[type].bytes;   /* the second head */
                 float w = rnd_uniform(0, 1);
-                if (type != T_BF16 && hd % 8 == 0) {   /* the tiled path's steps (hd a multiple of 16 there) */
+                if (type != T_BF16 && hd % 8 == 0) {   /* the tiled path's steps (hd a multiple of 16 there), three heads */
                     float *kt1 = xmalloc(64 * (size_t)hd * 4), *kt2 = xmalloc(64 * (size_t)hd * 4);
-                    float *vf1 = xmalloc((size_t)nt * hd * 4), *vf2 = xmalloc((size_t)nt * hd * 4), p[21];
+                    float *vf1 = xmalloc((size_t)nt * hd * 4), *vf2 = xmalloc((size_t)nt * hd * 4), p[3 * 64], t1[3 * 64], t2[3 * 64];
+                    float *q3 = xmalloc(3 * (size_t)hd * 4), *a1 = xmalloc(3 * (size_t)hd * 4), *a2 = xmalloc(3 * (size_t)hd * 4);
                     memset(kt2, 0xff, 64 * (size_t)hd * 4);   /* (stale NaNs: columns past nt must come out zero) */
                     fa_tile(type, K1, stride, type, K, stride, nt, hd, kt1, vf1);
-                    fa_tile_avx2(type, K1, stride, type, K, stride, nt, hd, kt2, vf2);
+                    KERNELS_AVX2.fa_tile(type, K1, stride, type, K, stride, nt, hd, kt2, vf2);
                     n_checks++;
                     if ((memcmp(kt1, kt2, 64 * (size_t)hd * 4) || memcmp(vf1, vf2, (size_t)nt * hd * 4)) && bad++ == 0)
                         snprintf(detail, sizeof detail, "tile %s hd=%d nt=%d", TYPES[type].name, hd, nt);
-                    fa_scores(q, kt1, nt, hd, s1);
-                    fa_scores_avx2(q, kt1, nt, hd, s2);
+                    for (int i = 0; i < 3 * hd; i++) q3[i] = i < hd ? q[i] : rnd_normal(), a1[i] = a2[i] = rnd_normal();
+                    for (int i = 0; i < 3 * 64; i++) t1[i] = t2[i] = -INFINITY, p[i] = rnd_uniform(0, 1);
+                    fa_scores(q3, hd, 3, kt1, nt, hd, t1);
+                    KERNELS_AVX2.fa_scores(q3, hd, 3, kt1, nt, hd, t2);
                     n_checks++;
-                    if (memcmp(s1, s2, (size_t)nt * 4) && bad++ == 0) snprintf(detail, sizeof detail, "scores %s hd=%d nt=%d", TYPES[type].name, hd, nt);
-                    for (int t = 0; t < nt; t++) p[t] = rnd_uniform(0, 1);
-                    memcpy(y2, y1, (size_t)hd * 4);
-                    fa_mad_keys(y1, vf1, p, nt, hd);
-                    fa_mad_keys_avx2(y2, vf1, p, nt, hd);
+                    if (memcmp(t1, t2, sizeof t1) && bad++ == 0) snprintf(detail, sizeof detail, "scores %s hd=%d nt=%d", TYPES[type].name, hd, nt);
+                    fa_mad_keys(a1, 3, vf1, p, nt, hd);
+                    KERNELS_AVX2.fa_mad_keys(a2, 3, vf1, p, nt, hd);
                     n_checks++;
-                    if (memcmp(y1, y2, (size_t)hd * 4) && bad++ == 0) snprintf(detail, sizeof detail, "mad over keys %s hd=%d nt=%d", TYPES[type].name, hd, nt);
-                    free(kt1), free(kt2), free(vf1), free(vf2);
+                    if (memcmp(a1, a2, 3 * (size_t)hd * 4) && bad++ == 0) snprintf(detail, sizeof detail, "mad over keys %s hd=%d nt=%d", TYPES[type].name, hd, nt);
+                    free(kt1), free(kt2), free(vf1), free(vf2), free(q3), free(a1), free(a2);
                 }
                 if (type != T_BF16) {
                     /* the F16 accumulator over the nt keys: a third of them raise the max (ms < 1), the
