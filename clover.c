@@ -5405,51 +5405,57 @@ static inline SIMD_INLINE float fold64_zmm(__m512 a0, __m512 a1, __m512 a2, __m5
     return fold8_avx2(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
 }
 
-/* delta_rule_avx2 on two columns at once in 512-bit registers: the columns are independent, so the
- * two chains (dot, delta, update, dot) overlap, where one column alone waits on its folds (what a
- * batch's rows, which find S in cache, spend their time on). Each value's steps and each
- * dot's lanes and fold are those of delta_rule_avx2. A decode step reads S from memory: the
- * columns 4 on are asked for ahead. */
+/* delta_rule_avx2 on C columns at once in 512-bit registers: the columns are independent, so the C
+ * chains (dot, delta, update, dot) overlap, where one column alone waits on its folds (what a
+ * batch's rows, which find S in cache, spend their time on). Each value's steps and each dot's
+ * lanes and fold are those of delta_rule_avx2. A decode step reads S from memory: the columns 8 on
+ * are asked for ahead. */
+static inline SIMD_INLINE void delta_rule_cols_zmm(float *Sj, const float *q, const float *k, const float *v, __m512 decay16, float beta,
+                                                   float scale, int d, const int C, float *o) {
+    for (int i = 0; i < C * d; i += 16) _mm_prefetch((const char *)(Sj + 8 * d + i), _MM_HINT_T0);   /* past S's end: a prefetch never faults */
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < 4; r++) a[c][r] = _mm512_setzero_ps();
+    for (int i = 0; i < d; i += 64)   /* S_j *= decay, and S_j . k */
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m512 kk = _mm512_loadu_ps(k + i + 16 * r);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                __m512 x = _mm512_mul_ps(_mm512_loadu_ps(Sj + (size_t)c * d + i + 16 * r), decay16);
+                _mm512_storeu_ps(Sj + (size_t)c * d + i + 16 * r, x);
+                a[c][r] = _mm512_fmadd_ps(x, kk, a[c][r]);
+            }
+        }
+    __m512 dl[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        dl[c] = _mm512_set1_ps((v[c] - fold64_zmm(a[c][0], a[c][1], a[c][2], a[c][3])) * beta);
+        for (int r = 0; r < 4; r++) a[c][r] = _mm512_setzero_ps();
+    }
+    for (int i = 0; i < d; i += 64)   /* S_j += k delta, and S_j . q */
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m512 kk = _mm512_loadu_ps(k + i + 16 * r), qq = _mm512_loadu_ps(q + i + 16 * r);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                __m512 x = _mm512_fmadd_ps(kk, dl[c], _mm512_loadu_ps(Sj + (size_t)c * d + i + 16 * r));
+                _mm512_storeu_ps(Sj + (size_t)c * d + i + 16 * r, x);
+                a[c][r] = _mm512_fmadd_ps(x, qq, a[c][r]);
+            }
+        }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) o[c] = fold64_zmm(a[c][0], a[c][1], a[c][2], a[c][3]) * scale;
+}
 static void delta_rule_zmm(float *S, const float *q, const float *k, const float *v, float g, float beta, int d, float *o) {
     if (d % 64) {
         delta_rule_avx2(S, q, k, v, g, beta, d, o);
         return;
     }
     float decay = expf(g), scale = 1.0f / sqrtf((float)d);
-    __m512 decay16 = _mm512_set1_ps(decay);
-    for (int j = 0; j < d; j += 2) {   /* d a multiple of 64: the columns go in pairs */
-        float *S0 = S + (size_t)j * d, *S1 = S0 + d;
-        for (int i = 0; i < 2 * d; i += 16) _mm_prefetch((const char *)(S0 + 8 * d + i), _MM_HINT_T0);   /* past S's end: a prefetch never faults */
-        __m512 a[4], b[4];
-        for (int r = 0; r < 4; r++) a[r] = b[r] = _mm512_setzero_ps();
-        for (int i = 0; i < d; i += 64)   /* S_j *= decay, and S_j . k */
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m512 kk = _mm512_loadu_ps(k + i + 16 * r);
-                __m512 s0 = _mm512_mul_ps(_mm512_loadu_ps(S0 + i + 16 * r), decay16);
-                __m512 s1 = _mm512_mul_ps(_mm512_loadu_ps(S1 + i + 16 * r), decay16);
-                _mm512_storeu_ps(S0 + i + 16 * r, s0);
-                _mm512_storeu_ps(S1 + i + 16 * r, s1);
-                a[r] = _mm512_fmadd_ps(s0, kk, a[r]);
-                b[r] = _mm512_fmadd_ps(s1, kk, b[r]);
-            }
-        __m512 d0 = _mm512_set1_ps((v[j] - fold64_zmm(a[0], a[1], a[2], a[3])) * beta);
-        __m512 d1 = _mm512_set1_ps((v[j + 1] - fold64_zmm(b[0], b[1], b[2], b[3])) * beta);
-        for (int r = 0; r < 4; r++) a[r] = b[r] = _mm512_setzero_ps();
-        for (int i = 0; i < d; i += 64)   /* S_j += k delta, and S_j . q */
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m512 kk = _mm512_loadu_ps(k + i + 16 * r), qq = _mm512_loadu_ps(q + i + 16 * r);
-                __m512 s0 = _mm512_fmadd_ps(kk, d0, _mm512_loadu_ps(S0 + i + 16 * r));
-                __m512 s1 = _mm512_fmadd_ps(kk, d1, _mm512_loadu_ps(S1 + i + 16 * r));
-                _mm512_storeu_ps(S0 + i + 16 * r, s0);
-                _mm512_storeu_ps(S1 + i + 16 * r, s1);
-                a[r] = _mm512_fmadd_ps(s0, qq, a[r]);
-                b[r] = _mm512_fmadd_ps(s1, qq, b[r]);
-            }
-        o[j] = fold64_zmm(a[0], a[1], a[2], a[3]) * scale;
-        o[j + 1] = fold64_zmm(b[0], b[1], b[2], b[3]) * scale;
-    }
+    for (int j = 0; j < d; j += 4)   /* d a multiple of 64: the columns go in fours */
+        delta_rule_cols_zmm(S + (size_t)j * d, q, k, v + j, _mm512_set1_ps(decay), beta, scale, d, 4, o + j);
 }
 #endif
 
