@@ -4539,11 +4539,6 @@ static inline SIMD_INLINE float q8_K_d(const void *a, size_t stride, int r, cons
     return r < R ? ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->d : 0;
 }
 
-/* The repacked Q4_K kernels add one float term per row at a time: per block (gemv) or per pair s of
- * sub-blocks (gemm); the R <= 8 rows' accumulators sit in the lanes of one register (unused lanes: 0),
- * so that each weight block is unpacked once for all of them.
- *   gemv: acc = fma(sumi, d_w d_a, acc),  acc_min = fma(summ, dmin_w d_a, acc_min),  result acc - acc_min
- *   gemm: the same with sumi and summ split by pair s = 0..3, added in that order. */
 /* the pairs' mins of four rows as [row 0 .. row 3] for each pair s: pair sums, then a transpose */
 static inline SIMD_INLINE void k4_pair_mins4_avx2(const __m256i m[4], __m128 fm[4]) {
     __m256i h01 = _mm256_hadd_epi32(m[0], m[1]), h23 = _mm256_hadd_epi32(m[2], m[3]);
@@ -4552,6 +4547,12 @@ static inline SIMD_INLINE void k4_pair_mins4_avx2(const __m256i m[4], __m128 fm[
     fm[0] = _mm256_castps256_ps128(m02), fm[1] = _mm256_castps256_ps128(m13);
     fm[2] = _mm256_extractf128_ps(m02, 1), fm[3] = _mm256_extractf128_ps(m13, 1);
 }
+
+/* The repacked Q4_K kernels add one float term per row at a time: per block (gemv) or per pair s of
+ * sub-blocks (gemm); the R <= 8 rows' accumulators sit in the lanes of one register (unused lanes: 0),
+ * so that each weight block is unpacked once for all of them.
+ *   gemv: acc = fma(sumi, d_w d_a, acc),  acc_min = fma(summ, dmin_w d_a, acc_min),  result acc - acc_min
+ *   gemm: the same with sumi and summ split by pair s = 0..3, added in that order. */
 static inline SIMD_INLINE void q4_K_8x8_rows_avx2(const void *w, const void *a, size_t stride, const int R, bool gemm,
                                                  int64_t n, float *out) {
     const BlockQ4_K *x = w;
