@@ -5640,34 +5640,36 @@ SIMD static void fa_scores_avx2(const float *q, size_t qstride, int nh, const fl
     for (int h = 0; h < nh; h++) fa_scores_head_avx2(q + h * qstride, kt, nt, hd, s + 64 * h);
 }
 
-/* fa_mad_keys 64 values at a time: eight registers of acc updated key by key (hd a multiple of 8);
- * a group of 8 values with a NaN result is redone by the definition from its values before */
-static inline SIMD_INLINE void fa_mad_keys_head_avx2(float *acc, const float *vf, const float *p, int nt, int hd) {
-    for (int i0 = 0; i0 < hd; i0 += 64) {
-        int w = hd - i0 < 64 ? (hd - i0) / 8 : 8;
-        __m256 a[8];
+/* fa_mad_keys for W <= 8 groups of 8 values of a head (from value i0), in registers updated key by
+ * key; a group with a NaN result is redone by the definition from its values before */
+static inline SIMD_INLINE void fa_mad_keys_groups_avx2(float *acc, const float *vf, const float *p, int nt, int hd, int i0, const int W) {
+    __m256 a[8];
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) a[k] = k < w ? _mm256_loadu_ps(acc + i0 + 8 * k) : _mm256_setzero_ps();
-        for (int t = 0; t < nt; t++) {
-            __m256 pt = _mm256_set1_ps(p[t]);
-            const float *v = vf + (size_t)t * hd + i0;
+    for (int k = 0; k < W; k++) a[k] = _mm256_loadu_ps(acc + i0 + 8 * k);
+    for (int t = 0; t < nt; t++) {
+        __m256 pt = _mm256_set1_ps(p[t]);
+        const float *v = vf + (size_t)t * hd + i0;
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++)
-                if (k < w) a[k] = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * k), pt, a[k]);
+        for (int k = 0; k < W; k++) a[k] = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * k), pt, a[k]);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < W; k++) {
+        float *y = acc + i0 + 8 * k;
+        if (!any_nan_avx2(a[k])) {
+            _mm256_storeu_ps(y, a[k]);
+            continue;
         }
-        for (int k = 0; k < w; k++) {
-            float *y = acc + i0 + 8 * k;
-            if (!any_nan_avx2(a[k])) {
-                _mm256_storeu_ps(y, a[k]);
-                continue;
-            }
-            for (int t = 0; t < nt; t++)
-                for (int i = 0; i < 8; i++) y[i] = fmaf(vf[(size_t)t * hd + i0 + 8 * k + i], p[t], y[i]);
-        }
+        for (int t = 0; t < nt; t++)
+            for (int i = 0; i < 8; i++) y[i] = fmaf(vf[(size_t)t * hd + i0 + 8 * k + i], p[t], y[i]);
     }
 }
+/* 64 values at a time, then 8 (hd a multiple of 8, as the tiled path's) */
 SIMD static void fa_mad_keys_avx2(float *acc, int nh, const float *vf, const float *p, int nt, int hd) {
-    for (int h = 0; h < nh; h++) fa_mad_keys_head_avx2(acc + (size_t)h * hd, vf, p + 64 * h, nt, hd);
+    for (int h = 0; h < nh; h++) {
+        int i0 = 0;
+        for (; i0 + 64 <= hd; i0 += 64) fa_mad_keys_groups_avx2(acc + (size_t)h * hd, vf, p + 64 * h, nt, hd, i0, 8);
+        for (; i0 < hd; i0 += 8) fa_mad_keys_groups_avx2(acc + (size_t)h * hd, vf, p + 64 * h, nt, hd, i0, 1);
+    }
 }
 
 SIMD static void fa_mad_avx2(float *y, uint32_t type, const void *v, float w, int n) {
@@ -5866,11 +5868,7 @@ static void fa_mad_keys_zmm(float *acc, int nh, const float *vf, const float *p,
         const float *p0 = p + 64 * h, *p1 = p0 + 64;
         int i0 = 0;
         for (; i0 + 64 <= hd; i0 += 64) fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 4);
-        switch ((hd - i0) / 16) {
-        case 3: fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 3); break;
-        case 2: fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 2); break;
-        case 1: fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 1); break;
-        }
+        for (; i0 < hd; i0 += 16) fa_mad_keys2_zmm(acc0, acc1, vf, p0, p1, nt, hd, i0, 1);
     }
     if (h < nh) fa_mad_keys_avx2(acc + (size_t)h * hd, nh - h, vf, p + 64 * h, nt, hd);
 }
