@@ -2286,11 +2286,14 @@ static void fa_mad16_keys(uint16_t *y, uint32_t type, const uint8_t *V, size_t v
     }
 }
 
-/* Scratch of one thread's flash attention, carved from its V-sum accumulators (64 x head_dim floats). */
+/* Scratch of one thread's flash attention for the G <= FA_HEADS query heads of a job, carved from
+ * its V-sum accumulators (64 x head_dim floats): head g's rows at g * hd. */
+enum { FA_HEADS = 16 };
 typedef struct {
-    float *acc, *acc_chunk;        /* F32 outputs: the row's, a split chunk's */
-    uint16_t *acc16;               /* the F16 accumulator (F16 V) */
-    uint16_t *qr, *krow;           /* q rounded to K's type; an F32 cache's K row as F16 */
+    float *acc, *acc_chunk;        /* F32 outputs [G][hd]: the rows', a split chunk's */
+    uint16_t *acc16;               /* the F16 accumulators [G][hd] (F16 V) */
+    uint16_t *qr;                  /* q rounded to K's type [G][hd] */
+    uint16_t *krow;                /* an F32 cache's K row as F16 */
 } FaScratch;
 
 /* The per-row path (ggml's _one_chunk) for one head over keys [j0, j1): s_j = kdot(K_j, qr) *
@@ -2300,50 +2303,56 @@ typedef struct {
  * to F16 (ggml_vec_scale_f16, ggml_vec_mad_f16: fused, on AVX-512 and in their scalar tails); else
  * it is F32. Leaves the F32 acc (not yet divided by S), M and S. The keys go in tiles of 64: the
  * tile's dots (fa_kdots16 for an F16 K), scores and weights (ms = 1 for a key that did not raise
- * the max) first, then its V sum, so that the kernels see the whole tile (fa_mad16_keys). */
-static void fa_chunk(const AttnTask *at, const FaScratch *w, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
-                     int j0, int j1, int hd, float *acc, float *M_out, float *S_out) {
+ * the max) first, then its V sum, so that the kernels see the whole tile (fa_mad16_keys).
+ * G query heads that share the kv head go together, each computed as it would be alone: tile by
+ * tile, head 0 reads the tile from memory and the others find it in cache (a head at a time, a
+ * step over 3000 keys read its K and V from L3 eight times over). acc [G][hd], M and S [G]. */
+static void fa_chunk(const AttnTask *at, const FaScratch *w, int G, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
+                     int j0, int j1, int hd, float *acc, float *M, float *S) {
     DotFn kdot = dot_fn(fa_type(at->k_type), false, 1);
     bool f16 = fa_type(at->v_type) == T_F16;
-    float scale = at->ctx->m->c.kq_scale, M = -INFINITY, S = 0;
-    if (f16) memset(w->acc16, 0, (size_t)hd * sizeof(uint16_t));
-    else memset(acc, 0, (size_t)hd * sizeof(float));
+    float scale = at->ctx->m->c.kq_scale;
+    for (int g = 0; g < G; g++) M[g] = -INFINITY, S[g] = 0;
+    if (f16) memset(w->acc16, 0, (size_t)G * hd * sizeof(uint16_t));
+    else memset(acc, 0, (size_t)G * hd * sizeof(float));
     for (int j = j0; j < j1; j += 64) {
         int nt = j1 - j < 64 ? j1 - j : 64;
-        float ms[64], vs[64], dots[64];
-        if (at->k_type == T_F16) kernels()->fa_kdots16(w->qr, K + (size_t)j * kstride, kstride, nt, hd, dots);
-        else
-            for (int t = 0; t < nt; t++) {
-                const uint8_t *k = K + (size_t)(j + t) * kstride;
-                if (at->k_type == T_F32) {
-                    kernels()->to_f16(w->krow, (const float *)k, hd);
-                    k = (const uint8_t *)w->krow;
+        const uint8_t *Kt = K + (size_t)j * kstride, *Vt = V + (size_t)j * vstride;
+        for (int g = 0; g < G; g++) {
+            const uint16_t *qr = w->qr + (size_t)g * hd;
+            float ms[64], vs[64], dots[64];
+            if (at->k_type == T_F16) kernels()->fa_kdots16(qr, Kt, kstride, nt, hd, dots);
+            else
+                for (int t = 0; t < nt; t++) {
+                    const uint8_t *k = Kt + (size_t)t * kstride;
+                    if (at->k_type == T_F32) {
+                        kernels()->to_f16(w->krow, (const float *)k, hd);
+                        k = (const uint8_t *)w->krow;
+                    }
+                    dots[t] = kdot(k, qr, hd);
                 }
-                dots[t] = kdot(k, w->qr, hd);
-            }
-        for (int t = 0; t < nt; t++) {
-            float s = dots[t] * scale;
-            ms[t] = 1, vs[t] = 1;
-            if (s > M) {
-                ms[t] = expf(M - s);
-                M = s;
-            } else {
-                vs[t] = expf(s - M);
-            }
-            float S_ms = S * ms[t];   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
-            S = S_ms + vs[t];
-        }
-        const uint8_t *Vt = V + (size_t)j * vstride;
-        if (f16) kernels()->fa_mad16_keys(w->acc16, at->v_type, Vt, vstride, ms, vs, nt, hd);
-        else
             for (int t = 0; t < nt; t++) {
-                if (ms[t] != 1) for (int i = 0; i < hd; i++) acc[i] *= ms[t];
-                kernels()->fa_mad(acc, at->v_type, Vt + (size_t)t * vstride, vs[t], hd);
+                float s = dots[t] * scale;
+                ms[t] = 1, vs[t] = 1;
+                if (s > M[g]) {
+                    ms[t] = expf(M[g] - s);
+                    M[g] = s;
+                } else {
+                    vs[t] = expf(s - M[g]);
+                }
+                float S_ms = S[g] * ms[t];   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
+                S[g] = S_ms + vs[t];
             }
+            if (f16) kernels()->fa_mad16_keys(w->acc16 + (size_t)g * hd, at->v_type, Vt, vstride, ms, vs, nt, hd);
+            else
+                for (int t = 0; t < nt; t++) {
+                    float *a = acc + (size_t)g * hd;
+                    if (ms[t] != 1) for (int i = 0; i < hd; i++) a[i] *= ms[t];
+                    kernels()->fa_mad(a, at->v_type, Vt + (size_t)t * vstride, vs[t], hd);
+                }
+        }
     }
-    if (f16) for (int i = 0; i < hd; i++) acc[i] = fp16_to_fp32(w->acc16[i]);
-    *M_out = M;
-    *S_out = S;
+    if (f16) for (size_t i = 0; i < (size_t)G * hd; i++) acc[i] = fp16_to_fp32(w->acc16[i]);
 }
 
 /* The keys row t of a batch sees: the causal prefix, or all of them (the preview's block) */
@@ -2417,44 +2426,47 @@ static void fa_tiled_rows(const AttnTask *at, float *w, int t0, int t1, int kvh)
     }
 }
 
-/* The split path (F16 K and V; one row over n_kv >= 512 cells, n of them visible): the cells in
- * nth chunks of ceil(n_kv / nth), each by fa_chunk, merged in chunk order (chunks with no visible
- * key are skipped): M' = max(M, M_c), acc = acc so + acc_c sn and S = S so + S_c sn with
+/* The split path (F16 K and V; one row over n_kv >= 512 cells, n of them visible), for G heads: the
+ * cells in nth chunks of ceil(n_kv / nth), each by fa_chunk, merged in chunk order (chunks with no
+ * visible key are skipped): M' = max(M, M_c), acc = acc so + acc_c sn and S = S so + S_c sn with
  * so = expf(M - M'), sn = expf(M_c - M'), the first product fused. */
-static void fa_split(const AttnTask *at, const FaScratch *w, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
-                     int n, int n_kv, int nth, int hd, float *acc, float *M_out, float *S_out) {
-    float M = -INFINITY, S = 0;
-    memset(acc, 0, (size_t)hd * sizeof(float));
+static void fa_split(const AttnTask *at, const FaScratch *w, int G, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
+                     int n, int n_kv, int nth, int hd, float *acc, float *M, float *S) {
+    for (int g = 0; g < G; g++) M[g] = -INFINITY, S[g] = 0;
+    memset(acc, 0, (size_t)G * hd * sizeof(float));
     int chunk = (n_kv + nth - 1) / nth;
     for (int c = 0; c < nth; c++) {
         int j0 = c * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
         if (j0 >= j1) continue;
-        float M_c, S_c;
-        fa_chunk(at, w, K, kstride, V, vstride, j0, j1, hd, w->acc_chunk, &M_c, &S_c);
-        float M_new = fmaxf(M, M_c), so = expf(M - M_new), sn = expf(M_c - M_new);
-        for (int i = 0; i < hd; i++) acc[i] = fmaf(acc[i], so, w->acc_chunk[i] * sn);
-        S = fmaf(S, so, S_c * sn);
-        M = M_new;
+        float M_c[FA_HEADS], S_c[FA_HEADS];
+        fa_chunk(at, w, G, K, kstride, V, vstride, j0, j1, hd, w->acc_chunk, M_c, S_c);
+        for (int g = 0; g < G; g++) {
+            float M_new = fmaxf(M[g], M_c[g]), so = expf(M[g] - M_new), sn = expf(M_c[g] - M_new);
+            float *a = acc + (size_t)g * hd, *ac = w->acc_chunk + (size_t)g * hd;
+            for (int i = 0; i < hd; i++) a[i] = fmaf(a[i], so, ac[i] * sn);
+            S[g] = fmaf(S[g], so, S_c[g] * sn);
+            M[g] = M_new;
+        }
     }
-    *M_out = M;
-    *S_out = S;
 }
 
 /* llama.cpp's KV cells for a step that sees n keys: the used cells rounded up to 256, at least 256
  * (llama_kv_cache::get_n_kv; never past the context, which llama.cpp also rounds up to 256). */
 static int fa_cells(int n) { return n <= 256 ? 256 : (n + 255) / 256 * 256; }
 
-/* One head of one row with flash attention, over its n visible keys, by the row's path (not the
- * tiled one): o = acc / S, og = o * sigmoid(gate). */
-static void attend_fa(const AttnTask *at, const FaScratch *w, const float *q, const float *gate, const uint8_t *K, size_t kstride,
+/* G heads of one row that share a kv head, with flash attention, over the row's n visible keys, by
+ * the row's path (not the tiled one): head g's q at q + g qstride, its gate hd after it; o = acc / S,
+ * og = o * sigmoid(gate), head g's at o + g hd. */
+static void attend_fa(const AttnTask *at, const FaScratch *w, int G, const float *q, size_t qstride, const uint8_t *K, size_t kstride,
                       const uint8_t *V, size_t vstride, int n, int hd, float *o, float *og) {
     bool f16_kv = fa_type(at->k_type) == T_F16 && fa_type(at->v_type) == T_F16;
-    float M, S;
-    store_as(fa_type(at->k_type), w->qr, q, hd);
+    float M[FA_HEADS], S[FA_HEADS];
+    for (int g = 0; g < G; g++) store_as(fa_type(at->k_type), w->qr + (size_t)g * hd, q + g * qstride, hd);
     if (at->fa == FA_STEP && f16_kv && fa_cells(n) >= 512)
-        fa_split(at, w, K, kstride, V, vstride, n, fa_cells(n), at->ctx->fa_threads, hd, w->acc, &M, &S);
-    else fa_chunk(at, w, K, kstride, V, vstride, 0, n, hd, w->acc, &M, &S);
-    fa_finish(w->acc, S, gate, hd, o, og);
+        fa_split(at, w, G, K, kstride, V, vstride, n, fa_cells(n), at->ctx->fa_threads, hd, w->acc, M, S);
+    else fa_chunk(at, w, G, K, kstride, V, vstride, 0, n, hd, w->acc, M, S);
+    for (int g = 0; g < G; g++)
+        fa_finish(w->acc + (size_t)g * hd, S[g], q + g * qstride + hd, hd, o + (size_t)g * hd, og + (size_t)g * hd);
 }
 
 /* For each (row t, head h), attend over the keys row t may see (GQA: head h reads kv head h / group).
@@ -2475,18 +2487,29 @@ static void attn_task(void *p, int ith, int nth) {
         }
         return;
     }
+    /* the other paths by jobs of one row and G query heads of one kv head: all of them where that
+     * gives every thread a job, else the fewest parts that do (at most FA_HEADS heads a job) */
+    int parts = (nth + at->T * c->n_head_kv - 1) / (at->T * c->n_head_kv);
+    parts = parts < (group + FA_HEADS - 1) / FA_HEADS ? (group + FA_HEADS - 1) / FA_HEADS : parts > group ? group : parts;
+    int G = (group + parts - 1) / parts;
     float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
     size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes;
     float *vacc = s->vacc + (size_t)ith * 64 * hd;
-    FaScratch w = {vacc, vacc + hd, (uint16_t *)(vacc + 2 * hd), (uint16_t *)(vacc + 3 * hd), (uint16_t *)(vacc + 4 * hd)};
-    for (int job = ith; job < at->T * c->n_head; job += nth) {
-        int t = job / c->n_head, h = job % c->n_head, kvh = h / group, n = fa_row_keys(at, t);
-        const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd;
-        size_t head = (size_t)t * c->n_head * hd + (size_t)h * hd;
+    uint16_t *acc16 = (uint16_t *)(vacc + 2 * (size_t)G * hd);
+    FaScratch w = {vacc, vacc + (size_t)G * hd, acc16, acc16 + (size_t)G * hd, acc16 + 2 * (size_t)G * hd};
+    for (int job = ith; job < at->T * c->n_head_kv * parts; job += nth) {
+        int t = job / (c->n_head_kv * parts), kvh = job / parts % c->n_head_kv, n = fa_row_keys(at, t);
+        int h0 = kvh * group + job % parts * G, h1 = h0 + G < (kvh + 1) * group ? h0 + G : (kvh + 1) * group;
+        if (h0 >= h1) continue;
+        const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h0 * 2 * hd;
+        size_t head = (size_t)t * c->n_head * hd + (size_t)h0 * hd;
         const uint8_t *K = at->K + (size_t)kvh * hd * kb, *V = at->V + (size_t)kvh * hd * vb;
-        if (at->fa != FA_NONE) attend_fa(at, &w, q, q + hd, K, (size_t)kvd * kb, V, (size_t)kvd * vb, n, hd, s->ao + head, s->ao_gated + head);
-        else attend(q, q + hd, K, (size_t)kvd * kb, at->k_type, V, (size_t)kvd * vb, at->v_type, n, hd, c->kq_scale, at->tile ? 16 : 64, sc,
-                    vacc, s->ao + head, s->ao_gated + head);
+        if (at->fa != FA_NONE)
+            attend_fa(at, &w, h1 - h0, q, 2 * (size_t)hd, K, (size_t)kvd * kb, V, (size_t)kvd * vb, n, hd, s->ao + head, s->ao_gated + head);
+        else
+            for (int h = 0; h < h1 - h0; h++)
+                attend(q + (size_t)h * 2 * hd, q + (size_t)h * 2 * hd + hd, K, (size_t)kvd * kb, at->k_type, V, (size_t)kvd * vb, at->v_type, n,
+                       hd, c->kq_scale, at->tile ? 16 : 64, sc, vacc, s->ao + head + (size_t)h * hd, s->ao_gated + head + (size_t)h * hd);
     }
 }
 
