@@ -960,9 +960,9 @@ typedef struct {
                     float *kt, float *vf);
     void (*fa_scores)(const float *q, size_t qstride, int nh, const float *kt, int nt, int hd, float *s);
     void (*fa_mad_keys)(float *acc, int nh, const float *vf, const float *p, int nt, int hd);
-    void (*fa_kdots16)(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
+    void (*fa_kdots16)(const uint16_t *q, int G, const uint8_t *K, size_t kstride, int nt, int hd, float *s);
     void (*fa_mad)(float *y, uint32_t type, const void *v, float w, int n);
-    void (*fa_mad16_keys)(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n);
+    void (*fa_mad16_keys)(uint16_t *y, int G, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n);
 } Kernels;
 static const Kernels *kernels(void);   /* section 12 */
 
@@ -1379,7 +1379,8 @@ typedef struct {
     float *ao, *ao_gated;           /* attention: head outputs o_h, and o_h * sigmoid(gate_h) [cap][n_head*head_dim] */
     float *att;                     /* attention scores, [n_threads][n_ctx] */
     float *vacc;                    /* attention: the V sum's lane accumulators, [n_threads][64][head_dim] */
-    float *fa;                      /* attention, the tiled path: a tile and a job's states, [n_threads][fa_tiled_floats] */
+    float *fa;                      /* flash attention: the tiled path's tile and job states, or the split path's
+                                       chunk results, [n_threads][fa_thread_floats] */
     float *router_logits, *probs;   /* MoE: W_router m and its softmax p [cap][n_expert] */
     float *w;                       /* MoE: the chosen experts' weights [cap][n_used] */
     int *sel;                       /* MoE: chosen experts [cap][n_used] */
@@ -1401,7 +1402,7 @@ typedef struct {
 static size_t att_stride(int n_ctx) { return ((size_t)n_ctx + 15) & ~(size_t)15; }
 
 static size_t packed_bytes(int64_t n);   /* matmul_rows' packed activations per thread (section 8) */
-static size_t fa_tiled_floats(const Config *c);   /* the tiled flash attention's per thread (section 9) */
+static size_t fa_thread_floats(const Config *c);   /* flash attention's per thread (section 9) */
 
 /* The bytes scratch_init allocates (below; keep the two in step), for the memory plan: computed with
  * checked arithmetic, so that once the plan fits, scratch_init's own products cannot wrap. */
@@ -1416,7 +1417,7 @@ static size_t scratch_bytes(const Config *c, int cap, int n_ctx, int n_threads) 
     size_t floats = mul_size(T, per_row, "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), "scratch");
     floats = add_size(floats, mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), "scratch");
-    floats = add_size(floats, mul_size((size_t)n_threads, fa_tiled_floats(c), "attention scratch"), "scratch");
+    floats = add_size(floats, mul_size((size_t)n_threads, fa_thread_floats(c), "attention scratch"), "scratch");
     floats = add_size(floats, 2 * S_floats(c), "scratch");
     size_t bytes = add_size(mul_size(floats, 4, "scratch"), (size_t)c->n_expert, "scratch");
     return add_size(bytes, mul_size((size_t)n_threads, packed_bytes((int64_t)maxin), "scratch"), "scratch");
@@ -1449,7 +1450,7 @@ static void scratch_init(Scratch *s, const Config *c, int cap, int n_ctx, int n_
     s->vr = xcalloc(T * (size_t)c->n_head_kv * c->head_dim, 4);
     s->att = xcalloc(mul_size((size_t)n_threads, att_stride(n_ctx), "attention scratch"), 4);
     s->vacc = xcalloc(mul_size((size_t)n_threads, 64 * (size_t)c->head_dim, "attention scratch"), 4);
-    s->fa = xcalloc(mul_size((size_t)n_threads, fa_tiled_floats(c), "attention scratch"), 4);
+    s->fa = xcalloc(mul_size((size_t)n_threads, fa_thread_floats(c), "attention scratch"), 4);
     s->router_logits = xcalloc(T * (size_t)c->n_expert, 4);
     s->probs = xcalloc(T * (size_t)c->n_expert, 4);
     s->w = xcalloc(T * K, 4);
@@ -2141,6 +2142,7 @@ typedef struct {
     int causal_from;         /* row t sees keys < causal_from + t + 1 (causal), or all n_keys if < 0 */
     bool tile;               /* prompt batch: the V sum in tinyBLAS order */
     FaPath fa;
+    Work *sync;              /* the threads' barrier between the split path's chunks and their merge */
 } AttnTask;
 
 /* soft_max_ext over one row of scores, as ggml_vec_soft_max_f32 sees it: llama.cpp's row spans the
@@ -2241,11 +2243,14 @@ static void fa_scores(const float *q, size_t qstride, int nh, const float *kt, i
         }
 }
 
-/* s_t = K_t . q for the nt F16 rows K_t = K + t kstride (bytes), q rounded to F16: the per-row
- * path's K dot, each key in ggml_vec_dot_f16's order (dot_f16_row). Twins: fa_kdots16_avx2 and
- * fa_kdots16_zmm, which convert q to floats once for the tile instead of once a key. */
-static void fa_kdots16(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
-    for (int t = 0; t < nt; t++) s[t] = dot_f16_row(K + (size_t)t * kstride, q, hd);
+/* s_gt = K_t . q_g for the nt F16 rows K_t = K + t kstride (bytes) and the G queries q_g = q + g hd,
+ * rounded to F16 (their scores s + 64 g): the per-row path's K dot, each key in ggml_vec_dot_f16's
+ * order (dot_f16_row). Twins: fa_kdots16_avx2, which converts q to floats once for the tile instead
+ * of once a key, and fa_kdots16_zmm, which also converts each K row once for four heads and folds
+ * the dots of 16 keys together. */
+static void fa_kdots16(const uint16_t *q, int G, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < nt; t++) s[g * 64 + t] = dot_f16_row(K + (size_t)t * kstride, q + (size_t)g * hd, hd);
 }
 
 /* y_i = fma(v_i, w, y_i), an F32 accumulator (ggml_vec_mad_f32 after the V row's conversion: the
@@ -2274,16 +2279,19 @@ static void fa_scale16(uint16_t *y, float s, int n) {
     for (int i = 0; i < n; i++) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * s);
 }
 
-/* The F16 accumulator over nt keys (rows V + t vstride), key by key as ggml's loop takes them: a key
- * with ms_t != 1 raised the running max, y = fp16(y ms_t); then y = fp16(fma(v_t, vs_t, y)). Twin:
- * fa_mad16_keys_avx2 (fa_mad16_keys_zmm in AVX-512 builds), which hold each group of values in a
- * register across the keys instead of storing it as F16 after every key (the order of each value's
- * steps is the same). */
-static void fa_mad16_keys(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
-    for (int t = 0; t < nt; t++) {
-        if (ms[t] != 1) fa_scale16(y, ms[t], n);
-        fa_mad16(y, type, V + (size_t)t * vstride, vs[t], n);
-    }
+/* The F16 accumulators of G heads (y + g n) over nt keys (rows V + t vstride), key by key as ggml's
+ * loop takes them: a key with ms_gt != 1 raised head g's running max, y_g = fp16(y_g ms_gt); then
+ * y_g = fp16(fma(v_t, vs_gt, y_g)) (ms_gt, vs_gt at ms + 64 g + t). Twins: fa_mad16_keys_avx2 and
+ * fa_mad16_keys_zmm, which hold each group of values in a register across the keys instead of
+ * storing it as F16 after every key (the order of each value's steps is the same); the zmm twin
+ * also converts each group of V once for four heads. */
+static void fa_mad16_keys(uint16_t *y, int G, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
+    for (int g = 0; g < G; g++)
+        for (int t = 0; t < nt; t++) {
+            uint16_t *yg = y + (size_t)g * n;
+            if (ms[g * 64 + t] != 1) fa_scale16(yg, ms[g * 64 + t], n);
+            fa_mad16(yg, type, V + (size_t)t * vstride, vs[g * 64 + t], n);
+        }
 }
 
 /* Scratch of one thread's flash attention for the G <= FA_HEADS query heads of a job, carved from
@@ -2304,52 +2312,66 @@ typedef struct {
  * it is F32. Leaves the F32 acc (not yet divided by S), M and S. The keys go in tiles of 64: the
  * tile's dots (fa_kdots16 for an F16 K), scores and weights (ms = 1 for a key that did not raise
  * the max) first, then its V sum, so that the kernels see the whole tile (fa_mad16_keys).
- * G query heads that share the kv head go together, each computed as it would be alone: tile by
- * tile, head 0 reads the tile from memory and the others find it in cache (a head at a time, a
- * step over 3000 keys read its K and V from L3 eight times over). acc [G][hd], M and S [G]. */
-static void fa_chunk(const AttnTask *at, const FaScratch *w, int G, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
+ * Query heads h0..h0+G-1 go together (K, V: the cache's rows from kv head 0), each computed as it
+ * would be alone: tile by tile, the dots of the heads of each kv head, the heads' scores and
+ * weights, then their V sums, so that each tile is read from memory once for all of them (a head at
+ * a time, a step over 3000 keys read its K and V from L3 eight times over) and the kernels may
+ * share a K or V row's conversion between the heads of a kv head. acc [G][hd], M and S [G]. */
+static void fa_chunk(const AttnTask *at, const FaScratch *w, int h0, int G, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
                      int j0, int j1, int hd, float *acc, float *M, float *S) {
     DotFn kdot = dot_fn(fa_type(at->k_type), false, 1);
     bool f16 = fa_type(at->v_type) == T_F16;
-    float scale = at->ctx->m->c.kq_scale;
+    const Config *c = &at->ctx->m->c;
+    int group = c->n_head / c->n_head_kv;
+    size_t k_head = (size_t)hd * TYPES[at->k_type].bytes, v_head = (size_t)hd * TYPES[at->v_type].bytes;
+    float scale = c->kq_scale;
     for (int g = 0; g < G; g++) M[g] = -INFINITY, S[g] = 0;
     if (f16) memset(w->acc16, 0, (size_t)G * hd * sizeof(uint16_t));
     else memset(acc, 0, (size_t)G * hd * sizeof(float));
     for (int j = j0; j < j1; j += 64) {
         int nt = j1 - j < 64 ? j1 - j : 64;
-        const uint8_t *Kt = K + (size_t)j * kstride, *Vt = V + (size_t)j * vstride;
-        for (int g = 0; g < G; g++) {
-            const uint16_t *qr = w->qr + (size_t)g * hd;
-            float ms[64], vs[64], dots[64];
-            if (at->k_type == T_F16) kernels()->fa_kdots16(qr, Kt, kstride, nt, hd, dots);
+        float ms[FA_HEADS * 64], vs[FA_HEADS * 64], dots[FA_HEADS * 64];   /* head g's at 64 g */
+        for (int g = 0, ge; g < G; g = ge) {   /* the heads g..ge-1 of kv head kvh */
+            int kvh = (h0 + g) / group;
+            ge = (kvh + 1) * group - h0 < G ? (kvh + 1) * group - h0 : G;
+            const uint8_t *Kt = K + (size_t)j * kstride + kvh * k_head;
+            if (at->k_type == T_F16) kernels()->fa_kdots16(w->qr + (size_t)g * hd, ge - g, Kt, kstride, nt, hd, dots + 64 * g);
             else
-                for (int t = 0; t < nt; t++) {
-                    const uint8_t *k = Kt + (size_t)t * kstride;
-                    if (at->k_type == T_F32) {
-                        kernels()->to_f16(w->krow, (const float *)k, hd);
-                        k = (const uint8_t *)w->krow;
+                for (int h = g; h < ge; h++)
+                    for (int t = 0; t < nt; t++) {
+                        const uint8_t *k = Kt + (size_t)t * kstride;
+                        if (at->k_type == T_F32) {
+                            kernels()->to_f16(w->krow, (const float *)k, hd);
+                            k = (const uint8_t *)w->krow;
+                        }
+                        dots[h * 64 + t] = kdot(k, w->qr + (size_t)h * hd, hd);
                     }
-                    dots[t] = kdot(k, qr, hd);
-                }
+        }
+        for (int g = 0; g < G; g++)
             for (int t = 0; t < nt; t++) {
-                float s = dots[t] * scale;
-                ms[t] = 1, vs[t] = 1;
+                float s = dots[g * 64 + t] * scale, *ms_t = &ms[g * 64 + t], *vs_t = &vs[g * 64 + t];
+                *ms_t = 1, *vs_t = 1;
                 if (s > M[g]) {
-                    ms[t] = expf(M[g] - s);
+                    *ms_t = expf(M[g] - s);
                     M[g] = s;
                 } else {
-                    vs[t] = expf(s - M[g]);
+                    *vs_t = expf(s - M[g]);
                 }
-                float S_ms = S[g] * ms[t];   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
-                S[g] = S_ms + vs[t];
+                float S_ms = S[g] * *ms_t;   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
+                S[g] = S_ms + *vs_t;
             }
-            if (f16) kernels()->fa_mad16_keys(w->acc16 + (size_t)g * hd, at->v_type, Vt, vstride, ms, vs, nt, hd);
+        for (int g = 0, ge; g < G; g = ge) {
+            int kvh = (h0 + g) / group;
+            ge = (kvh + 1) * group - h0 < G ? (kvh + 1) * group - h0 : G;
+            const uint8_t *Vt = V + (size_t)j * vstride + kvh * v_head;
+            if (f16) kernels()->fa_mad16_keys(w->acc16 + (size_t)g * hd, ge - g, at->v_type, Vt, vstride, ms + 64 * g, vs + 64 * g, nt, hd);
             else
-                for (int t = 0; t < nt; t++) {
-                    float *a = acc + (size_t)g * hd;
-                    if (ms[t] != 1) for (int i = 0; i < hd; i++) a[i] *= ms[t];
-                    kernels()->fa_mad(a, at->v_type, Vt + (size_t)t * vstride, vs[t], hd);
-                }
+                for (int h = g; h < ge; h++)
+                    for (int t = 0; t < nt; t++) {
+                        float *a = acc + (size_t)h * hd;
+                        if (ms[h * 64 + t] != 1) for (int i = 0; i < hd; i++) a[i] *= ms[h * 64 + t];
+                        kernels()->fa_mad(a, at->v_type, Vt + (size_t)t * vstride, vs[h * 64 + t], hd);
+                    }
         }
     }
     if (f16) for (size_t i = 0; i < (size_t)G * hd; i++) acc[i] = fp16_to_fp32(w->acc16[i]);
@@ -2426,47 +2448,43 @@ static void fa_tiled_rows(const AttnTask *at, float *w, int t0, int t1, int kvh)
     }
 }
 
-/* The split path (F16 K and V; one row over n_kv >= 512 cells, n of them visible), for G heads: the
- * cells in nth chunks of ceil(n_kv / nth), each by fa_chunk, merged in chunk order (chunks with no
- * visible key are skipped): M' = max(M, M_c), acc = acc so + acc_c sn and S = S so + S_c sn with
- * so = expf(M - M'), sn = expf(M_c - M'), the first product fused. */
-static void fa_split(const AttnTask *at, const FaScratch *w, int G, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
-                     int n, int n_kv, int nth, int hd, float *acc, float *M, float *S) {
-    for (int g = 0; g < G; g++) M[g] = -INFINITY, S[g] = 0;
-    memset(acc, 0, (size_t)G * hd * sizeof(float));
-    int chunk = (n_kv + nth - 1) / nth;
-    for (int c = 0; c < nth; c++) {
-        int j0 = c * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
-        if (j0 >= j1) continue;
-        float M_c[FA_HEADS], S_c[FA_HEADS];
-        fa_chunk(at, w, G, K, kstride, V, vstride, j0, j1, hd, w->acc_chunk, M_c, S_c);
-        for (int g = 0; g < G; g++) {
-            float M_new = fmaxf(M[g], M_c[g]), so = expf(M[g] - M_new), sn = expf(M_c[g] - M_new);
-            float *a = acc + (size_t)g * hd, *ac = w->acc_chunk + (size_t)g * hd;
-            for (int i = 0; i < hd; i++) a[i] = fmaf(a[i], so, ac[i] * sn);
-            S[g] = fmaf(S[g], so, S_c[g] * sn);
-            M[g] = M_new;
-        }
-    }
-}
-
 /* llama.cpp's KV cells for a step that sees n keys: the used cells rounded up to 256, at least 256
  * (llama_kv_cache::get_n_kv; never past the context, which llama.cpp also rounds up to 256). */
 static int fa_cells(int n) { return n <= 256 ? 256 : (n + 255) / 256 * 256; }
 
-/* G heads of one row that share a kv head, with flash attention, over the row's n visible keys, by
- * the row's path (not the tiled one): head g's q at q + g qstride, its gate hd after it; o = acc / S,
- * og = o * sigmoid(gate), head g's at o + g hd. */
-static void attend_fa(const AttnTask *at, const FaScratch *w, int G, const float *q, size_t qstride, const uint8_t *K, size_t kstride,
-                      const uint8_t *V, size_t vstride, int n, int hd, float *o, float *og) {
-    bool f16_kv = fa_type(at->k_type) == T_F16 && fa_type(at->v_type) == T_F16;
-    float M[FA_HEADS], S[FA_HEADS];
-    for (int g = 0; g < G; g++) store_as(fa_type(at->k_type), w->qr + (size_t)g * hd, q + g * qstride, hd);
-    if (at->fa == FA_STEP && f16_kv && fa_cells(n) >= 512)
-        fa_split(at, w, G, K, kstride, V, vstride, n, fa_cells(n), at->ctx->fa_threads, hd, w->acc, M, S);
-    else fa_chunk(at, w, G, K, kstride, V, vstride, 0, n, hd, w->acc, M, S);
-    for (int g = 0; g < G; g++)
-        fa_finish(w->acc + (size_t)g * hd, S[g], q + g * qstride + hd, hd, o + (size_t)g * hd, og + (size_t)g * hd);
+/* The split path (F16 K and V; one row over n_kv >= 512 cells, n of them visible): the cells in nth
+ * chunks of ceil(n_kv / nth), each by fa_chunk; whether row t takes it. */
+static bool fa_splits(const AttnTask *at, int t) {
+    return at->fa == FA_STEP && fa_type(at->k_type) == T_F16 && fa_type(at->v_type) == T_F16 && fa_cells(fa_row_keys(at, t)) >= 512;
+}
+
+/* A split row's head from its chunks' results (acc [hd], then M and S; chunks with no visible key
+ * skipped), merged in chunk order: M' = max(M, M_c), acc = acc so + acc_c sn and S = S so + S_c sn
+ * with so = expf(M - M'), sn = expf(M_c - M'), the first product fused. part: chunk 0's result,
+ * chunk c's `stride` floats after it. */
+static void fa_merge(const float *part, size_t stride, int n_chunks, int n, int n_kv, int hd, float *acc, float *M_out, float *S_out) {
+    float M = -INFINITY, S = 0;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    int chunk = (n_kv + n_chunks - 1) / n_chunks;
+    for (int c = 0; c < n_chunks; c++) {
+        if (c * chunk >= n) continue;
+        const float *r = part + (size_t)c * stride;
+        float M_c = r[hd], S_c = r[hd + 1];
+        float M_new = fmaxf(M, M_c), so = expf(M - M_new), sn = expf(M_c - M_new);
+        for (int i = 0; i < hd; i++) acc[i] = fmaf(acc[i], so, r[i] * sn);
+        S = fmaf(S, so, S_c * sn);
+        M = M_new;
+    }
+    *M_out = M;
+    *S_out = S;
+}
+
+/* s->fa, a thread's share: the tiled path's scratch, or the split path's results of a chunk of up to
+ * FA_STEP_ROWS rows, n_head heads of hd + 2 floats each (see fa_merge), chunk c's in share c. */
+enum { FA_STEP_ROWS = 16 };
+static size_t fa_thread_floats(const Config *c) {
+    size_t parts = (size_t)FA_STEP_ROWS * c->n_head * ((size_t)c->head_dim + 2);
+    return parts > fa_tiled_floats(c) ? parts : fa_tiled_floats(c);
 }
 
 /* For each (row t, head h), attend over the keys row t may see (GQA: head h reads kv head h / group).
@@ -2483,33 +2501,70 @@ static void attn_task(void *p, int ith, int nth) {
         int blocks = (at->T + R - 1) / R;
         for (int job = ith; job < blocks * c->n_head_kv; job += nth) {
             int t0 = job / c->n_head_kv * R;
-            fa_tiled_rows(at, s->fa + (size_t)ith * fa_tiled_floats(c), t0, t0 + R < at->T ? t0 + R : at->T, job % c->n_head_kv);
+            fa_tiled_rows(at, s->fa + (size_t)ith * fa_thread_floats(c), t0, t0 + R < at->T ? t0 + R : at->T, job % c->n_head_kv);
         }
         return;
     }
-    /* the other paths by jobs of one row and G query heads of one kv head: all of them where that
-     * gives every thread a job, else the fewest parts that do (at most FA_HEADS heads a job) */
-    int parts = (nth + at->T * c->n_head_kv - 1) / (at->T * c->n_head_kv);
-    parts = parts < (group + FA_HEADS - 1) / FA_HEADS ? (group + FA_HEADS - 1) / FA_HEADS : parts > group ? group : parts;
-    int G = (group + parts - 1) / parts;
-    float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx);
-    size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes;
-    float *vacc = s->vacc + (size_t)ith * 64 * hd;
-    uint16_t *acc16 = (uint16_t *)(vacc + 2 * (size_t)G * hd);
-    FaScratch w = {vacc, vacc + (size_t)G * hd, acc16, acc16 + (size_t)G * hd, acc16 + 2 * (size_t)G * hd};
-    for (int job = ith; job < at->T * c->n_head_kv * parts; job += nth) {
-        int t = job / (c->n_head_kv * parts), kvh = job / parts % c->n_head_kv, n = fa_row_keys(at, t);
-        int h0 = kvh * group + job % parts * G, h1 = h0 + G < (kvh + 1) * group ? h0 + G : (kvh + 1) * group;
-        if (h0 >= h1) continue;
-        const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h0 * 2 * hd;
-        size_t head = (size_t)t * c->n_head * hd + (size_t)h0 * hd;
-        const uint8_t *K = at->K + (size_t)kvh * hd * kb, *V = at->V + (size_t)kvh * hd * vb;
-        if (at->fa != FA_NONE)
-            attend_fa(at, &w, h1 - h0, q, 2 * (size_t)hd, K, (size_t)kvd * kb, V, (size_t)kvd * vb, n, hd, s->ao + head, s->ao_gated + head);
-        else
-            for (int h = 0; h < h1 - h0; h++)
-                attend(q + (size_t)h * 2 * hd, q + (size_t)h * 2 * hd + hd, K, (size_t)kvd * kb, at->k_type, V, (size_t)kvd * vb, at->v_type, n,
-                       hd, c->kq_scale, at->tile ? 16 : 64, sc, vacc, s->ao + head + (size_t)h * hd, s->ao_gated + head + (size_t)h * hd);
+    /* The other paths by rows, up to FA_STEP_ROWS at a time, in jobs of one row, one chunk of its
+     * keys (the split path's, else all of them) and G of its heads: as many heads as leave every
+     * thread a job, so that in a decoding step a thread reads whole rows of the cache (both halves of
+     * a 2-kv-head row, which it would otherwise fetch from memory for the other thread, a line
+     * the prefetchers bring in beside the one asked for). A split row's chunks are merged once
+     * every thread is past its jobs. */
+    size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes, stride = fa_thread_floats(c);
+    float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx), *vacc = s->vacc + (size_t)ith * 64 * hd;
+    int barriers = 0;
+    for (int t0 = 0; t0 < at->T; t0 += FA_STEP_ROWS) {
+        int R = at->T - t0 < FA_STEP_ROWS ? at->T - t0 : FA_STEP_ROWS;
+        bool any_split = fa_splits(at, t0 + R - 1);   /* (the last row sees the most keys) */
+        int C = any_split && at->ctx->fa_threads > 1 ? at->ctx->fa_threads : 1;
+        int P = (nth + R * C - 1) / (R * C), P_min = (c->n_head + FA_HEADS - 1) / FA_HEADS;
+        P = P < P_min ? P_min : P > c->n_head ? c->n_head : P;
+        int G = (c->n_head + P - 1) / P;
+        uint16_t *acc16 = (uint16_t *)(vacc + 2 * (size_t)G * hd);
+        FaScratch w = {vacc, vacc + (size_t)G * hd, acc16, acc16 + (size_t)G * hd, acc16 + 2 * (size_t)G * hd};
+        for (int job = ith; job < R * C * P; job += nth) {
+            int t = t0 + job / (C * P), ch = job / P % C, h0 = job % P * G, h1 = h0 + G < c->n_head ? h0 + G : c->n_head, n = fa_row_keys(at, t);
+            const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h0 * 2 * hd;
+            size_t head = (size_t)t * c->n_head * hd + (size_t)h0 * hd;
+            if (at->fa == FA_NONE) {
+                for (int h = h0; h < h1; h++)
+                    attend(q + (size_t)(h - h0) * 2 * hd, q + (size_t)(h - h0) * 2 * hd + hd, at->K + (size_t)(h / group) * hd * kb, (size_t)kvd * kb,
+                           at->k_type, at->V + (size_t)(h / group) * hd * vb, (size_t)kvd * vb, at->v_type, n, hd, c->kq_scale, at->tile ? 16 : 64, sc,
+                           vacc, s->ao + head + (size_t)(h - h0) * hd, s->ao_gated + head + (size_t)(h - h0) * hd);
+                continue;
+            }
+            bool split = fa_splits(at, t);
+            int chunk = split ? (fa_cells(n) + C - 1) / C : n, j0 = ch * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
+            if (h0 >= h1 || j0 >= j1 || (!split && ch > 0)) continue;
+            float M[FA_HEADS], S[FA_HEADS];
+            for (int h = h0; h < h1; h++) store_as(fa_type(at->k_type), w.qr + (size_t)(h - h0) * hd, q + (size_t)(h - h0) * 2 * hd, hd);
+            fa_chunk(at, &w, h0, h1 - h0, at->K, (size_t)kvd * kb, at->V, (size_t)kvd * vb, j0, j1, hd, w.acc, M, S);
+            for (int h = h0; h < h1; h++) {
+                const float *a = w.acc + (size_t)(h - h0) * hd;
+                if (!split) {
+                    fa_finish(a, S[h - h0], q + (size_t)(h - h0) * 2 * hd + hd, hd, s->ao + head + (size_t)(h - h0) * hd,
+                              s->ao_gated + head + (size_t)(h - h0) * hd);
+                    continue;
+                }
+                float *r = s->fa + (size_t)ch * stride + ((size_t)(t - t0) * c->n_head + h) * (hd + 2);
+                memcpy(r, a, (size_t)hd * sizeof(float));
+                r[hd] = M[h - h0], r[hd + 1] = S[h - h0];
+            }
+        }
+        if (!any_split) continue;
+        work_done(at->sync);   /* every chunk's results written */
+        work_wait(at->sync, nth * ++barriers);
+        for (int job = ith; job < R * c->n_head; job += nth) {
+            int t = t0 + job / c->n_head, h = job % c->n_head;
+            if (!fa_splits(at, t)) continue;
+            float M, S;
+            size_t head = (size_t)t * c->n_head * hd + (size_t)h * hd;
+            fa_merge(s->fa + ((size_t)(t - t0) * c->n_head + h) * (hd + 2), stride, C, fa_row_keys(at, t), fa_cells(fa_row_keys(at, t)), hd, w.acc, &M, &S);
+            fa_finish(w.acc, S, s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd + hd, hd, s->ao + head, s->ao_gated + head);
+        }
+        work_done(at->sync);   /* the results read: the next rows may write theirs */
+        work_wait(at->sync, nth * ++barriers);
     }
 }
 
@@ -2568,8 +2623,9 @@ static void attn_layer(Ctx *ctx, Pass pass, int il, int T, int pos) {
     FaPath fa = !ctx->flash_attn ? FA_NONE
               : !ctx->tile_order || pass == PREVIEW || T == 1 ? FA_STEP
               : T >= 64 && f16_kv && hd % 16 == 0 ? FA_TILED : FA_ROWS;
+    Work sync = {0};
     AttnTask at = {ctx, il, T, pos, st->k[il], st->v[il], st->k_type, st->v_type, pos + T, pass == PREVIEW ? -1 : pos,
-                   ctx->tile_order && T >= 2 && hd % 4 == 0, fa};
+                   ctx->tile_order && T >= 2 && hd % 4 == 0, fa, &sync};
     pool_run(ctx->pool, attn_task, &at);   /* o_h = softmax(q_h . K / sqrt(d_h)) V, and o_h * sigmoid(gate_h) */
     dump(ctx, "attn_pregate", il, s->ao, T, c->n_head * hd);
     dump(ctx, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
@@ -5707,25 +5763,27 @@ SIMD static void fa_mad_avx2(float *y, uint32_t type, const void *v, float w, in
     fa_mad(y + i, type, (const uint8_t *)v + i * vb, w, n - i);
 }
 
-#if !ZMM
-/* dot_f16_avx2 key by key, q converted to floats once (exact: every F16 is a float) */
-SIMD static void fa_kdots16_avx2(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+/* dot_f16_avx2 key by key, head by head, q converted to floats once (exact: every F16 is a float) */
+SIMD static void fa_kdots16_avx2(const uint16_t *q, int G, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
     float qf[4096];   /* head_dim <= 4096 (model_config) */
     int np = hd & ~63;
-    for (int i = 0; i < hd; i++) qf[i] = f16c(q[i]);
-    for (int t = 0; t < nt; t++) {
-        const uint16_t *k = (const uint16_t *)(K + (size_t)t * kstride);
-        __m256 acc[8];
-        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
-        for (int i = 0; i < np; i += 64)
+    for (int g = 0; g < G; g++, q += hd, s += 64) {
+        for (int i = 0; i < hd; i++) qf[i] = f16c(q[i]);
+        for (int t = 0; t < nt; t++) {
+            const uint16_t *k = (const uint16_t *)(K + (size_t)t * kstride);
+            __m256 acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+            for (int i = 0; i < np; i += 64)
 #pragma GCC unroll 8   /* acc in registers */
-            for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(k + i + 8 * r), _mm256_loadu_ps(qf + i + 8 * r), acc[r]);
-        double sum = fold64_avx2(acc);
-        for (int i = np; i < hd; i++) sum += f16c(k[i]) * qf[i];
-        s[t] = (float)sum;
+                for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(load_f16_avx2(k + i + 8 * r), _mm256_loadu_ps(qf + i + 8 * r), acc[r]);
+            double sum = fold64_avx2(acc);
+            for (int i = np; i < hd; i++) sum += f16c(k[i]) * qf[i];
+            s[t] = (float)sum;
+        }
     }
 }
 
+#if !ZMM
 /* C groups of 8 values from i on, each in a register across the nt keys, rounded to F16 after every
  * step as fa_mad16_keys stores them (x -> F16 -> float is that rounding). The C chains are
  * independent, so their steps overlap (one group alone waits on its fma and two conversions a
@@ -5749,74 +5807,147 @@ static inline SIMD_INLINE void fa_mad16_groups_avx2(uint16_t *y, uint32_t type, 
     }
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++) {
-        if (any_nan_avx2(acc[c])) fa_mad16_keys(y + i + 8 * c, type, V + (size_t)(i + 8 * c) * TYPES[type].bytes, vstride, ms, vs, nt, 8);
+        if (any_nan_avx2(acc[c])) fa_mad16_keys(y + i + 8 * c, 1, type, V + (size_t)(i + 8 * c) * TYPES[type].bytes, vstride, ms, vs, nt, 8);
         else _mm_storeu_si128((__m128i *)(y + i + 8 * c), _mm256_cvtps_ph(acc[c], RND));
     }
 }
 
-SIMD static void fa_mad16_keys_avx2(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
-    int i = 0;
-    for (; i + 64 <= n; i += 64) fa_mad16_groups_avx2(y, type, V, vstride, ms, vs, nt, i, 8);
-    for (; i + 8 <= n; i += 8) fa_mad16_groups_avx2(y, type, V, vstride, ms, vs, nt, i, 1);
-    fa_mad16_keys(y + i, type, V + (size_t)i * TYPES[type].bytes, vstride, ms, vs, nt, n - i);
-}
-
-#else
-/* The 512-bit forms (AVX-512 builds): the same operations on each value in 16 lanes. fa_kdots16:
- * register r holds dot_f16_avx2's accumulators 16r..16r+15 (fold64_zmm). */
-static void fa_kdots16_zmm(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
-    float qf[4096];   /* head_dim <= 4096 (model_config) */
-    int np = hd & ~63;
-    for (int i = 0; i < hd; i++) qf[i] = f16c(q[i]);
-    for (int t = 0; t < nt; t++) {
-        const uint16_t *k = (const uint16_t *)(K + (size_t)t * kstride);
-        __m512 acc[4];
-        for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
-        for (int i = 0; i < np; i += 64)
-#pragma GCC unroll 4   /* acc in registers */
-            for (int r = 0; r < 4; r++)
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i + 16 * r))), _mm512_loadu_ps(qf + i + 16 * r), acc[r]);
-        double sum = fold64_zmm(acc[0], acc[1], acc[2], acc[3]);
-        for (int i = np; i < hd; i++) sum += f16c(k[i]) * qf[i];
-        s[t] = (float)sum;
+SIMD static void fa_mad16_keys_avx2(uint16_t *y, int G, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
+    for (int g = 0; g < G; g++, y += n, ms += 64, vs += 64) {
+        int i = 0;
+        for (; i + 64 <= n; i += 64) fa_mad16_groups_avx2(y, type, V, vstride, ms, vs, nt, i, 8);
+        for (; i + 8 <= n; i += 8) fa_mad16_groups_avx2(y, type, V, vstride, ms, vs, nt, i, 1);
+        if (i < n) fa_mad16_keys(y + i, 1, type, V + (size_t)i * TYPES[type].bytes, vstride, ms, vs, nt, n - i);
     }
 }
 
-/* fa_mad16_groups_avx2 with groups of 16 values: a head of 256 in 16 registers across the keys */
+#else
+/* The 512-bit forms (AVX-512 builds): the same operations on each value in 16 lanes.
+ * fold(v_k, 16) of 16 registers at once, register k's in lane k: each halving step (lanes l and
+ * l + w added, l < w) pairs two registers, a shuffle setting lane l + w of each under its lane l,
+ * so that one add does the step for both; after four steps lane 4m + c holds register m + 4c's. */
+static inline SIMD_INLINE __m512 fold16x16_zmm(const __m512 v[16]) {
+    __m512 u[8], w4[4], w2[2];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)   /* w = 8: lanes 0-7 register 2j's, 8-15 register 2j+1's */
+        u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)   /* w = 4: 128-bit quarter m register 4j+m's */
+        w4[j] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * j], u[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(u[2 * j], u[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; j++)   /* w = 2: quarter m, lanes 0-1 register 8j+m's, 2-3 register 8j+4+m's */
+        w2[j] = _mm512_add_ps(_mm512_shuffle_ps(w4[2 * j], w4[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(w4[2 * j], w4[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w2[0], w2[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(w2[0], w2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+/* fa_kdots16 for H <= 4 heads (head_dim a multiple of 64): each K row converted once for the H
+ * heads, head h's 64 accumulators in four registers (register r: dot_f16_avx2's accumulators
+ * 16r..16r+15), their first two halving steps as fold64_zmm takes them, the other four for 16
+ * keys at once (fold16x16_zmm). */
+static inline SIMD_INLINE void fa_kdots16_heads_zmm(const uint16_t *q, const uint8_t *K, size_t kstride, int nt, int hd, float *s, const int H) {
+    float qf[4 * 4096];   /* head_dim <= 4096 (model_config) */
+    for (int i = 0; i < H * hd; i++) qf[i] = f16c(q[i]);
+    for (int t0 = 0; t0 < nt; t0 += 16) {
+        __m512 red[4][16];
+        for (int k = 0; k < 16; k++) {
+            __m512 a[4][4];
+#pragma GCC unroll 4
+            for (int h = 0; h < H; h++)
+                for (int r = 0; r < 4; r++) a[h][r] = _mm512_setzero_ps();
+            const uint16_t *kr = (const uint16_t *)(K + (size_t)(t0 + k < nt ? t0 + k : t0) * kstride);   /* (keys past nt: any row, unused) */
+            for (int i = 0; i < hd; i += 64) {
+                __m512 kv[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) kv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + i + 16 * r)));
+#pragma GCC unroll 4
+                for (int h = 0; h < H; h++)
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++) a[h][r] = _mm512_fmadd_ps(kv[r], _mm512_loadu_ps(qf + (size_t)h * hd + i + 16 * r), a[h][r]);
+            }
+#pragma GCC unroll 4
+            for (int h = 0; h < H; h++) red[h][k] = _mm512_add_ps(_mm512_add_ps(a[h][0], a[h][2]), _mm512_add_ps(a[h][1], a[h][3]));
+        }
+        int m = nt - t0 < 16 ? nt - t0 : 16;
+        for (int h = 0; h < H; h++) {
+            float out[16];
+            _mm512_storeu_ps(out, fold16x16_zmm(red[h]));
+            memcpy(s + h * 64 + t0, out, (size_t)m * sizeof(float));
+        }
+    }
+}
+
+/* (head_dim not a multiple of 64: head by head, dot_f16_avx2's steps with its tail) */
+static void fa_kdots16_zmm(const uint16_t *q, int G, const uint8_t *K, size_t kstride, int nt, int hd, float *s) {
+    if (hd % 64) {
+        fa_kdots16_avx2(q, G, K, kstride, nt, hd, s);
+        return;
+    }
+    int g = 0;
+    for (; g + 4 <= G; g += 4) fa_kdots16_heads_zmm(q + (size_t)g * hd, K, kstride, nt, hd, s + 64 * g, 4);
+    for (; g < G; g++) fa_kdots16_heads_zmm(q + (size_t)g * hd, K, kstride, nt, hd, s + 64 * g, 1);
+}
+
+/* fa_mad16_groups_avx2 with groups of 16 values, for H heads (y + h n, ms + 64 h, vs + 64 h): C
+ * groups of each head in registers (H C <= 16), each group of V converted once for the H heads */
 static inline SIMD_INLINE __m512 fa_load_zmm(uint32_t type, const uint8_t *row, int i) {
     if (type == T_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
     return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps((const float *)row + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-static inline SIMD_INLINE void fa_mad16_groups_zmm(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms,
-                                                  const float *vs, int nt, int i, const int C) {
+static inline SIMD_INLINE void fa_mad16_groups_zmm(uint16_t *y, int n, uint32_t type, const uint8_t *V, size_t vstride, const float *ms,
+                                                  const float *vs, int nt, int i, const int H, const int C) {
     enum { RND = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC };
     __m512 acc[16];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; c++) acc[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i + 16 * c)));
+    for (int k = 0; k < H * C; k++) acc[k] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + (size_t)(k / C) * n + i + 16 * (k % C))));
     for (int t = 0; t < nt; t++) {
         const uint8_t *v = V + (size_t)t * vstride;
-        if (ms[t] != 1) {
+        __m512 vv[16];
 #pragma GCC unroll 16
-            for (int c = 0; c < C; c++) acc[c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(acc[c], _mm512_set1_ps(ms[t])), RND));
+        for (int c = 0; c < C; c++) vv[c] = fa_load_zmm(type, v, i + 16 * c);
+#pragma GCC unroll 4
+        for (int h = 0; h < H; h++) {
+            if (ms[64 * h + t] != 1) {
+#pragma GCC unroll 16
+                for (int c = 0; c < C; c++)
+                    acc[h * C + c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(acc[h * C + c], _mm512_set1_ps(ms[64 * h + t])), RND));
+            }
+#pragma GCC unroll 16
+            for (int c = 0; c < C; c++)
+                acc[h * C + c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_fmadd_ps(vv[c], _mm512_set1_ps(vs[64 * h + t]), acc[h * C + c]), RND));
         }
-#pragma GCC unroll 16
-        for (int c = 0; c < C; c++)
-            acc[c] = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_fmadd_ps(fa_load_zmm(type, v, i + 16 * c), _mm512_set1_ps(vs[t]), acc[c]), RND));
     }
 #pragma GCC unroll 16
-    for (int c = 0; c < C; c++) {
-        if (_mm512_cmp_ps_mask(acc[c], acc[c], _CMP_UNORD_Q))
-            fa_mad16_keys(y + i + 16 * c, type, V + (size_t)(i + 16 * c) * TYPES[type].bytes, vstride, ms, vs, nt, 16);
-        else _mm256_storeu_si256((__m256i *)(y + i + 16 * c), _mm512_cvtps_ph(acc[c], RND));
+    for (int k = 0; k < H * C; k++) {
+        uint16_t *yk = y + (size_t)(k / C) * n + i + 16 * (k % C);
+        if (_mm512_cmp_ps_mask(acc[k], acc[k], _CMP_UNORD_Q))
+            fa_mad16_keys(yk, 1, type, V + (size_t)(i + 16 * (k % C)) * TYPES[type].bytes, vstride, ms + 64 * (k / C), vs + 64 * (k / C), nt, 16);
+        else _mm256_storeu_si256((__m256i *)yk, _mm512_cvtps_ph(acc[k], RND));
     }
 }
 
-static void fa_mad16_keys_zmm(uint16_t *y, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
-    int i = 0;
-    for (; i + 256 <= n; i += 256) fa_mad16_groups_zmm(y, type, V, vstride, ms, vs, nt, i, 16);
-    for (; i + 64 <= n; i += 64) fa_mad16_groups_zmm(y, type, V, vstride, ms, vs, nt, i, 4);
-    for (; i + 16 <= n; i += 16) fa_mad16_groups_zmm(y, type, V, vstride, ms, vs, nt, i, 1);
-    fa_mad16_keys(y + i, type, V + (size_t)i * TYPES[type].bytes, vstride, ms, vs, nt, n - i);
+/* four heads at a time, 64 values of each (then 16), the rest of the heads one at a time, 256 values
+ * at a time (then 64, 16); values past the last 16 by the definition */
+static void fa_mad16_keys_zmm(uint16_t *y, int G, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
+    int g = 0, i;
+    for (; g + 4 <= G; g += 4) {
+        uint16_t *yg = y + (size_t)g * n;
+        for (i = 0; i + 64 <= n; i += 64) fa_mad16_groups_zmm(yg, n, type, V, vstride, ms + 64 * g, vs + 64 * g, nt, i, 4, 4);
+        for (; i + 16 <= n; i += 16) fa_mad16_groups_zmm(yg, n, type, V, vstride, ms + 64 * g, vs + 64 * g, nt, i, 4, 1);
+        if (i < n)
+            for (int h = g; h < g + 4; h++)
+                fa_mad16_keys(y + (size_t)h * n + i, 1, type, V + (size_t)i * TYPES[type].bytes, vstride, ms + 64 * h, vs + 64 * h, nt, n - i);
+    }
+    for (; g < G; g++) {
+        uint16_t *yg = y + (size_t)g * n;
+        for (i = 0; i + 256 <= n; i += 256) fa_mad16_groups_zmm(yg, n, type, V, vstride, ms + 64 * g, vs + 64 * g, nt, i, 1, 16);
+        for (; i + 64 <= n; i += 64) fa_mad16_groups_zmm(yg, n, type, V, vstride, ms + 64 * g, vs + 64 * g, nt, i, 1, 4);
+        for (; i + 16 <= n; i += 16) fa_mad16_groups_zmm(yg, n, type, V, vstride, ms + 64 * g, vs + 64 * g, nt, i, 1, 1);
+        if (i < n) fa_mad16_keys(yg + i, 1, type, V + (size_t)i * TYPES[type].bytes, vstride, ms + 64 * g, vs + 64 * g, nt, n - i);
+    }
 }
 
 /* fa_scores two heads at a time: a head's 64 keys in four registers, 16 keys each, the two heads'

@@ -668,7 +668,7 @@ static void test_fa_simd(void) {
                 uint32_t type = types[ty];
                 size_t stride = 2 * (size_t)hd * TYPES[type].bytes;   /* two heads per row */
                 uint8_t *K = xmalloc((size_t)nt * stride);
-                float *row = xmalloc(2 * (size_t)hd * 4), *q = xmalloc((size_t)hd * 4), *s1 = xmalloc(21 * 4), *s2 = xmalloc(21 * 4);
+                float *row = xmalloc(2 * (size_t)hd * 4), *q = xmalloc((size_t)hd * 4);
                 float *y1 = xmalloc((size_t)hd * 4), *y2 = xmalloc((size_t)hd * 4);
                 uint16_t *h1 = xmalloc((size_t)hd * 2), *h2 = xmalloc((size_t)hd * 2);
                 for (int j = 0; j < nt; j++) {
@@ -708,26 +708,34 @@ static void test_fa_simd(void) {
                     if (memcmp(a1, a2, 3 * (size_t)hd * 4) && bad++ == 0) snprintf(detail, sizeof detail, "mad over keys %s hd=%d nt=%d", TYPES[type].name, hd, nt);
                     free(kt1), free(kt2), free(vf1), free(vf2), free(q3), free(a1), free(a2);
                 }
+                int G = 1 + rep % 6;   /* query heads at once: four, and one at a time */
                 if (type != T_BF16) {
-                    /* the F16 accumulator over the nt keys: a third of them raise the max (ms < 1), the
-                     * accumulator large or of random bits every other time (inf, NaN) */
-                    float ms[21], vs[21];
-                    for (int t = 0; t < nt; t++) ms[t] = rnd64() % 3 ? 1 : rnd_uniform(0, 1), vs[t] = rnd_uniform(0, 1);
-                    for (int i = 0; i < hd && rep % 2; i++) h1[i] = h2[i] = rep % 4 == 1 ? fp32_to_fp16(rnd_normal() * 1e4f) : (uint16_t)rnd32();
-                    fa_mad16_keys(h1, type, K1, stride, ms, vs, nt, hd);
-                    KERNELS_AVX2.fa_mad16_keys(h2, type, K1, stride, ms, vs, nt, hd);
+                    /* the F16 accumulators of G heads over the nt keys: a third of them raise a head's
+                     * max (ms < 1), the accumulators large or of random bits every other time (inf, NaN) */
+                    float ms[6 * 64], vs[6 * 64];
+                    uint16_t *g1 = xmalloc((size_t)G * hd * 2), *g2 = xmalloc((size_t)G * hd * 2);
+                    for (int t = 0; t < G * 64; t++) ms[t] = rnd64() % 3 ? 1 : rnd_uniform(0, 1), vs[t] = rnd_uniform(0, 1);
+                    for (int i = 0; i < G * hd; i++)
+                        g1[i] = g2[i] = rep % 2 == 0 ? fp32_to_fp16(rnd_normal()) : rep % 4 == 1 ? fp32_to_fp16(rnd_normal() * 1e4f) : (uint16_t)rnd32();
+                    fa_mad16_keys(g1, G, type, K1, stride, ms, vs, nt, hd);
+                    KERNELS_AVX2.fa_mad16_keys(g2, G, type, K1, stride, ms, vs, nt, hd);
                     n_checks++;
-                    if (memcmp(h1, h2, (size_t)hd * 2) && bad++ == 0) snprintf(detail, sizeof detail, "F16 mad over %d keys %s hd=%d", nt, TYPES[type].name, hd);
+                    if (memcmp(g1, g2, (size_t)G * hd * 2) && bad++ == 0)
+                        snprintf(detail, sizeof detail, "F16 mad over %d keys, %d heads, %s hd=%d", nt, G, TYPES[type].name, hd);
+                    free(g1), free(g2);
                 }
-                if (type == T_F16) {   /* the per-row path's K dots, q rounded to F16 */
-                    uint16_t *q16 = xmalloc((size_t)hd * 2);
+                if (type == T_F16) {   /* the per-row path's K dots of G heads, q rounded to F16 */
+                    uint16_t *q16 = xmalloc((size_t)G * hd * 2);
+                    float d1[6 * 64], d2[6 * 64];
                     to_f16(q16, q, hd);
-                    fa_kdots16(q16, K1, stride, nt, hd, s1);
-                    KERNELS_AVX2.fa_kdots16(q16, K1, stride, nt, hd, s2);
+                    for (int i = hd; i < G * hd; i++) q16[i] = fp32_to_fp16(rnd_normal());
+                    fa_kdots16(q16, G, K1, stride, nt, hd, d1);
+                    KERNELS_AVX2.fa_kdots16(q16, G, K1, stride, nt, hd, d2);
                     n_checks++;
-                    for (int t = 0; t < nt; t++)   /* a NaN may come out with either sign, as from the dot twins */
-                        if (memcmp(&s1[t], &s2[t], 4) && !(isnan(s1[t]) && isnan(s2[t])) && bad++ == 0)
-                            snprintf(detail, sizeof detail, "F16 K dots hd=%d nt=%d", hd, nt);
+                    for (int g = 0; g < G; g++)
+                        for (int t = 0; t < nt; t++)   /* a NaN may come out with either sign, as from the dot twins */
+                            if (memcmp(&d1[g * 64 + t], &d2[g * 64 + t], 4) && !(isnan(d1[g * 64 + t]) && isnan(d2[g * 64 + t])) && bad++ == 0)
+                                snprintf(detail, sizeof detail, "F16 K dots hd=%d nt=%d, head %d of %d", hd, nt, g, G);
                     free(q16);
                 }
                 fa_mad(y1, type, K1, w, hd);
@@ -740,7 +748,7 @@ static void test_fa_simd(void) {
                     n_checks++;
                     if (memcmp(h1, h2, (size_t)hd * 2) && bad++ == 0) snprintf(detail, sizeof detail, "to F16 hd=%d", hd);
                 }
-                free(K), free(row), free(q), free(s1), free(s2), free(y1), free(y2), free(h1), free(h2);
+                free(K), free(row), free(q), free(y1), free(y2), free(h1), free(h2);
             }
     check(bad == 0 && n_checks > 0, "SIMD flash attention steps (tile, scores, mad over keys, F16 K dots, F32 mad, F16 mad and scale over keys, to F16) vs scalar, bit for bit", "%d of %d differ; %s", bad, n_checks, detail);
 #endif
