@@ -17,9 +17,10 @@
  * each figure and of the per-repetition clover/llama.cpp ratios. It also measures the memory
  * bandwidth (THREADS threads streaming a 1 GiB buffer, the best of 3 reads by a plain sum and 3 by
  * 32-byte loads into four sums, in every repetition, so that it sees the same machine as the
- * programs; their median) and the fraction of it that decoding reaches: bytes of weights one
- * decode step reads (every matrix, the n_used experts of each expert tensor, one embedding row)
- * times the repetition's decode rate over the repetition's bandwidth, the median of those.
+ * programs; their median) and the fraction of it that decoding reaches: the bytes one decode step
+ * moves (the weights it reads: every matrix, the n_used experts of each expert tensor, one embedding
+ * row; each GDN layer's state read and written; the K and V rows of the step in the middle of the
+ * decode) times the repetition's decode rate over the repetition's bandwidth, the median of those.
  * clover uses an F16 KV cache and flash attention (its defaults); llama.cpp runs with its own
  * defaults (F16 cache, flash attention auto, which its CPU backend turns on).
  *
@@ -185,6 +186,17 @@ static double decode_bytes(const Model *m) {
             if (t) bytes -= (double)t->nbytes;
         }
     return bytes;
+}
+
+/* The other bytes a decode step must move, at n_keys keys of context: each GDN layer's state (S and the
+ * conv ring) read and written, each attention layer's K and V rows read. */
+static double decode_state_bytes(const Model *m, const State *st, int n_keys) {
+    const Config *c = &m->c;
+    double kv = 0;
+    for (int il = 0; il < c->n_layer; il++)
+        if (!m->layers[il].recurrent)
+            kv += (double)n_keys * c->n_head_kv * c->head_dim * (TYPES[st->k_type].bytes + TYPES[st->v_type].bytes);
+    return 2.0 * (double)gdn_state_bytes(m) + kv;
 }
 
 /* --- where a pass's time goes: every task of the pool timed by its observer ------------------ */
@@ -517,7 +529,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     free(stream);
-    double bw = median(bws, reps), bytes = decode_bytes(&m);
+    double bw = median(bws, reps), weights = decode_bytes(&m), state = decode_state_bytes(&m, &ctx.st, P + N / 2), bytes = weights + state;
     double *frac[2] = {xmalloc(reps * sizeof(double)), xmalloc(reps * sizeof(double))};
     for (int r = 0; r < reps; r++) {   /* each repetition's decode rate over the bandwidth measured beside it */
         frac[0][r] = bytes * cr[1][r] / bws[r];
@@ -539,8 +551,9 @@ int main(int argc, char **argv) {
            "larger\n", vc.bytes / 1e6, 1e3 * v_bytes, 1e3 * vc.floor, c_ver / v_cost);
     printf("  per task the larger of bytes and kernels, plus the rest: %.1f ms; clover takes %.2fx that\n", 1e3 * vc.staged,
            c_ver / vc.staged);
-    printf("  memory bandwidth %.1f GB/s (%d threads); a decode step reads %.0f MB of weights: clover reaches %.0f%%, "
-           "llama.cpp %.0f%% (medians of the repetitions' fractions)\n", bw / 1e9, threads, bytes / 1e6, 100 * f_c, 100 * f_l);
+    printf("  memory bandwidth %.1f GB/s (%d threads); a decode step moves %.0f MB (%.0f MB of weights, %.1f MB of recurrent state read "
+           "and written and of K/V read at %d keys): clover reaches %.0f%%, llama.cpp %.0f%% (medians of the repetitions' fractions)\n",
+           bw / 1e9, threads, bytes / 1e6, weights / 1e6, state / 1e6, P + N / 2, 100 * f_c, 100 * f_l);
     printf("BENCH prefill_clover=%.2f prefill_llama=%.2f prefill_ratio=%.2f decode_clover=%.2f decode_llama=%.2f "
            "decode_ratio=%.2f verify_clover_ms=%.1f verify_llama_ms=%.1f verify_steps_clover=%.2f verify_steps_llama=%.2f "
            "bandwidth_gbs=%.1f decode_mb=%.0f decode_bw_clover=%.2f decode_bw_llama=%.2f verify_mb=%.0f verify_bytes_ms=%.1f "
