@@ -1850,16 +1850,23 @@ static void silu_row(float *y, const float *x, int n) {
 
 
 /* NEOX rotary embedding on the first n_rot dims: pairs (i, i + n_rot/2) rotate by pos * base^(-2i/n_rot).
- * The angle is advanced by repeated float multiplication, as ggml does. */
-static void rope(float *x, int n_rot, int pos, float base) {
+ * rope_angles: the cosines and sines of a position's n_rot/2 angles, the angle advanced by repeated
+ * float multiplication, as ggml does (once a row: every head of the row turns by the same angles). */
+static void rope_angles(int n_rot, int pos, float base, float *cs, float *sn) {
     float theta_scale = powf(base, -2.0f / n_rot), th = (float)pos;
+    for (int i = 0; i < n_rot / 2; i++) {
+        cs[i] = cosf(th), sn[i] = sinf(th);
+        th *= theta_scale;
+    }
+}
+
+static void rope(float *x, int n_rot, const float *cs, const float *sn) {
     int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
-        float cs = cosf(th), sn = sinf(th), x0 = x[i], x1 = x[i + half];
+        float x0 = x[i], x1 = x[i + half];
         /* rotate_pairs (ops.cpp): x0*cos - x1*sin and x0*sin + x1*cos, the first product fused */
-        x[i] = fmaf(x0, cs, -(x1 * sn));
-        x[i + half] = fmaf(x0, sn, x1 * cs);
-        th *= theta_scale;
+        x[i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+        x[i + half] = fmaf(x0, sn[i], x1 * cs[i]);
     }
 }
 
@@ -2590,9 +2597,11 @@ static void attn_qk_norm(float *qg, float *kr, const float *q_norm, const float 
 
 /* RoPE of every q and k head, row t at position pos + t. */
 static void attn_rope(float *qg, float *kr, int T, int pos, int n_head, int n_head_kv, int hd, int n_rot, float base) {
+    float cs[2048], sn[2048];   /* n_rot / 2 <= head_dim / 2 (model_config) */
     for (int t = 0; t < T; t++) {
-        for (int h = 0; h < n_head; h++) rope(qg + (size_t)t * 2 * n_head * hd + (size_t)h * 2 * hd, n_rot, pos + t, base);
-        for (int g = 0; g < n_head_kv; g++) rope(kr + ((size_t)t * n_head_kv + g) * hd, n_rot, pos + t, base);
+        rope_angles(n_rot, pos + t, base, cs, sn);
+        for (int h = 0; h < n_head; h++) rope(qg + (size_t)t * 2 * n_head * hd + (size_t)h * 2 * hd, n_rot, cs, sn);
+        for (int g = 0; g < n_head_kv; g++) rope(kr + ((size_t)t * n_head_kv + g) * hd, n_rot, cs, sn);
     }
 }
 
@@ -7399,7 +7408,6 @@ typedef struct {
     float (*dot)(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n);   /* row order */
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
     void (*l2norm)(float *x, int n, float eps);
-    void (*rope)(float *x, int n_rot, int pos, float base);
     void (*softmax)(float *x, int n);
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
@@ -7468,7 +7476,7 @@ static void check_ops(const Model *m) {
         }
     const Config *c = &m->c;
     GpuCheck g = {.size = sizeof g, .quantize_row = quantize_row, .dot = dot_row_order, .rmsnorm = rmsnorm, .l2norm = l2norm,
-                  .rope = rope, .softmax = softmax, .silu_row = silu_row, .argmax = argmax, .best_token = best_token,
+                  .softmax = softmax, .silu_row = silu_row, .argmax = argmax, .best_token = best_token,
                   /* GDN twins (clover.cu section 8) */
                   .gdn_gates = gdn_gates, .gdn_conv = kernels()->gdn_conv, .gdn_conv_right = gdn_conv_right,
                   .gdn_qk_norm = gdn_qk_norm, .gdn_ring_push = gdn_ring_push, .gdn_scan_head = gdn_scan_head,

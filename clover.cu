@@ -3236,7 +3236,6 @@ struct GpuCheck {
     float (*dot)(uint32_t wtype, int64_t n_rows, const void *w, const void *a, int64_t n);   // row order
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
     void (*l2norm)(float *x, int n, float eps);
-    void (*rope)(float *x, int n_rot, int pos, float base);
     void (*softmax)(float *x, int n);
     void (*silu_row)(float *y, const float *x, int n);
     int (*argmax)(const float *x, int n);
