@@ -2500,6 +2500,42 @@ static size_t fa_thread_floats(const Config *c) {
     return parts > fa_tiled_floats(c) ? parts : fa_tiled_floats(c);
 }
 
+/* Heads h0..h1-1 of row t (in rows t0.. of the batch) over chunk ch of C of the row's keys where it
+ * takes the split path (else all of them, chunk 0): with flash attention by fa_chunk, finished into
+ * ao and ao_gated, or, a split row's chunk, its results into s->fa (fa_merge); without, by attend
+ * (sc: its scores). */
+static void attend_heads(const AttnTask *at, const FaScratch *w, int t, int t0, int ch, int C, int h0, int h1, float *sc) {
+    const Config *c = &at->ctx->m->c;
+    Scratch *s = &at->ctx->sc;
+    int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv, n = fa_row_keys(at, t);
+    size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes;
+    const float *q = s->qg + (size_t)t * 2 * c->n_head * hd;   /* head h: q at 2 h hd, its gate hd after */
+    float *o = s->ao + (size_t)t * c->n_head * hd, *og = s->ao_gated + (size_t)t * c->n_head * hd;
+    if (at->fa == FA_NONE) {
+        for (int h = h0; h < h1; h++)
+            attend(q + (size_t)h * 2 * hd, q + (size_t)h * 2 * hd + hd, at->K + (size_t)(h / group) * hd * kb, (size_t)kvd * kb, at->k_type,
+                   at->V + (size_t)(h / group) * hd * vb, (size_t)kvd * vb, at->v_type, n, hd, c->kq_scale, at->tile ? 16 : 64, sc, w->acc,
+                   o + (size_t)h * hd, og + (size_t)h * hd);
+        return;
+    }
+    bool split = fa_splits(at, t);
+    int chunk = split ? (fa_cells(n) + C - 1) / C : n, j0 = ch * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
+    if (j0 >= j1 || (!split && ch > 0)) return;
+    float M[FA_HEADS], S[FA_HEADS];
+    for (int h = h0; h < h1; h++) store_as(fa_type(at->k_type), w->qr + (size_t)(h - h0) * hd, q + (size_t)h * 2 * hd, hd);
+    fa_chunk(at, w, h0, h1 - h0, at->K, (size_t)kvd * kb, at->V, (size_t)kvd * vb, j0, j1, hd, w->acc, M, S);
+    for (int h = h0; h < h1; h++) {
+        const float *a = w->acc + (size_t)(h - h0) * hd;
+        if (!split) {
+            fa_finish(a, S[h - h0], q + (size_t)h * 2 * hd + hd, hd, o + (size_t)h * hd, og + (size_t)h * hd);
+            continue;
+        }
+        float *r = s->fa + (size_t)ch * fa_thread_floats(c) + ((size_t)(t - t0) * c->n_head + h) * (hd + 2);
+        memcpy(r, a, (size_t)hd * sizeof(float));
+        r[hd] = M[h - h0], r[hd + 1] = S[h - h0];
+    }
+}
+
 /* For each (row t, head h), attend over the keys row t may see (GQA: head h reads kv head h / group).
  * The tiled path goes by jobs of up to FA_JOB_ROWS rows and one kv head, about four a thread, so that
  * each tile of keys is read once for the rows and query heads of a job (fa_tiled_rows). */
@@ -2507,7 +2543,7 @@ static void attn_task(void *p, int ith, int nth) {
     const AttnTask *at = p;
     const Config *c = &at->ctx->m->c;
     Scratch *s = &at->ctx->sc;
-    int hd = c->head_dim, kvd = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
+    int hd = c->head_dim;
     if (at->fa == FA_TILED) {
         int R = at->T * c->n_head_kv / (4 * nth);
         R = R < 1 ? 1 : R > FA_JOB_ROWS ? FA_JOB_ROWS : R;
@@ -2519,13 +2555,12 @@ static void attn_task(void *p, int ith, int nth) {
         return;
     }
     /* The other paths by rows, up to FA_STEP_ROWS at a time, in jobs of one row, one chunk of its
-     * keys (the split path's, else all of them) and G of its heads: as many heads as leave every
-     * thread a job, so that in a decoding step a thread reads whole rows of the cache (both halves of
-     * a 2-kv-head row, which it would otherwise fetch from memory for the other thread, a line
-     * the prefetchers bring in beside the one asked for). A split row's chunks are merged once
+     * keys (the split path's, else all of them) and G of its heads, as many heads as leave every
+     * thread a job: in a decoding step each thread takes a chunk of the keys for all the heads, and
+     * so reads whole rows of the cache (by kv head, each thread fetched its half of every row while
+     * the prefetchers brought in the other half beside it). A split row's chunks are merged once
      * every thread is past its jobs. */
-    size_t kb = TYPES[at->k_type].bytes, vb = TYPES[at->v_type].bytes, stride = fa_thread_floats(c);
-    float *sc = s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx), *vacc = s->vacc + (size_t)ith * 64 * hd;
+    float *vacc = s->vacc + (size_t)ith * 64 * hd;
     int barriers = 0;
     for (int t0 = 0; t0 < at->T; t0 += FA_STEP_ROWS) {
         int R = at->T - t0 < FA_STEP_ROWS ? at->T - t0 : FA_STEP_ROWS;
@@ -2537,43 +2572,18 @@ static void attn_task(void *p, int ith, int nth) {
         uint16_t *acc16 = (uint16_t *)(vacc + 2 * (size_t)G * hd);
         FaScratch w = {vacc, vacc + (size_t)G * hd, acc16, acc16 + (size_t)G * hd, acc16 + 2 * (size_t)G * hd};
         for (int job = ith; job < R * C * P; job += nth) {
-            int t = t0 + job / (C * P), ch = job / P % C, h0 = job % P * G, h1 = h0 + G < c->n_head ? h0 + G : c->n_head, n = fa_row_keys(at, t);
-            const float *q = s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h0 * 2 * hd;
-            size_t head = (size_t)t * c->n_head * hd + (size_t)h0 * hd;
-            if (at->fa == FA_NONE) {
-                for (int h = h0; h < h1; h++)
-                    attend(q + (size_t)(h - h0) * 2 * hd, q + (size_t)(h - h0) * 2 * hd + hd, at->K + (size_t)(h / group) * hd * kb, (size_t)kvd * kb,
-                           at->k_type, at->V + (size_t)(h / group) * hd * vb, (size_t)kvd * vb, at->v_type, n, hd, c->kq_scale, at->tile ? 16 : 64, sc,
-                           vacc, s->ao + head + (size_t)(h - h0) * hd, s->ao_gated + head + (size_t)(h - h0) * hd);
-                continue;
-            }
-            bool split = fa_splits(at, t);
-            int chunk = split ? (fa_cells(n) + C - 1) / C : n, j0 = ch * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
-            if (h0 >= h1 || j0 >= j1 || (!split && ch > 0)) continue;
-            float M[FA_HEADS], S[FA_HEADS];
-            for (int h = h0; h < h1; h++) store_as(fa_type(at->k_type), w.qr + (size_t)(h - h0) * hd, q + (size_t)(h - h0) * 2 * hd, hd);
-            fa_chunk(at, &w, h0, h1 - h0, at->K, (size_t)kvd * kb, at->V, (size_t)kvd * vb, j0, j1, hd, w.acc, M, S);
-            for (int h = h0; h < h1; h++) {
-                const float *a = w.acc + (size_t)(h - h0) * hd;
-                if (!split) {
-                    fa_finish(a, S[h - h0], q + (size_t)(h - h0) * 2 * hd + hd, hd, s->ao + head + (size_t)(h - h0) * hd,
-                              s->ao_gated + head + (size_t)(h - h0) * hd);
-                    continue;
-                }
-                float *r = s->fa + (size_t)ch * stride + ((size_t)(t - t0) * c->n_head + h) * (hd + 2);
-                memcpy(r, a, (size_t)hd * sizeof(float));
-                r[hd] = M[h - h0], r[hd + 1] = S[h - h0];
-            }
+            int t = t0 + job / (C * P), h0 = job % P * G, h1 = h0 + G < c->n_head ? h0 + G : c->n_head;
+            if (h0 < h1) attend_heads(at, &w, t, t0, job / P % C, C, h0, h1, s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx));
         }
         if (!any_split) continue;
         work_done(at->sync);   /* every chunk's results written */
         work_wait(at->sync, nth * ++barriers);
         for (int job = ith; job < R * c->n_head; job += nth) {
-            int t = t0 + job / c->n_head, h = job % c->n_head;
+            int t = t0 + job / c->n_head, h = job % c->n_head, n = fa_row_keys(at, t);
             if (!fa_splits(at, t)) continue;
             float M, S;
             size_t head = (size_t)t * c->n_head * hd + (size_t)h * hd;
-            fa_merge(s->fa + ((size_t)(t - t0) * c->n_head + h) * (hd + 2), stride, C, fa_row_keys(at, t), fa_cells(fa_row_keys(at, t)), hd, w.acc, &M, &S);
+            fa_merge(s->fa + ((size_t)(t - t0) * c->n_head + h) * (hd + 2), fa_thread_floats(c), C, n, fa_cells(n), hd, w.acc, &M, &S);
             fa_finish(w.acc, S, s->qg + (size_t)t * 2 * c->n_head * hd + (size_t)h * 2 * hd + hd, hd, s->ao + head, s->ao_gated + head);
         }
         work_done(at->sync);   /* the results read: the next rows may write theirs */
