@@ -2311,7 +2311,7 @@ static void fa_mad16_keys(uint16_t *y, int G, uint32_t type, const uint8_t *V, s
  * its V-sum accumulators (64 x head_dim floats): head g's rows at g * hd. */
 enum { FA_HEADS = 16 };
 typedef struct {
-    float *acc, *acc_chunk;        /* F32 outputs [G][hd]: the rows', a split chunk's */
+    float *acc;                    /* F32 outputs [G][hd] */
     uint16_t *acc16;               /* the F16 accumulators [G][hd] (F16 V) */
     uint16_t *qr;                  /* q rounded to K's type [G][hd] */
     uint16_t *krow;                /* an F32 cache's K row as F16 */
@@ -2569,8 +2569,8 @@ static void attn_task(void *p, int ith, int nth) {
         int P = (nth + R * C - 1) / (R * C), P_min = (c->n_head + FA_HEADS - 1) / FA_HEADS;
         P = P < P_min ? P_min : P > c->n_head ? c->n_head : P;
         int G = (c->n_head + P - 1) / P;
-        uint16_t *acc16 = (uint16_t *)(vacc + 2 * (size_t)G * hd);
-        FaScratch w = {vacc, vacc + (size_t)G * hd, acc16, acc16 + (size_t)G * hd, acc16 + 2 * (size_t)G * hd};
+        uint16_t *acc16 = (uint16_t *)(vacc + (size_t)G * hd);
+        FaScratch w = {vacc, acc16, acc16 + (size_t)G * hd, acc16 + 2 * (size_t)G * hd};
         for (int job = ith; job < R * C * P; job += nth) {
             int t = t0 + job / (C * P), h0 = job % P * G, h1 = h0 + G < c->n_head ? h0 + G : c->n_head;
             if (h0 < h1) attend_heads(at, &w, t, t0, job / P % C, C, h0, h1, s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx));
