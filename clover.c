@@ -2216,8 +2216,9 @@ static void attend(const float *q, const float *gate, const uint8_t *K, size_t k
  * cache computes what an F16 cache does. Which path computes a row depends on the batch:
  *   - per row (fa_chunk): any cache types; q rounded to K's type, the K dot of that type;
  *   - tiled (fa_tiled_rows): a batch of >= 64 rows with an F16 K and V (head_dim a multiple of 16);
- *   - split (fa_splits, fa_merge): a single row over >= 512 cache cells with an F16 K and V: the cells in one
- *     chunk per thread, merged in chunk order, so the bits depend on the thread count (-t). */
+ *   - split (fa_splits, fa_merge): a single row over >= 512 cache cells with an F16 K and V: the
+ *     cells in one chunk per thread, merged in chunk order, so the bits depend on the thread count
+ *     (-t). */
 static uint32_t fa_type(uint32_t cache_type) { return cache_type == T_F32 ? T_F16 : cache_type; }
 
 /* The op's vector steps, over rows of the cache as stored (F16, BF16, or F32 read as F16); each has
