@@ -151,12 +151,14 @@ check "greedy q8_0, the model card's flags ($card): 64 tokens" && base && flash_
 # position computes (the split path past 256 positions included), whatever llama.cpp would do
 # with a verify batch; true-continuation drafts are all accepted and the committed state is
 # checked against plain decoding every round (8 layers: the second attention layer's K and V
-# depend on the first one's output)
-for spec in "pd f16 2 model" "p290 f16 2 truth" "p290 f32 3 truth"; do
-    read -r p kv th mode <<< "$spec"
+# depend on the first one's output); n_max 31: verify batches of 32 rows, which the per-row path
+# takes 16 at a time
+for spec in "pd f16 2 model" "p290 f16 2 truth" "p290 f32 3 truth" "p290 f16 2 truth 31"; do
+    read -r p kv th mode nmax <<< "$spec"
     extra=()
     [ "$mode" = truth ] && extra=(--test-drafts truth --test-check-state)
-    check "draft-self (-fa on -ctk $kv -t $th, prompt $p, $mode drafts) == plain greedy decoding" && long_prompts || continue
+    [ -n "$nmax" ] && extra+=(--spec-draft-n-max "$nmax")
+    check "draft-self (-fa on -ctk $kv -t $th, prompt $p, $mode drafts${nmax:+, n_max $nmax}) == plain greedy decoding" && long_prompts || continue
     if ! mm=$(model q8_0 1 --arch clover_moe --mask --layers 8); then
         fail "cannot generate the model"
     elif ! clover -m "$mm" --tokens "$(cat "$TMP/$p.ids")" -n 40 --temp 0 -ctk "$kv" -ctv "$kv" -fa on -t "$th" > "$TMP/fa_ds.want" ||
