@@ -2300,12 +2300,13 @@ static void fa_scale16(uint16_t *y, float s, int n) {
  * storing it as F16 after every key (the order of each value's steps is the same); the zmm twin
  * also converts each group of V once for four heads. */
 static void fa_mad16_keys(uint16_t *y, int G, uint32_t type, const uint8_t *V, size_t vstride, const float *ms, const float *vs, int nt, int n) {
-    for (int g = 0; g < G; g++)
+    for (int g = 0; g < G; g++) {
+        uint16_t *yg = y + (size_t)g * n;
         for (int t = 0; t < nt; t++) {
-            uint16_t *yg = y + (size_t)g * n;
             if (ms[g * 64 + t] != 1) fa_scale16(yg, ms[g * 64 + t], n);
             fa_mad16(yg, type, V + (size_t)t * vstride, vs[g * 64 + t], n);
         }
+    }
 }
 
 /* Scratch of one thread's flash attention for the G <= FA_HEADS query heads of a job, carved from
@@ -2327,8 +2328,8 @@ typedef struct {
  * tile's dots (fa_kdots16 for an F16 K), scores and weights (ms = 1 for a key that did not raise
  * the max) first, then its V sum, so that the kernels see the whole tile (fa_mad16_keys).
  * Query heads h0..h0+G-1 go together (K, V: the cache's rows from kv head 0), each computed as it
- * would be alone: tile by tile, the dots of the heads of each kv head, the heads' scores and
- * weights, then their V sums, so that each tile is read from memory once for all of them (a head at
+ * would be alone: tile by tile, and in it kv head by kv head, the dots of that kv head's heads,
+ * their scores and weights, then their V sums, so that each tile is read from memory once for all of them (a head at
  * a time, a step over 3000 keys read its K and V from L3 eight times over) and the kernels may
  * share a K or V row's conversion between the heads of a kv head. acc [G][hd], M and S [G]. */
 static void fa_chunk(const AttnTask *at, const FaScratch *w, int h0, int G, const uint8_t *K, size_t kstride, const uint8_t *V, size_t vstride,
@@ -2345,46 +2346,41 @@ static void fa_chunk(const AttnTask *at, const FaScratch *w, int h0, int G, cons
     for (int j = j0; j < j1; j += 64) {
         int nt = j1 - j < 64 ? j1 - j : 64;
         float ms[FA_HEADS * 64], vs[FA_HEADS * 64], dots[FA_HEADS * 64];   /* head g's at 64 g */
-        for (int g = 0, ge; g < G; g = ge) {   /* the heads g..ge-1 of kv head kvh */
-            int kvh = (h0 + g) / group;
-            ge = (kvh + 1) * group - h0 < G ? (kvh + 1) * group - h0 : G;
-            const uint8_t *Kt = K + (size_t)j * kstride + kvh * k_head;
-            if (at->k_type == T_F16) kernels()->fa_kdots16(w->qr + (size_t)g * hd, ge - g, Kt, kstride, nt, hd, dots + 64 * g);
+        for (int g0 = 0, g1; g0 < G; g0 = g1) {   /* the heads g0..g1-1 of kv head kvh */
+            int kvh = (h0 + g0) / group;
+            g1 = (kvh + 1) * group - h0 < G ? (kvh + 1) * group - h0 : G;
+            const uint8_t *Kt = K + (size_t)j * kstride + kvh * k_head, *Vt = V + (size_t)j * vstride + kvh * v_head;
+            if (at->k_type == T_F16) kernels()->fa_kdots16(w->qr + (size_t)g0 * hd, g1 - g0, Kt, kstride, nt, hd, dots + 64 * g0);
             else
-                for (int h = g; h < ge; h++)
+                for (int g = g0; g < g1; g++)
                     for (int t = 0; t < nt; t++) {
                         const uint8_t *k = Kt + (size_t)t * kstride;
                         if (at->k_type == T_F32) {
                             kernels()->to_f16(w->krow, (const float *)k, hd);
                             k = (const uint8_t *)w->krow;
                         }
-                        dots[h * 64 + t] = kdot(k, w->qr + (size_t)h * hd, hd);
+                        dots[g * 64 + t] = kdot(k, w->qr + (size_t)g * hd, hd);
                     }
-        }
-        for (int g = 0; g < G; g++)
-            for (int t = 0; t < nt; t++) {
-                float s = dots[g * 64 + t] * scale, *ms_t = &ms[g * 64 + t], *vs_t = &vs[g * 64 + t];
-                *ms_t = 1, *vs_t = 1;
-                if (s > M[g]) {
-                    *ms_t = expf(M[g] - s);
-                    M[g] = s;
-                } else {
-                    *vs_t = expf(s - M[g]);
+            for (int g = g0; g < g1; g++)
+                for (int t = 0; t < nt; t++) {
+                    float s = dots[g * 64 + t] * scale, *ms_t = &ms[g * 64 + t], *vs_t = &vs[g * 64 + t];
+                    *ms_t = 1, *vs_t = 1;
+                    if (s > M[g]) {
+                        *ms_t = expf(M[g] - s);
+                        M[g] = s;
+                    } else {
+                        *vs_t = expf(s - M[g]);
+                    }
+                    float S_ms = S[g] * *ms_t;   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
+                    S[g] = S_ms + *vs_t;
                 }
-                float S_ms = S[g] * *ms_t;   /* rounded on its own, as ggml's build computes it: a statement apart, so no compiler fuses it */
-                S[g] = S_ms + *vs_t;
-            }
-        for (int g = 0, ge; g < G; g = ge) {
-            int kvh = (h0 + g) / group;
-            ge = (kvh + 1) * group - h0 < G ? (kvh + 1) * group - h0 : G;
-            const uint8_t *Vt = V + (size_t)j * vstride + kvh * v_head;
-            if (f16) kernels()->fa_mad16_keys(w->acc16 + (size_t)g * hd, ge - g, at->v_type, Vt, vstride, ms + 64 * g, vs + 64 * g, nt, hd);
+            if (f16) kernels()->fa_mad16_keys(w->acc16 + (size_t)g0 * hd, g1 - g0, at->v_type, Vt, vstride, ms + 64 * g0, vs + 64 * g0, nt, hd);
             else
-                for (int h = g; h < ge; h++)
+                for (int g = g0; g < g1; g++)
                     for (int t = 0; t < nt; t++) {
-                        float *a = acc + (size_t)h * hd;
-                        if (ms[h * 64 + t] != 1) for (int i = 0; i < hd; i++) a[i] *= ms[h * 64 + t];
-                        kernels()->fa_mad(a, at->v_type, Vt + (size_t)t * vstride, vs[h * 64 + t], hd);
+                        float *a = acc + (size_t)g * hd;
+                        if (ms[g * 64 + t] != 1) for (int i = 0; i < hd; i++) a[i] *= ms[g * 64 + t];
+                        kernels()->fa_mad(a, at->v_type, Vt + (size_t)t * vstride, vs[g * 64 + t], hd);
                     }
         }
     }
