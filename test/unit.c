@@ -682,7 +682,6 @@ static void test_fa_simd(void) {
                 for (int i = 0; i < hd; i++) {
                     q[i] = rnd_normal();
                     y1[i] = y2[i] = rnd_normal();
-                    h1[i] = h2[i] = fp32_to_fp16(rnd_normal());
                 }
                 const uint8_t *K1 = K + (size_t)hd * TYPES[type].bytes;   /* the second head */
                 float w = rnd_uniform(0, 1);
