@@ -1583,8 +1583,9 @@ static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t 
  * sum. */
 enum { TILE_T = 64, TILE_O = 16 };
 /* the sixteen-row kernels (DotGemm16Fn) gather their weights once per block: worth it from this
- * many activation rows on */
-enum { GEMM16_MIN_ROWS = 4 };
+ * many activation rows on (the 256-bit kernels' gather costs more: one thread, Q4_K rows in L2 on
+ * zen5 built for AVX2, against the row kernels: 8 rows 0.94-0.98x, 10 rows 1.14-1.18x, 64 1.35-1.5x) */
+enum { GEMM16_MIN_ROWS = ZMM ? 4 : 10 };
 /* Up to this many activation rows (an expert's rows in a verify batch, mostly: 16 rows choose about
  * 100 of 256 experts, a fifth of them for 2 or 3 rows) go through the four-weight-row kernels
  * (DotW4Fn), each row in turn against the four weight rows while they are in L1: the kernels that
@@ -1656,8 +1657,8 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
             /* sixteen weight rows at once against all the rows of the tile: those before T4, then the rest */
             int t = t0;
             DotGemm16Fn gemm16 = kernels()->dot_gemm16[k4], gemm16_rest = kernels()->dot_gemm16[k];
-            if (gemm16 && t < T4 && oe - ob == 16) {
-                int te = T4 < t1 ? T4 : t1;
+            int te = T4 < t1 ? T4 : t1;
+            if (gemm16 && te - t >= GEMM16_MIN_ROWS && oe - ob == 16) {
                 gemm16(w->data + (size_t)ob * w->row_bytes, w->row_bytes, xq + t * stride, stride, te - t, w->n_in,
                        yt + (size_t)(t - t0) * TILE_O, TILE_O);
                 t = te;
@@ -5088,6 +5089,143 @@ SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void
 #endif
 
 #if !ZMM
+/* The repacked Q4_K orders for sixteen weight rows against T <= TILE_T activation rows in 256-bit
+ * code (DotGemm16Fn where the build has no AVX-512; q4_K_8x8_rows16_zmm's twin): the sixteen rows
+ * in the lanes of two registers (rows 0-7, 8-15), so that no sum is reduced across lanes. Per block
+ * the rows' quants are transposed once into wt (group g of sub-block j: bytes 4g..4g+3 of every
+ * row, as nibbles), their scales, mins, d and dmin by row; then an activation row's four bytes of
+ * a group, broadcast, meet the sixteen rows in two maddubs. A sub-block's eight groups add up in
+ * int16 (at most 8 x 2 x 15 x 127 = 30,480) before one madd by the rows' scales gives sc_j dot_j
+ * in each lane. gemm: a pair's si = sc_2s dot_2s + sc_2s+1 dot_2s+1 (an integer below 2^24, exact
+ * in float) meets d per pair; gemv: the block's sumi. The float operations after them are the
+ * plain ones (dot_q4_K_8x8_gemm, dot_q4_K_8x8). Against eight weight rows a call (the row kernels),
+ * the adds across lanes go and each activation byte is loaded once for sixteen rows. */
+
+/* eight rows' 32 bytes at p, row_bytes apart, transposed as 32-bit words: out[m] lane i = word m of row i */
+static inline SIMD_INLINE void words8_avx2(const uint8_t *p, size_t row_bytes, __m256i out[8]) {
+    __m256i r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p + i * row_bytes));
+    for (int i = 0; i < 8; i += 2)   /* [row i word m, row i+1 word m, ..] for m = 0,1 | 4,5 (lo) and 2,3 | 6,7 (hi) */
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    for (int k = 0; k < 8; k += 4) {   /* u[k + m]: word m of rows k..k+3 | word m + 4 of them */
+        u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]), u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+        u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]), u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (int m = 0; m < 4; m++)
+        out[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20), out[m + 4] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
+}
+
+/* One block of the sixteen rows (wt; sc, mn, dw, dmw: row i's in lane i % 8 of half i / 8) against
+ * activation row yb: acc and accm, the row's sixteen lanes each. */
+static inline SIMD_INLINE void q4_K_block16_avx2(const uint8_t wt[8][8][64], const __m256i sc[8][2], const __m256i mn[4][2],
+                                                const __m256 dw[2], const __m256 dmw[2], const BlockQ8_K *yb, const bool gemm,
+                                                float *acc, float *accm) {
+    __m256 ya = _mm256_set1_ps(yb->d), d[2], dmin[2], A[2], Am[2];
+    __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, summ[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int h = 0; h < 2; h++) {
+        d[h] = _mm256_mul_ps(dw[h], ya), dmin[h] = _mm256_mul_ps(dmw[h], ya);
+        A[h] = _mm256_loadu_ps(acc + 8 * h), Am[h] = _mm256_loadu_ps(accm + 8 * h);
+    }
+    for (int p = 0; p < 4; p++) {
+        __m256i l[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int j = 2 * p; j < 2 * p + 2; j++) {
+            __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                int32_t x4;
+                memcpy(&x4, yb->qs + 32 * j + 4 * g, 4);
+                __m256i x = _mm256_set1_epi32(x4);
+                s[0] = _mm256_add_epi16(s[0], _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)wt[j][g]), x));
+                s[1] = _mm256_add_epi16(s[1], _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(wt[j][g] + 32)), x));
+            }
+            for (int h = 0; h < 2; h++) l[h] = _mm256_add_epi32(l[h], _mm256_madd_epi16(s[h], sc[j][h]));
+        }
+        int32_t bs = (uint16_t)(yb->bsums[4 * p] + yb->bsums[4 * p + 1]) | (uint32_t)(uint16_t)(yb->bsums[4 * p + 2] + yb->bsums[4 * p + 3]) << 16;
+        for (int h = 0; h < 2; h++) {
+            __m256i sm = _mm256_madd_epi16(mn[p][h], _mm256_set1_epi32(bs));
+            if (gemm) {
+                A[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l[h]), d[h], A[h]);
+                Am[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sm), dmin[h], Am[h]);
+            } else {
+                sumi[h] = _mm256_add_epi32(sumi[h], l[h]);
+                summ[h] = _mm256_add_epi32(summ[h], sm);
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        if (!gemm) {
+            A[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[h]), d[h], A[h]);
+            Am[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ[h]), dmin[h], Am[h]);
+        }
+        _mm256_storeu_ps(acc + 8 * h, A[h]), _mm256_storeu_ps(accm + 8 * h, Am[h]);
+    }
+}
+
+/* Bytes k0 and k1 of each 32-bit lane as its two int16 halves */
+static inline SIMD_INLINE __m256i bytes16_avx2(__m256i v, int k0, int k1) {
+    uint32_t c = 0x80008000u | (uint32_t)k1 << 16 | (uint32_t)k0;   /* the shuffle's control for the lane at byte 0 */
+    __m128i ctl = _mm_setr_epi32((int)c, (int)(c + 0x00040004u), (int)(c + 0x00080008u), (int)(c + 0x000c000cu));
+    return _mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(ctl));
+}
+
+static inline SIMD_INLINE void q4_K_8x8_rows16_avx2(const void *w, size_t row_bytes, const void *a, size_t stride, int T,
+                                                   int64_t n, float *y, size_t ystride, const bool gemm) {
+    _Alignas(32) float acc[TILE_T][16], accm[TILE_T][16];
+    _Alignas(32) uint8_t wt[8][8][64];   /* group g of sub-block j: row i's four nibbles at 4i */
+    memset(acc, 0, (size_t)T * sizeof acc[0]), memset(accm, 0, (size_t)T * sizeof accm[0]);
+    const __m256i m15 = _mm256_set1_epi8(15), m63 = _mm256_set1_epi8(63), m48 = _mm256_set1_epi8(48);
+    for (int64_t b = 0; b < n / 256; b++) {
+        const uint8_t *blk = (const uint8_t *)((const BlockQ4_K *)w + b);
+        /* the next sixteen rows' block b, as the 512-bit kernel asks for it */
+        for (int i = 16; i < 32; i++)
+            for (int c = 0; c < 3; c++) _mm_prefetch((const char *)blk + i * row_bytes + 64 * c, _MM_HINT_T0);
+        __m256i sc[8][2], mn[4][2];   /* by lane: scale j in both int16 halves; mins 2p | 2p+1 << 16 */
+        __m256 dw[2], dmw[2];
+        for (int h = 0; h < 2; h++) {
+            /* words 0-3 of rows 8h..8h+7: d | dmin << 16, then the twelve scale bytes q; unpack_scales_k4 by bytes:
+             * scales 0-3 = q0-3 & 63, 4-7 = (q8-11 & 15) | (q0-3 >> 6) << 4, mins 0-3 = q4-7 & 63,
+             * 4-7 = (q8-11 >> 4) | (q4-7 >> 6) << 4 */
+            __m256i v[8];
+            words8_avx2(blk + 8 * h * row_bytes, row_bytes, v);
+            __m128i dd = _mm256_castsi256_si128(_mm256_permute4x64_epi64(
+                _mm256_shuffle_epi8(v[0], _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                                           0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)), 0xd8));
+            __m128i dm = _mm256_extracti128_si256(_mm256_permute4x64_epi64(
+                _mm256_shuffle_epi8(v[0], _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                                           0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)), 0xd8), 1);
+            dw[h] = _mm256_cvtph_ps(dd), dmw[h] = _mm256_cvtph_ps(dm);
+            __m256i s03 = _mm256_and_si256(v[1], m63), m03 = _mm256_and_si256(v[2], m63);
+            __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[3], m15), _mm256_and_si256(_mm256_srli_epi32(v[1], 2), m48));
+            __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v[3], 4), m15), _mm256_and_si256(_mm256_srli_epi32(v[2], 2), m48));
+            for (int j = 0; j < 4; j++) sc[j][h] = bytes16_avx2(s03, j, j), sc[4 + j][h] = bytes16_avx2(s47, j, j);
+            for (int p = 0; p < 2; p++) mn[p][h] = bytes16_avx2(m03, 2 * p, 2 * p + 1), mn[2 + p][h] = bytes16_avx2(m47, 2 * p, 2 * p + 1);
+        }
+        const uint8_t *qs = blk + offsetof(BlockQ4_K, qs);
+        for (int h = 0; h < 2; h++)
+            for (int p = 0; p < 4; p++) {   /* words 8p..8p+7 of rows 8h..8h+7: sub-blocks 2p (low nibbles), 2p+1 (high) */
+                __m256i v[8];
+                words8_avx2(qs + 32 * p + 8 * h * row_bytes, row_bytes, v);
+                for (int g = 0; g < 8; g++) {
+                    _mm256_store_si256((__m256i *)(wt[2 * p][g] + 32 * h), _mm256_and_si256(v[g], m15));
+                    _mm256_store_si256((__m256i *)(wt[2 * p + 1][g] + 32 * h), _mm256_and_si256(_mm256_srli_epi16(v[g], 4), m15));
+                }
+            }
+        for (int r = 0; r < T; r++)
+            q4_K_block16_avx2(wt, sc, mn, dw, dmw, act_block(a, stride, r, sizeof(BlockQ8_K), b), gemm, acc[r], accm[r]);
+    }
+    for (int r = 0; r < T; r++)
+        for (int h = 0; h < 2; h++)
+            _mm256_storeu_ps(y + (size_t)r * ystride + 8 * h, _mm256_sub_ps(_mm256_load_ps(acc[r] + 8 * h), _mm256_load_ps(accm[r] + 8 * h)));
+}
+SIMD static void gemm16_q4_K_8x8_gemm_avx2(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
+    q4_K_8x8_rows16_avx2(w, row_bytes, a, stride, T, n, y, ystride, true);
+}
+SIMD static void gemm16_q4_K_8x8_avx2(const void *w, size_t row_bytes, const void *a, size_t stride, int T, int64_t n, float *y, size_t ystride) {
+    q4_K_8x8_rows16_avx2(w, row_bytes, a, stride, T, n, y, ystride, false);
+}
+#endif
+
+#if !ZMM
 /* Scales 2k and 2k+1 of a group of eight int16 scales (in both halves of s8), as int16 in the
  * low and the high 128 bits: bytes 4k, 4k+1 and 4k+2, 4k+3 of each half */
 static inline SIMD_INLINE __m256i scales_q6_avx2(__m256i s8, int k) {
@@ -6073,6 +6211,8 @@ static const Kernels KERNELS_AVX2 = {
     .dot_tile = {[K_Q4_0_8X8] = tile_q4_0_8x8_avx2},
 #if ZMM
     .dot_gemm16 = {[K_Q4_K_8X8] = gemm16_q4_K_8x8_zmm, [K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_gemm_zmm, [K_Q4_0_8X8] = gemm16_q4_0_8x8_zmm},
+#else
+    .dot_gemm16 = {[K_Q4_K_8X8] = gemm16_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = gemm16_q4_K_8x8_gemm_avx2},
 #endif
     .quantize_q8_0 = quantize_q8_0_avx2, .quantize_q8_K = quantize_q8_K_avx2, .exp_sum = exp_sum_avx2, .softmax = softmax_avx2,
     .silu_row = silu_row_avx2, .gdn_conv = gdn_conv_avx2,
