@@ -5318,6 +5318,7 @@ static inline SIMD_INLINE void q6_K_w4_avx2(const void *w, size_t spacing, const
     const BlockQ8_K *y = a;
     const BlockQ6_K *x[4];
     __m256 acc[4];
+    #pragma GCC unroll 4   /* (else a memset of a stack array: acc in memory) */
     for (int i = 0; i < 4; i++) x[i] = (const BlockQ6_K *)((const uint8_t *)w + i * spacing), acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         #pragma GCC unroll 4
@@ -5614,6 +5615,7 @@ SIMD static void delta_rule_avx2(float *S, const float *q, const float *k, const
     for (int j = 0; j < d; j++) {
         float *Sj = S + (size_t)j * d;
         __m256 acc[8];
+#pragma GCC unroll 8   /* (else a memset of a stack array) */
         for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
         for (int i = 0; i < np; i += 64)   /* S_j *= decay, and S_j . k in dot_f32's accumulators */
 #pragma GCC unroll 8   /* acc in registers */
@@ -5625,6 +5627,7 @@ SIMD static void delta_rule_avx2(float *S, const float *q, const float *k, const
         for (int i = np; i < d; i++) Sj[i] *= decay;
         float delta = (v[j] - dot_f32_finish_avx2(acc, Sj, k, np, d)) * beta;
         __m256 delta8 = _mm256_set1_ps(delta);
+#pragma GCC unroll 8
         for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
         for (int i = 0; i < np; i += 64)   /* S_j += k delta, and S_j . q */
 #pragma GCC unroll 8   /* acc in registers */
@@ -5736,6 +5739,7 @@ static inline SIMD_INLINE __m256 load_as_avx2(uint32_t type, const void *src, in
 static inline SIMD_INLINE void v_lane64_avx2(uint32_t type, const uint8_t *V, size_t vstride, const float *p, int l, int n, int lanes,
                                              int i0, float *out) {
     __m256 a[8];
+#pragma GCC unroll 8   /* (else a memset of a stack array) */
     for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
     for (int j = l; j < n; j += lanes) {
         const uint8_t *vrow = V + (size_t)j * vstride;
@@ -5864,6 +5868,7 @@ static void fa_scores_out(const float *q, const float *kt, int nt, int hd, const
  * chain over the dims, eight chains in flight; a group with a NaN is redone by the definition */
 static inline SIMD_INLINE void fa_scores_head_avx2(const float *q, const float *kt, int nt, int hd, float *s) {
     __m256 acc[8];
+#pragma GCC unroll 8   /* (else a memset of a stack array) */
     for (int g = 0; g < 8; g++) acc[g] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d++) {
         __m256 qd = _mm256_set1_ps(q[d]);
