@@ -925,11 +925,12 @@ static float dot_q4_0_8x8(const void *w, const void *a, int64_t n) {
 typedef float (*DotFn)(const void *w, const void *a, int64_t n);
 /* R <= MAX_ROWS activation rows at once against one weight row (matmul_rows, section 8) */
 typedef void (*DotRowsFn)(const void *w, const void *a, size_t stride, int R, int64_t n, float *out);
-/* four weight rows, spacing bytes apart, against one activation row (decoding): out[i] =
- * dot(w + i spacing, a, n), bit for bit. Where a row's dot is one chain of dependent float
+/* four weight rows, spacing bytes apart, against R <= W4_MAX_ROWS activation rows, stride bytes
+ * apart (decoding: one; an expert's rows in a verify batch: a few): out[4 r + i] =
+ * dot(w + i spacing, a + r stride, n), bit for bit. Where a row's dot is one chain of dependent float
  * operations (Q8_0, Q4_0), four rows are four chains that overlap; where a block's integer sum
  * must be reduced alone (repacked Q4_0, Q4_K), four rows' sums are reduced together. */
-typedef void (*DotW4Fn)(const void *w, size_t spacing, const void *a, int64_t n, float out[4]);
+typedef void (*DotW4Fn)(const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n, float *out);
 /* eight weight rows (row_bytes apart) against R <= MAX_ROWS rows of a packed group (BlockQ8_0x8):
  * y[r ystride + i] = dot(w + i row_bytes, activation row r, n), bit for bit (prompt and verify
  * batches, where the weights are repacked by llama.cpp) */
@@ -1588,7 +1589,9 @@ enum { TILE_T = 64, TILE_O = 16 };
 enum { GEMM16_MIN_ROWS = ZMM ? 4 : 10 };
 /* Up to this many activation rows (an expert's rows in a verify batch, mostly: 16 rows choose about
  * 100 of 256 experts, a fifth of them for 2 or 3 rows) go through the four-weight-row kernels
- * (DotW4Fn), each row in turn against the four weight rows while they are in L1: the kernels that
+ * (DotW4Fn), the rows against the four weight rows while they are in L1 (the K-quants unpack each
+ * block once for them; a 16-row verify of the q4_k_m 32768 slice, zen5, 2 threads, 100 rounds:
+ * 3.60-3.67 -> 3.48-3.50 s with that for Q4_K alone, against a row at a time): the kernels that
  * unpack a block once for several rows read adjacent weight rows in step, a pattern the
  * prefetchers follow badly (one thread, 200 expert gates of 512 x 2048 from memory, 2 rows:
  * Q4_K 24.4 -> 12.8 ms, Q4_0 22.8 -> 12.4, Q6_K 32.0 -> 15.7, Q8_0 25.8 -> 21.3; 3 rows: Q4_K
@@ -1633,12 +1636,12 @@ static void matmul_rows(const Mat *w, bool batch, const uint8_t *xq, size_t stri
          * the hardware prefetchers: measured here 10 GB/s against 25 for one row at a time), each
          * activation row against them while they are in L1; the rest below */
         int64_t q = (o1 - o0) / 4;
-        for (int64_t o = o0; o < o0 + q; o++)
-            for (int t = 0; t < T; t++) {
-                float out[4];
-                w4(w->data + (size_t)o * w->row_bytes, (size_t)q * w->row_bytes, xq + t * stride, w->n_in, out);
-                for (int i = 0; i < 4; i++) y[(size_t)t * ystride + o + i * q] = out[i];
-            }
+        for (int64_t o = o0; o < o0 + q; o++) {
+            float out[4 * W4_MAX_ROWS];
+            w4(w->data + (size_t)o * w->row_bytes, (size_t)q * w->row_bytes, xq, stride, T, w->n_in, out);
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < 4; i++) y[(size_t)t * ystride + o + i * q] = out[4 * t + i];
+        }
         o0 += 4 * q;
     }
     for (int t0 = 0; t0 < T; t0 += TILE_T) {
@@ -4196,7 +4199,7 @@ static inline SIMD_INLINE float q8_0_dot_avx2(const void *w, bool q4, const void
  * 2048, 7.3-7.4 at 4096; the Q6_K head 6.0-6.4 / 5.6-6.2 / 6.2-6.6 ms. */
 enum { PREFETCH_AHEAD = 2048 };
 
-/* q8_0_dot_avx2 for four weight rows (DotW4Fn): their chains side by side */
+/* q8_0_dot_avx2 for four weight rows and one activation row (a row of dot_w4_q8_0_avx2): their chains side by side */
 static inline SIMD_INLINE void q8_0_dot_w4_avx2(const void *w, size_t spacing, bool q4, const void *a, int64_t n, float out[4]) {
     const BlockQ8_0 *y = a;
     __m256 acc[4];
@@ -4329,7 +4332,7 @@ static inline SIMD_INLINE __m128 q4_0_8x8_w4_group_zmm(const BlockQ4_0 *const x[
 }
 #endif
 
-/* q4_0_8x8_dot_avx2 for four weight rows (DotW4Fn): the rows' chains in the lanes of one register,
+/* q4_0_8x8_dot_avx2 for four weight rows and one activation row (a row of dot_w4_q4_0_8x8_avx2): the rows' chains in the lanes of one register,
  * their block sums reduced together */
 static inline SIMD_INLINE void q4_0_8x8_dot_w4_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) {
     const BlockQ8_0 *y = a;
@@ -4605,14 +4608,18 @@ static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_
     for (int r = 0; r < R; r++) out[r] = k4_result_avx2(acc[r], accm[r], q5);
 }
 
-/* k4_rows_avx2 of one activation row for four weight rows spacing bytes apart (DotW4Fn), each
- * row's operations in the same order: four independent chains, each row asking for its bytes
- * PREFETCH_AHEAD ahead */
-static inline SIMD_INLINE void k4_w4_avx2(const uint8_t *w, size_t spacing, size_t block_bytes, bool q5, const void *a, int64_t n, float out[4]) {
-    const BlockQ8_K *y = a;
-    __m256 acc[4];
-    __m128 accm[4];
-    for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps(), accm[i] = _mm_setzero_ps();
+/* k4_rows_avx2 for four weight rows spacing bytes apart and R <= W4_MAX_ROWS activation rows stride
+ * bytes apart (DotW4Fn): out[4 r + i] = row i . activation r. Each weight row's chains in the single
+ * row's order, a block unpacked once for the R rows (k4_lanes_avx2); four independent weight rows,
+ * each asking for its bytes PREFETCH_AHEAD ahead */
+static inline SIMD_INLINE void k4_w4_avx2(const uint8_t *w, size_t spacing, size_t block_bytes, bool q5, const void *a, size_t stride,
+                                         const int R, int64_t n, float *out) {
+    __m256 acc[4][W4_MAX_ROWS];
+    __m128 accm[4][W4_MAX_ROWS];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        #pragma GCC unroll 3
+        for (int r = 0; r < R; r++) acc[i][r] = _mm256_setzero_ps(), accm[i][r] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
@@ -4620,12 +4627,16 @@ static inline SIMD_INLINE void k4_w4_avx2(const uint8_t *w, size_t spacing, size
             for (size_t c = 0; c < block_bytes; c += 64) _mm_prefetch((const char *)blk + PREFETCH_AHEAD + c, _MM_HINT_T0);
             const BlockQ4_K *k = (const BlockQ4_K *)blk;
             __m128i scm = scales_k4_avx2(k->scales);
-            __m256i lanes;
-            k4_lanes_avx2(blk, q5, scm, a, 0, 1, b, &lanes);
-            k4_add_avx2(scm, f16c(k->d), f16c(k->dmin), q5, &y[b], lanes, &acc[i], &accm[i]);
+            __m256i lanes[W4_MAX_ROWS];
+            k4_lanes_avx2(blk, q5, scm, a, stride, R, b, lanes);
+            #pragma GCC unroll 3
+            for (int r = 0; r < R; r++)
+                k4_add_avx2(scm, f16c(k->d), f16c(k->dmin), q5, act_block(a, stride, r, sizeof(BlockQ8_K), b), lanes[r], &acc[i][r], &accm[i][r]);
         }
     }
-    for (int i = 0; i < 4; i++) out[i] = k4_result_avx2(acc[i], accm[i], q5);
+    #pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < 4; i++) out[4 * r + i] = k4_result_avx2(acc[i][r], accm[i][r], q5);
 }
 
 static inline SIMD_INLINE void q4_K_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
@@ -4753,41 +4764,57 @@ static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a,
     *out = acc - accm;
 }
 
-/* q4_K_8x8_gemv1_avx2 for four weight rows (DotW4Fn): a block's lanes of the four rows reduced
- * together, and the rows' acc and acc_min chains in the lanes of two registers (vector fused
- * multiply-adds instead of eight scalar ones a block). Each row asks for its bytes PREFETCH_AHEAD
- * ahead: one thread streaming, 16-23 GB/s without, 22-28 with (measured, alternating runs). */
-static inline SIMD_INLINE void q4_K_8x8_gemv_w4_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) {
-    const BlockQ8_K *y = a;
+/* q4_K_8x8_gemv1_avx2 for four weight rows and R <= W4_MAX_ROWS activation rows (DotW4Fn): a block
+ * unpacked once for the R rows, its lanes of the four weight rows reduced together, and each
+ * activation row's acc and acc_min chains for the four in the lanes of two registers (vector fused
+ * multiply-adds instead of eight scalar ones a block). Each weight row asks for its bytes
+ * PREFETCH_AHEAD ahead: one thread streaming, 16-23 GB/s without, 22-28 with (measured, alternating
+ * runs). */
+static inline SIMD_INLINE void q4_K_8x8_gemv_w4_avx2(const void *w, size_t spacing, const void *a, size_t stride, const int R, int64_t n,
+                                                    float *out) {
     const BlockQ4_K *x[4];
     for (int i = 0; i < 4; i++) x[i] = (const BlockQ4_K *)((const uint8_t *)w + i * spacing);
-    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    __m128 acc[W4_MAX_ROWS], accm[W4_MAX_ROWS];
+    #pragma GCC unroll 3
+    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
-        __m256i lanes[4], mins[4];
+        __m256i lanes[4][W4_MAX_ROWS], mins[4][W4_MAX_ROWS];
         uint32_t dm[4];   /* d | dmin << 16 of each row's block */
-#pragma GCC unroll 4
+        #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             const BlockQ4_K *k = &x[i][b];
             for (int c = 0; c < 3; c++) _mm_prefetch((const char *)k + PREFETCH_AHEAD + 64 * c, _MM_HINT_T0);   /* the block's 144 bytes */
             __m128i scm = scales_k4_avx2(k->scales);
-            __m256i sc16 = scales16_k4_avx2(scm);
-            lanes[i] = _mm256_setzero_si256();
+            __m256i sc16 = scales16_k4_avx2(scm), mn16 = k4_mins16_avx2(scm);
+            #pragma GCC unroll 3
+            for (int r = 0; r < R; r++) lanes[i][r] = _mm256_setzero_si256();
 #if ZMM
-            k4_block_zmm(k->qs, NULL, sc16, &y[b], 0, 1, 0, &lanes[i]);
+            k4_block_zmm(k->qs, NULL, sc16, a, stride, R, b, lanes[i]);
 #else
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) lanes[i] = k4_sub_avx2(lanes[i], k4_sub_q_avx2(k->qs, NULL, j), scale_k4_avx2(sc16, j), y[b].qs, j);
+            #pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                __m256i q = k4_sub_q_avx2(k->qs, NULL, j), sj = scale_k4_avx2(sc16, j);
+                #pragma GCC unroll 3
+                for (int r = 0; r < R; r++)
+                    lanes[i][r] = k4_sub_avx2(lanes[i][r], q, sj, ((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->qs, j);
+            }
 #endif
-            mins[i] = k4_mins8_avx2(k4_mins16_avx2(scm), &y[b]);
+            #pragma GCC unroll 3
+            for (int r = 0; r < R; r++) mins[i][r] = k4_mins8_avx2(mn16, act_block(a, stride, r, sizeof(BlockQ8_K), b));
             memcpy(&dm[i], &k->d, 4);
         }
-        /* [d_0 dmin_0 .. d_3 dmin_3] d_a, then [d_0 .. d_3 | dmin_0 .. dmin_3] */
-        __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(_mm_setr_epi32((int)dm[0], (int)dm[1], (int)dm[2], (int)dm[3])), _mm256_set1_ps(y[b].d));
-        f = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_i32_avx2(lanes[0], lanes[1], lanes[2], lanes[3])), _mm256_castps256_ps128(f), acc);
-        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_i32_avx2(mins[0], mins[1], mins[2], mins[3])), _mm256_extractf128_ps(f, 1), accm);
+        /* [d_0 .. d_3 | dmin_0 .. dmin_3], then times each row's d_a */
+        __m256 f = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_setr_epi32((int)dm[0], (int)dm[1], (int)dm[2], (int)dm[3])),
+                                            _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        #pragma GCC unroll 3
+        for (int r = 0; r < R; r++) {
+            __m256 fr = _mm256_mul_ps(f, _mm256_set1_ps(((const BlockQ8_K *)act_block(a, stride, r, sizeof(BlockQ8_K), b))->d));
+            acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_i32_avx2(lanes[0][r], lanes[1][r], lanes[2][r], lanes[3][r])), _mm256_castps256_ps128(fr), acc[r]);
+            accm[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_i32_avx2(mins[0][r], mins[1][r], mins[2][r], mins[3][r])), _mm256_extractf128_ps(fr, 1), accm[r]);
+        }
     }
-    _mm_storeu_ps(out, _mm_sub_ps(acc, accm));
+    #pragma GCC unroll 3
+    for (int r = 0; r < R; r++) _mm_storeu_ps(out + 4 * r, _mm_sub_ps(acc[r], accm[r]));
 }
 
 static inline SIMD_INLINE void q4_K_8x8_gemv_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
@@ -5312,24 +5339,34 @@ static inline SIMD_INLINE void q6_K_rows_avx2(const void *w, const void *a, size
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(acc[r]);
 }
 
-/* q6_K_rows_avx2 of one activation row for four weight rows (DotW4Fn), each row's operations in
- * the same order: four independent chains, each row asking for its bytes PREFETCH_AHEAD ahead */
-static inline SIMD_INLINE void q6_K_w4_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) {
-    const BlockQ8_K *y = a;
+/* q6_K_rows_avx2 for four weight rows and R <= W4_MAX_ROWS activation rows (DotW4Fn), each weight
+ * row's operations in the single row's order, a block unpacked once for the R rows: four
+ * independent weight rows, each asking for its bytes PREFETCH_AHEAD ahead */
+static inline SIMD_INLINE void q6_K_w4_avx2(const void *w, size_t spacing, const void *a, size_t stride, const int R, int64_t n, float *out) {
     const BlockQ6_K *x[4];
-    __m256 acc[4];
-    #pragma GCC unroll 4   /* (else a memset of a stack array: acc in memory) */
-    for (int i = 0; i < 4; i++) x[i] = (const BlockQ6_K *)((const uint8_t *)w + i * spacing), acc[i] = _mm256_setzero_ps();
+    __m256 acc[4][W4_MAX_ROWS];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        x[i] = (const BlockQ6_K *)((const uint8_t *)w + i * spacing);
+        #pragma GCC unroll 3   /* (else a memset of a stack array: acc in memory) */
+        for (int r = 0; r < R; r++) acc[i][r] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < n / 256; b++) {
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             for (int c = 0; c < 4; c++) _mm_prefetch((const char *)&x[i][b] + PREFETCH_AHEAD + 64 * c, _MM_HINT_T0);   /* the block's 210 bytes */
-            __m256i lane;
-            q6_K_lanes_avx2(x[i], b, a, 0, 1, &lane);
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * f16c(x[i][b].d)), _mm256_cvtepi32_ps(lane), acc[i]);
+            __m256i lane[W4_MAX_ROWS];
+            q6_K_lanes_avx2(x[i], b, a, stride, R, lane);
+            #pragma GCC unroll 3
+            for (int r = 0; r < R; r++) {
+                const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
+                acc[i][r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * f16c(x[i][b].d)), _mm256_cvtepi32_ps(lane[r]), acc[i][r]);
+            }
         }
     }
-    for (int i = 0; i < 4; i++) out[i] = fold8_avx2(acc[i]);
+    #pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < 4; i++) out[4 * r + i] = fold8_avx2(acc[i][r]);
 }
 
 /* --- Activation rounding with SIMD: quantize_q8_0 and quantize_q8_K, the same float operations --- */
@@ -5490,14 +5527,45 @@ SIMD static void rows_q6_K_avx2(const void *w, const void *a, size_t stride, int
     else rows_by_four_avx2(q6_K_rows_avx2, w, a, stride, R, n, out);
 }
 
-/* four weight rows, one activation row */
-SIMD static void dot_w4_q8_0_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q8_0_dot_w4_avx2(w, spacing, false, a, n, out); }
-SIMD static void dot_w4_q4_0_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q8_0_dot_w4_avx2(w, spacing, true, a, n, out); }
-SIMD static void dot_w4_q4_K_8x8_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q4_K_8x8_gemv_w4_avx2(w, spacing, a, n, out); }
-SIMD static void dot_w4_q4_0_8x8_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q4_0_8x8_dot_w4_avx2(w, spacing, a, n, out); }
-SIMD static void dot_w4_q4_K_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { k4_w4_avx2(w, spacing, sizeof(BlockQ4_K), false, a, n, out); }
-SIMD static void dot_w4_q5_K_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { k4_w4_avx2(w, spacing, sizeof(BlockQ5_K), true, a, n, out); }
-SIMD static void dot_w4_q6_K_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) { q6_K_w4_avx2(w, spacing, a, n, out); }
+/* Four weight rows against R <= W4_MAX_ROWS activation rows: as the row kernels above, each body an
+ * instance for a constant R. The K-quants unpack a block once for the R rows; the Q8_0-activation
+ * kernels (small blocks, little to share) take the rows one after another. */
+typedef void KW4Fn(const void *w, size_t spacing, const void *a, size_t stride, const int R, int64_t n, float *out);
+static inline SIMD_INLINE void w4_upto_three_avx2(KW4Fn *k, const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n,
+                                                  float *out) {
+    switch (R) {
+    case 1: k(w, spacing, a, stride, 1, n, out); break;
+    case 2: k(w, spacing, a, stride, 2, n, out); break;
+    default: k(w, spacing, a, stride, 3, n, out); break;
+    }
+}
+static inline SIMD_INLINE void q4_K_w4_avx2(const void *w, size_t spacing, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    k4_w4_avx2(w, spacing, sizeof(BlockQ4_K), false, a, stride, R, n, out);
+}
+static inline SIMD_INLINE void q5_K_w4_avx2(const void *w, size_t spacing, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    k4_w4_avx2(w, spacing, sizeof(BlockQ5_K), true, a, stride, R, n, out);
+}
+SIMD static void dot_w4_q8_0_avx2(const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n, float *out) {
+    for (int r = 0; r < R; r++) q8_0_dot_w4_avx2(w, spacing, false, (const uint8_t *)a + r * stride, n, out + 4 * r);
+}
+SIMD static void dot_w4_q4_0_avx2(const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n, float *out) {
+    for (int r = 0; r < R; r++) q8_0_dot_w4_avx2(w, spacing, true, (const uint8_t *)a + r * stride, n, out + 4 * r);
+}
+SIMD static void dot_w4_q4_0_8x8_avx2(const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n, float *out) {
+    for (int r = 0; r < R; r++) q4_0_8x8_dot_w4_avx2(w, spacing, (const uint8_t *)a + r * stride, n, out + 4 * r);
+}
+SIMD static void dot_w4_q4_K_8x8_avx2(const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n, float *out) {
+    w4_upto_three_avx2(q4_K_8x8_gemv_w4_avx2, w, spacing, a, stride, R, n, out);
+}
+SIMD static void dot_w4_q4_K_avx2(const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n, float *out) {
+    w4_upto_three_avx2(q4_K_w4_avx2, w, spacing, a, stride, R, n, out);
+}
+SIMD static void dot_w4_q5_K_avx2(const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n, float *out) {
+    w4_upto_three_avx2(q5_K_w4_avx2, w, spacing, a, stride, R, n, out);
+}
+SIMD static void dot_w4_q6_K_avx2(const void *w, size_t spacing, const void *a, size_t stride, int R, int64_t n, float *out) {
+    w4_upto_three_avx2(q6_K_w4_avx2, w, spacing, a, stride, R, n, out);
+}
 
 /* single rows */
 SIMD static float dot_q8_0_avx2(const void *w, const void *a, int64_t n) { return q8_0_dot_avx2(w, false, a, n); }

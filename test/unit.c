@@ -448,13 +448,16 @@ static void test_simd_dots(void) {
                 n_checks++;
                 if (memcmp(&a, &b, 4) && bad++ == 0)
                     snprintf(detail, sizeof detail, "n=%lld: scalar %.9g, simd %.9g", (long long)n, a, b);
-                /* the multi-row kernel on R rows (row r: this activation scaled by r + 1, requantized) */
+                /* the multi-row kernel on R rows (row 0 this activation, the others drawn anew: rows that
+                 * differ in their quants, so that a kernel giving one row another's integer sums fails;
+                 * scaled copies of one row round to the same quants) */
                 DotRowsFn rows = kernels()->dot_rows[k];
                 size_t stride = row_bytes(dot_type(type), n);
                 for (int R = 1; rows && R <= MAX_ROWS; R++) {
                     for (int r = 0; r < R; r++) {
                         float *xr = xmalloc((size_t)n * 4);
-                        for (int64_t i = 0; i < n; i++) xr[i] = x[i] * (float)(r + 1);
+                        if (r == 0) memcpy(xr, x, (size_t)n * 4);
+                        else activation_row(xr, n, (rep + r) % 5);
                         quantize_row(type, xr, rows_act + r * stride, n);
                         free(xr);
                     }
@@ -480,8 +483,8 @@ static void test_simd_dots(void) {
                         check_outputs(k, w4rows, rb, 8, rows_act, stride, R, n, yt, "tile", &n_checks, &bad, detail);
                     }
                 }
-                /* the sixteen-weight-row kernel: row 0 this weight row, against T activation rows (row t: this
-                 * activation times (t + 1) / 8, requantized) */
+                /* the sixteen-weight-row kernel: row 0 this weight row, against T activation rows (row 0 this
+                 * activation, the others drawn anew) */
                 /* (where the AMX forms are chosen, KERNELS_AVX2's AVX-512 ones are checked too) */
                 DotGemm16Fn gemm16s[2] = {kernels()->dot_gemm16[k], NULL};
 #if defined(__x86_64__)
@@ -499,7 +502,8 @@ static void test_simd_dots(void) {
                     memcpy(w16, w, rb);
                     for (int i = 1; i < 16; i++) random_row(type, w16 + i * rb, n);
                     for (int t = 0; t < T; t++) {
-                        for (int64_t i = 0; i < n; i++) xr[i] = x[i] * (float)(t + 1) / 8;
+                        if (t == 0) memcpy(xr, x, (size_t)n * 4);
+                        else activation_row(xr, n, (rep + t) % 5);
                         quantize_row(dot_type(type), xr, acts + t * ab, n);
                     }
 #if AMX
@@ -519,20 +523,31 @@ static void test_simd_dots(void) {
                     check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, what, &n_checks, &bad, detail);
                     free(w16), free(acts), free(xr), free(yt);
                 }
-                /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart */
+                /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart,
+                 * against R = 1..W4_MAX_ROWS activation rows (rows_act: row 0 this activation, the others drawn anew) */
                 DotW4Fn w4 = kernels()->dot_w4[k];
-                if (w4) {
+                for (int R = 1; w4 && R <= W4_MAX_ROWS; R++) {
                     size_t spacing = row_bytes(type, n) + 64;
                     memcpy(w4rows, w, row_bytes(type, n));
                     for (int i = 1; i < 4; i++) random_row(type, w4rows + i * spacing, n);
-                    float out[4];
-                    w4(w4rows, spacing, act, n, out);
-                    for (int i = 0; i < 4; i++) {
-                        float want = KERNELS_PLAIN.dot[k](w4rows + i * spacing, act, n);
-                        n_checks++;
-                        if (memcmp(&want, &out[i], 4) && bad++ == 0)
-                            snprintf(detail, sizeof detail, "n=%lld, weight row %d of 4: scalar %.9g, simd %.9g", (long long)n, i, want, out[i]);
+                    float *xr = xmalloc((size_t)n * 4);
+                    for (int r = 0; r < R; r++) {
+                        if (r == 0) memcpy(xr, x, (size_t)n * 4);
+                        else activation_row(xr, n, (rep + r) % 5);
+                        quantize_row(type, xr, rows_act + r * stride, n);
                     }
+                    free(xr);
+                    const uint8_t *acts = rows_act;
+                    float out[4 * W4_MAX_ROWS];
+                    w4(w4rows, spacing, acts, stride, R, n, out);
+                    for (int r = 0; r < R; r++)
+                        for (int i = 0; i < 4; i++) {
+                            float want = KERNELS_PLAIN.dot[k](w4rows + i * spacing, acts + r * stride, n);
+                            n_checks++;
+                            if (memcmp(&want, &out[4 * r + i], 4) && bad++ == 0)
+                                snprintf(detail, sizeof detail, "n=%lld, weight row %d of 4, activation row %d of %d: scalar %.9g, simd %.9g",
+                                         (long long)n, i, r, R, want, out[4 * r + i]);
+                        }
                 }
             }
         }
