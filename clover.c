@@ -4199,7 +4199,8 @@ static inline SIMD_INLINE float q8_0_dot_avx2(const void *w, bool q4, const void
  * 2048, 7.3-7.4 at 4096; the Q6_K head 6.0-6.4 / 5.6-6.2 / 6.2-6.6 ms. */
 enum { PREFETCH_AHEAD = 2048 };
 
-/* q8_0_dot_avx2 for four weight rows and one activation row (a row of dot_w4_q8_0_avx2): their chains side by side */
+/* q8_0_dot_avx2 for four weight rows and one activation row (dot_w4_q8_0_avx2 takes its rows in
+ * turn): their chains side by side */
 static inline SIMD_INLINE void q8_0_dot_w4_avx2(const void *w, size_t spacing, bool q4, const void *a, int64_t n, float out[4]) {
     const BlockQ8_0 *y = a;
     __m256 acc[4];
@@ -4332,8 +4333,8 @@ static inline SIMD_INLINE __m128 q4_0_8x8_w4_group_zmm(const BlockQ4_0 *const x[
 }
 #endif
 
-/* q4_0_8x8_dot_avx2 for four weight rows and one activation row (a row of dot_w4_q4_0_8x8_avx2): the rows' chains in the lanes of one register,
- * their block sums reduced together */
+/* q4_0_8x8_dot_avx2 for four weight rows and one activation row (dot_w4_q4_0_8x8_avx2 takes its rows
+ * in turn): the rows' chains in the lanes of one register, their block sums reduced together */
 static inline SIMD_INLINE void q4_0_8x8_dot_w4_avx2(const void *w, size_t spacing, const void *a, int64_t n, float out[4]) {
     const BlockQ8_0 *y = a;
     const BlockQ4_0 *x[4];
