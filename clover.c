@@ -1584,9 +1584,9 @@ static void round_rows(Work *wk, uint32_t wtype, const float *x, int T, int64_t 
  * sum. */
 enum { TILE_T = 64, TILE_O = 16 };
 /* the sixteen-row kernels (DotGemm16Fn) gather their weights once per block: worth it from this
- * many activation rows on (the 256-bit kernels' gather costs more: one thread, Q4_K rows in L2 on
- * zen5 built for AVX2, against the row kernels: 8 rows 0.94-0.98x, 10 rows 1.14-1.18x, 64 1.35-1.5x) */
-enum { GEMM16_MIN_ROWS = ZMM ? 4 : 10 };
+ * many activation rows on (the 256-bit Q4_K ones too: one thread, rows in L2, zen5 built for AVX2,
+ * against the row kernels: 4 rows 1.14-1.15x, 8 rows 1.18-1.24x, 64 rows 1.40-1.56x) */
+enum { GEMM16_MIN_ROWS = 4 };
 /* Up to this many activation rows (an expert's rows in a verify batch, mostly: 16 rows choose about
  * 100 of 256 experts, a fifth of them for 2 or 3 rows) go through the four-weight-row kernels
  * (DotW4Fn), the rows against the four weight rows while they are in L1 (the K-quants unpack each
@@ -4387,6 +4387,20 @@ static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, 
  * groups' at most 30,720: no int16 overflow), vpmaddwd adds each lane's two halves, and the
  * -8 sum a term is the packed row's sum. Per (weight row, activation row) acc = fma(isum, d_w d_a,
  * acc) in block order, as the single-row kernels. */
+/* The 16 bytes at p of eight rows row_bytes apart, as 4-byte words transposed: T[m] lane i holds word
+ * m of row i. Rows i and i + 4 are loaded into the two 128-bit halves of a register, then words are
+ * transposed 4 x 4 within each half (words16_zmm is the same in 512 bits). */
+static inline SIMD_INLINE void words4_avx2(const uint8_t *p, size_t row_bytes, __m256i T[4]) {
+    __m256i Y[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        Y[i] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(p + (i + 4) * row_bytes)), _mm_loadu_si128((const __m128i *)(p + i * row_bytes)));
+    __m256i t0 = _mm256_unpacklo_epi32(Y[0], Y[1]), t1 = _mm256_unpackhi_epi32(Y[0], Y[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(Y[2], Y[3]), t3 = _mm256_unpackhi_epi32(Y[2], Y[3]);
+    T[0] = _mm256_unpacklo_epi64(t0, t2), T[1] = _mm256_unpackhi_epi64(t0, t2);
+    T[2] = _mm256_unpacklo_epi64(t1, t3), T[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
 static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_bytes, const void *a, const int R, int64_t n, float *y,
                                                   size_t ystride) {
     const BlockQ8_0x8 *p = a;
@@ -4397,14 +4411,8 @@ static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_byte
         const BlockQ4_0 *x[8];
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) x[i] = (const BlockQ4_0 *)((const uint8_t *)w + i * row_bytes) + b;
-        __m256i Y[4], W[8];
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++)   /* rows i and i + 4 in the two halves; word m holds values 4m.. (low nibbles) and 16+4m.. (high) */
-            Y[i] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)x[i + 4]->qs), _mm_loadu_si128((const __m128i *)x[i]->qs));
-        __m256i t0 = _mm256_unpacklo_epi32(Y[0], Y[1]), t1 = _mm256_unpackhi_epi32(Y[0], Y[1]);
-        __m256i t2 = _mm256_unpacklo_epi32(Y[2], Y[3]), t3 = _mm256_unpackhi_epi32(Y[2], Y[3]);
-        __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
-                        _mm256_unpackhi_epi64(t1, t3)};   /* T[m] lane i: word m of row i */
+        __m256i T[4], W[8];   /* T[m] lane i: word m of row i's quants, values 4m.. (low nibbles) and 16+4m.. (high) */
+        words4_avx2(x[0]->qs, row_bytes, T);
         const __m256i bias = _mm256_set1_epi8(VNNI ? 8 : 0);
 #pragma GCC unroll 4
         for (int m = 0; m < 4; m++) {
@@ -4628,11 +4636,12 @@ static inline SIMD_INLINE void k4_w4_avx2(const uint8_t *w, size_t spacing, size
             for (size_t c = 0; c < block_bytes; c += 64) _mm_prefetch((const char *)blk + PREFETCH_AHEAD + c, _MM_HINT_T0);
             const BlockQ4_K *k = (const BlockQ4_K *)blk;
             __m128i scm = scales_k4_avx2(k->scales);
+            float dw = f16c(k->d), dmw = f16c(k->dmin);
             __m256i lanes[W4_MAX_ROWS];
             k4_lanes_avx2(blk, q5, scm, a, stride, R, b, lanes);
             #pragma GCC unroll 3
             for (int r = 0; r < R; r++)
-                k4_add_avx2(scm, f16c(k->d), f16c(k->dmin), q5, act_block(a, stride, r, sizeof(BlockQ8_K), b), lanes[r], &acc[i][r], &accm[i][r]);
+                k4_add_avx2(scm, dw, dmw, q5, act_block(a, stride, r, sizeof(BlockQ8_K), b), lanes[r], &acc[i][r], &accm[i][r]);
         }
     }
     #pragma GCC unroll 3
@@ -5131,16 +5140,8 @@ SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void
 
 /* eight rows' 32 bytes at p, row_bytes apart, transposed as 32-bit words: out[m] lane i = word m of row i */
 static inline SIMD_INLINE void words8_avx2(const uint8_t *p, size_t row_bytes, __m256i out[8]) {
-    __m256i r[8], t[8], u[8];
-    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p + i * row_bytes));
-    for (int i = 0; i < 8; i += 2)   /* [row i word m, row i+1 word m, ..] for m = 0,1 | 4,5 (lo) and 2,3 | 6,7 (hi) */
-        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-    for (int k = 0; k < 8; k += 4) {   /* u[k + m]: word m of rows k..k+3 | word m + 4 of them */
-        u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]), u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
-        u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]), u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
-    }
-    for (int m = 0; m < 4; m++)
-        out[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20), out[m + 4] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
+    words4_avx2(p, row_bytes, out);
+    words4_avx2(p + 16, row_bytes, out + 4);
 }
 
 /* One block of the sixteen rows (wt; sc, mn, dw, dmw: row i's in lane i % 8 of half i / 8) against
@@ -5215,13 +5216,9 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_avx2(const void *w, size_t row_by
              * 4-7 = (q8-11 >> 4) | (q4-7 >> 6) << 4 */
             __m256i v[8];
             words8_avx2(blk + 8 * h * row_bytes, row_bytes, v);
-            __m128i dd = _mm256_castsi256_si128(_mm256_permute4x64_epi64(
-                _mm256_shuffle_epi8(v[0], _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                                           0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)), 0xd8));
-            __m128i dm = _mm256_extracti128_si256(_mm256_permute4x64_epi64(
-                _mm256_shuffle_epi8(v[0], _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                                           0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)), 0xd8), 1);
-            dw[h] = _mm256_cvtph_ps(dd), dmw[h] = _mm256_cvtph_ps(dm);
+            __m256i ddm = _mm256_permute4x64_epi64(   /* [d of the eight rows | their dmin] */
+                _mm256_shuffle_epi8(v[0], _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15))), 0xd8);
+            dw[h] = _mm256_cvtph_ps(_mm256_castsi256_si128(ddm)), dmw[h] = _mm256_cvtph_ps(_mm256_extracti128_si256(ddm, 1));
             __m256i s03 = _mm256_and_si256(v[1], m63), m03 = _mm256_and_si256(v[2], m63);
             __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[3], m15), _mm256_and_si256(_mm256_srli_epi32(v[1], 2), m48));
             __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v[3], 4), m15), _mm256_and_si256(_mm256_srli_epi32(v[2], 2), m48));
@@ -5356,12 +5353,13 @@ static inline SIMD_INLINE void q6_K_w4_avx2(const void *w, size_t spacing, const
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             for (int c = 0; c < 4; c++) _mm_prefetch((const char *)&x[i][b] + PREFETCH_AHEAD + 64 * c, _MM_HINT_T0);   /* the block's 210 bytes */
+            float dw = f16c(x[i][b].d);
             __m256i lane[W4_MAX_ROWS];
             q6_K_lanes_avx2(x[i], b, a, stride, R, lane);
             #pragma GCC unroll 3
             for (int r = 0; r < R; r++) {
                 const BlockQ8_K *y = act_block(a, stride, r, sizeof *y, b);
-                acc[i][r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * f16c(x[i][b].d)), _mm256_cvtepi32_ps(lane[r]), acc[i][r]);
+                acc[i][r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dw), _mm256_cvtepi32_ps(lane[r]), acc[i][r]);
             }
         }
     }
