@@ -260,6 +260,19 @@ static void activation_row(float *x, int64_t n, int kind) {
     if (kind == 3) for (int64_t i = 0; i < n; i += 32) x[i] = (i / 32) % 2 ? 127.0f : -127.0f;
 }
 
+/* R activation rows rounded for weight type `type` into out, stride bytes apart: row 0 is x, the
+ * others drawn anew (kinds rep + r), so that the rows differ in their quants and a multi-row kernel
+ * giving one row another's integer sums fails (scaled copies of one row round to the same quants) */
+static void activation_rows(uint32_t type, const float *x, int64_t n, int rep, int R, uint8_t *out, size_t stride) {
+    float *xr = xmalloc((size_t)n * 4);
+    for (int r = 0; r < R; r++) {
+        if (r == 0) memcpy(xr, x, (size_t)n * 4);
+        else activation_row(xr, n, (rep + r) % 5);
+        quantize_row(type, xr, out + r * stride, n);
+    }
+    free(xr);
+}
+
 static void test_quantize_q8_0(void) {
     const int64_t n = 32 * 512;
     float *x = xmalloc((size_t)n * 4);
@@ -448,19 +461,11 @@ static void test_simd_dots(void) {
                 n_checks++;
                 if (memcmp(&a, &b, 4) && bad++ == 0)
                     snprintf(detail, sizeof detail, "n=%lld: scalar %.9g, simd %.9g", (long long)n, a, b);
-                /* the multi-row kernel on R rows (row 0 this activation, the others drawn anew: rows that
-                 * differ in their quants, so that a kernel giving one row another's integer sums fails;
-                 * scaled copies of one row round to the same quants) */
+                /* the multi-row kernel on R rows (activation_rows: row 0 this activation) */
                 DotRowsFn rows = kernels()->dot_rows[k];
                 size_t stride = row_bytes(dot_type(type), n);
                 for (int R = 1; rows && R <= MAX_ROWS; R++) {
-                    for (int r = 0; r < R; r++) {
-                        float *xr = xmalloc((size_t)n * 4);
-                        if (r == 0) memcpy(xr, x, (size_t)n * 4);
-                        else activation_row(xr, n, (rep + r) % 5);
-                        quantize_row(type, xr, rows_act + r * stride, n);
-                        free(xr);
-                    }
+                    activation_rows(type, x, n, rep, R, rows_act, stride);
                     float out[MAX_ROWS];
                     if (dot_type(type) == T_Q8_0) {   /* these take a packed group (as matmul_rows gives them) */
                         pack_q8_0_rows(rows_act, stride, R, n, packed);
@@ -483,8 +488,8 @@ static void test_simd_dots(void) {
                         check_outputs(k, w4rows, rb, 8, rows_act, stride, R, n, yt, "tile", &n_checks, &bad, detail);
                     }
                 }
-                /* the sixteen-weight-row kernel: row 0 this weight row, against T activation rows (row 0 this
-                 * activation, the others drawn anew) */
+                /* the sixteen-weight-row kernel: row 0 this weight row, against T activation rows
+                 * (activation_rows) */
                 /* (where the AMX forms are chosen, KERNELS_AVX2's AVX-512 ones are checked too) */
                 DotGemm16Fn gemm16s[2] = {kernels()->dot_gemm16[k], NULL};
 #if defined(__x86_64__)
@@ -498,14 +503,10 @@ static void test_simd_dots(void) {
                     int T = Ts[rep / 8 % 6];
                     size_t rb = row_bytes(type, n), ab = row_bytes(dot_type(type), n);
                     uint8_t *w16 = xmalloc(16 * rb), *acts = xmalloc((size_t)T * ab);
-                    float *xr = xmalloc((size_t)n * 4), *yt = xmalloc((size_t)T * 16 * 4);
+                    float *yt = xmalloc((size_t)T * 16 * 4);
                     memcpy(w16, w, rb);
                     for (int i = 1; i < 16; i++) random_row(type, w16 + i * rb, n);
-                    for (int t = 0; t < T; t++) {
-                        if (t == 0) memcpy(xr, x, (size_t)n * 4);
-                        else activation_row(xr, n, (rep + t) % 5);
-                        quantize_row(dot_type(type), xr, acts + t * ab, n);
-                    }
+                    activation_rows(type, x, n, rep, T, acts, ab);
 #if AMX
                     /* other code in the thread may have released the tiles, or configured them its own way and
                      * expect to find them so after the call (llama.cpp's AMX kernels do both) */
@@ -521,28 +522,21 @@ static void test_simd_dots(void) {
                     _tile_release();
 #endif
                     check_outputs(k, w16, rb, 16, acts, ab, T, n, yt, what, &n_checks, &bad, detail);
-                    free(w16), free(acts), free(xr), free(yt);
+                    free(w16), free(acts), free(yt);
                 }
                 /* the four-weight-row kernel: row 0 this weight row, rows 1..3 others, a row and 64 bytes apart,
-                 * against R = 1..W4_MAX_ROWS activation rows (rows_act: row 0 this activation, the others drawn anew) */
+                 * against R = 1..W4_MAX_ROWS activation rows (activation_rows) */
                 DotW4Fn w4 = kernels()->dot_w4[k];
                 for (int R = 1; w4 && R <= W4_MAX_ROWS; R++) {
                     size_t spacing = row_bytes(type, n) + 64;
                     memcpy(w4rows, w, row_bytes(type, n));
                     for (int i = 1; i < 4; i++) random_row(type, w4rows + i * spacing, n);
-                    float *xr = xmalloc((size_t)n * 4);
-                    for (int r = 0; r < R; r++) {
-                        if (r == 0) memcpy(xr, x, (size_t)n * 4);
-                        else activation_row(xr, n, (rep + r) % 5);
-                        quantize_row(type, xr, rows_act + r * stride, n);
-                    }
-                    free(xr);
-                    const uint8_t *acts = rows_act;
+                    activation_rows(type, x, n, rep, R, rows_act, stride);
                     float out[4 * W4_MAX_ROWS];
-                    w4(w4rows, spacing, acts, stride, R, n, out);
+                    w4(w4rows, spacing, rows_act, stride, R, n, out);
                     for (int r = 0; r < R; r++)
                         for (int i = 0; i < 4; i++) {
-                            float want = KERNELS_PLAIN.dot[k](w4rows + i * spacing, acts + r * stride, n);
+                            float want = KERNELS_PLAIN.dot[k](w4rows + i * spacing, rows_act + r * stride, n);
                             n_checks++;
                             if (memcmp(&want, &out[4 * r + i], 4) && bad++ == 0)
                                 snprintf(detail, sizeof detail, "n=%lld, weight row %d of 4, activation row %d of %d: scalar %.9g, simd %.9g",
