@@ -4205,6 +4205,17 @@ enum { PREFETCH_AHEAD = 2048 };
  * 8.1 in cache) */
 enum { ROWS_AHEAD = 8 };
 
+/* The sixteen-row kernels' reads: the next sixteen rows (the bytes after these sixteen, which lie one
+ * after another) asked for in nb equal parts in address order, part b while block b of nb is worked
+ * on, so that the next tile has come by the time it is wanted. (Asking for block b of each of the
+ * next sixteen rows, lines a row apart, left a 16-row batch of a Q4_K 32768 x 2048 matrix from
+ * memory on one thread at 8.1-8.2 ms; in parts 7.0-7.4; in cache 6.5.) */
+static inline SIMD_INLINE void prefetch_next16(const void *w, size_t row_bytes, int64_t b, int64_t nb) {
+    size_t span = 16 * row_bytes, part = (span / (size_t)nb + 63) & ~(size_t)63;
+    const char *next = (const char *)w + span + (size_t)b * part;
+    for (size_t c = 0; c < part; c += 64) _mm_prefetch(next + c, _MM_HINT_T0);
+}
+
 /* q8_0_dot_avx2 for four weight rows and one activation row (dot_w4_q8_0_avx2 takes its rows in
  * turn): their chains side by side */
 static inline SIMD_INLINE void q8_0_dot_w4_avx2(const void *w, size_t spacing, bool q4, const void *a, int64_t n, float out[4]) {
@@ -4996,13 +5007,12 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_zmm(const void *w, size_t row_byt
     const __m512i m15 = _mm512_set1_epi8(15), m255 = _mm512_set1_epi32(255);
     for (int64_t b = 0; b < n / 256; b++) {
         const uint8_t *blk = (const uint8_t *)((const BlockQ4_K *)w + b);
-        /* the next sixteen rows' block b (its 144 bytes): the reads below stall on lines from memory
-         * (measured when they were gathers: one thread, 16 rows of 200 expert gates from memory: 36.9
-         * -> 28.3 ms; 20.3 in cache; a
-         * prefetch 4 KiB ahead of each row, as matmul_rows gives the other kernels, gained nothing)
-         * -- a prefetch past the matrix's end reads nothing and cannot fault */
-        for (int i = 16; i < 32; i++)
-            for (int c = 0; c < 3; c++) _mm_prefetch((const char *)blk + i * row_bytes + 64 * c, _MM_HINT_T0);
+        /* the next sixteen rows: the reads below stall on lines from memory (measured when they
+         * were gathers: one thread, 16 rows of 200 expert gates from memory: 36.9 -> 28.3 ms with the
+         * next rows' block b asked for; 20.3 in cache; a prefetch 4 KiB ahead of each row, as
+         * matmul_rows gives the other kernels, gained nothing) -- a prefetch past the matrix's end
+         * reads nothing and cannot fault */
+        prefetch_next16(w, row_bytes, b, n / 256);
         for (int i = 0; i < 16; i++) _mm_store_si128((__m128i *)scm[i], scales_k4_avx2(((const BlockQ4_K *)(blk + i * row_bytes))->scales));
         __m512i sw[4];   /* lane i: row i's scales 0-3, 4-7, mins 0-3, 4-7 */
         words16_zmm(scm[0], 16, sw);
@@ -5114,8 +5124,7 @@ SIMD static void gemm16_q4_0_8x8_zmm(const void *w, size_t row_bytes, const void
                                             _mm512_set1_epi32((int)row_bytes));
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < n / 32; b++) {
-        const uint8_t *blk = (const uint8_t *)((const BlockQ4_0 *)w + b);
-        for (int i = 16; i < 32; i++) _mm_prefetch((const char *)blk + i * row_bytes, _MM_HINT_T0);   /* as q4_K_8x8_rows16_zmm */
+        prefetch_next16(w, row_bytes, b, n / 32);
         __m512i W[8], start = _mm512_setzero_si512();
         __m512 dw = q4_0_rows16_zmm(w, row_bytes, offs, b, W);
         for (int g = 0; g < 8; g++) start = _mm512_dpbusd_epi32(start, _mm512_set1_epi8((char)128), W[g]);
@@ -5157,8 +5166,7 @@ SIMD static void gemm16_q4_0_8x8_amx(const void *w, size_t row_bytes, const void
     const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32((int)row_bytes));
     for (int64_t b = 0; b < n / 32; b++) {
-        const uint8_t *blk = (const uint8_t *)((const BlockQ4_0 *)w + b);
-        for (int i = 16; i < 32; i++) _mm_prefetch((const char *)blk + i * row_bytes, _MM_HINT_T0);   /* as q4_K_8x8_rows16_zmm */
+        prefetch_next16(w, row_bytes, b, n / 32);
         __m512i W[8];
         __m512 dw = q4_0_rows16_zmm(w, row_bytes, offs, b, W);
         for (int g = 0; g < 8; g++) _mm512_store_si512((void *)wt[g], W[g]);
@@ -5265,9 +5273,7 @@ static inline SIMD_INLINE void q4_K_8x8_rows16_avx2(const void *w, size_t row_by
     const __m256i m15 = _mm256_set1_epi8(15), m63 = _mm256_set1_epi8(63), m48 = _mm256_set1_epi8(48);
     for (int64_t b = 0; b < n / 256; b++) {
         const uint8_t *blk = (const uint8_t *)((const BlockQ4_K *)w + b);
-        /* the next sixteen rows' block b, as the 512-bit kernel asks for it */
-        for (int i = 16; i < 32; i++)
-            for (int c = 0; c < 3; c++) _mm_prefetch((const char *)blk + i * row_bytes + 64 * c, _MM_HINT_T0);
+        prefetch_next16(w, row_bytes, b, n / 256);   /* as the 512-bit kernel asks for the next rows */
         __m256i sc[8][2], mn[4][2];   /* by lane: scale j in both int16 halves; mins 2p | 2p+1 << 16 */
         __m256 dw[2], dmw[2];
         for (int h = 0; h < 2; h++) {
