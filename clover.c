@@ -4153,24 +4153,10 @@ static inline SIMD_INLINE void q8_0_block_rows_avx2(__m256i q, float dw, const B
 /* unpack_q4_0: low nibbles are elements 0..15, high nibbles 16..31, minus 8 (nibbles_q4_0_avx2:
  * the nibbles alone, 0..15) */
 static inline SIMD_INLINE __m256i nibbles_q4_0_avx2(const BlockQ4_0 *b) {
-    __m128i x = _mm_loadu_si128((const __m128i *)b->qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(15));
+    __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b->qs));   /* in both halves */
+    return _mm256_and_si256(_mm256_srlv_epi64(x, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(15));
 }
 static inline SIMD_INLINE __m256i unpack_q4_0_avx2(const BlockQ4_0 *b) { return _mm256_sub_epi8(nibbles_q4_0_avx2(b), _mm256_set1_epi8(8)); }
-
-/* The lanes of a Q4_0 block's sum (q - 8) . a from its unsigned nibbles q: start + (q . a in
- * lanes), where start = -8 (a in lanes) is the activation block's alone, formed once for every
- * weight row it meets; the same integers as lanes_i8_avx2 on q - 8, without the sign steps */
-static inline SIMD_INLINE __m256i lanes_u8_avx2(__m256i start, __m256i q, __m256i a) {
-#if VNNI
-    return _mm256_dpbusd_epi32(start, q, a);
-#else
-    return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), _mm256_set1_epi16(1)));
-#endif
-}
-static inline SIMD_INLINE __m256i q4_0_start_avx2(__m256i a) {
-    return _mm256_sub_epi32(_mm256_setzero_si256(), lanes_u8_avx2(_mm256_setzero_si256(), _mm256_set1_epi8(8), a));
-}
 
 /* q4: the weights are Q4_0 blocks (else Q8_0) */
 static inline SIMD_INLINE __m256i q8_0_weights_avx2(const void *w, bool q4, int64_t b) {
@@ -4362,15 +4348,21 @@ static inline SIMD_INLINE void q4_0_8x8_dot_w4_avx2(const void *w, size_t spacin
     for (; b + 4 <= n / 32; b += 4) acc = q4_0_8x8_w4_group_zmm(x, y, b, acc);
 #endif
     for (; b < n / 32; b++) {
-        __m256i ya = _mm256_loadu_si256((const __m256i *)y[b].qs), start = q4_0_start_avx2(ya), l[4];
+        /* row i's sum (q - 8) . a, exact in integers whatever their order: its pairs' sums
+         * (maddubs on the nibbles q, less those of 8 a: at most 2 x 8 x 128 in size), added two by
+         * two across the four rows (two rounds of vphaddw: at most 8,192), then in pairs into
+         * lane i of each 128-bit half, and the halves */
+        __m256i ya = _mm256_loadu_si256((const __m256i *)y[b].qs), c = _mm256_maddubs_epi16(_mm256_set1_epi8(8), ya), m[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             _mm_prefetch((const char *)&x[i][b] + PREFETCH_AHEAD, _MM_HINT_T0);
-            l[i] = lanes_u8_avx2(start, nibbles_q4_0_avx2(&x[i][b]), ya);
+            m[i] = _mm256_sub_epi16(_mm256_maddubs_epi16(nibbles_q4_0_avx2(&x[i][b]), ya), c);
         }
+        __m256i s = _mm256_madd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(m[0], m[1]), _mm256_hadd_epi16(m[2], m[3])), _mm256_set1_epi16(1));
+        __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         __m128i dw = _mm_setr_epi16((short)x[0][b].d, (short)x[1][b].d, (short)x[2][b].d, (short)x[3][b].d, 0, 0, 0, 0);
         __m128 d = _mm_mul_ps(_mm_cvtph_ps(dw), _mm_set1_ps(f16c(y[b].d)));   /* d_w d_a per row */
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_i32_avx2(l[0], l[1], l[2], l[3])), d, acc);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc);
     }
     _mm_storeu_ps(out, acc);
 }
@@ -4473,17 +4465,24 @@ static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_byte
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) _mm256_storeu_ps(y + (size_t)r * ystride, acc[r]);
 }
-SIMD static void tile_q4_0_8x8_avx2(const void *w, size_t row_bytes, const void *a, int R, int64_t n, float *y, size_t ystride) {
-    switch (R) {   /* R as a constant in each body, so that the rows' accumulators stay in registers */
-    case 1: q4_0_8x8_tile_avx2(w, row_bytes, a, 1, n, y, ystride); break;
-    case 2: q4_0_8x8_tile_avx2(w, row_bytes, a, 2, n, y, ystride); break;
-    case 3: q4_0_8x8_tile_avx2(w, row_bytes, a, 3, n, y, ystride); break;
-    case 4: q4_0_8x8_tile_avx2(w, row_bytes, a, 4, n, y, ystride); break;
-    case 5: q4_0_8x8_tile_avx2(w, row_bytes, a, 5, n, y, ystride); break;
-    case 6: q4_0_8x8_tile_avx2(w, row_bytes, a, 6, n, y, ystride); break;
-    case 7: q4_0_8x8_tile_avx2(w, row_bytes, a, 7, n, y, ystride); break;
-    default: q4_0_8x8_tile_avx2(w, row_bytes, a, 8, n, y, ystride); break;
+/* A tile kernel's body (DotTileFn's arguments, R constant) for R = 1..8, R as a constant in each
+ * instance, so that the rows' accumulators stay in registers */
+typedef void KTileFn(const void *w, size_t row_bytes, const void *a, const int R, int64_t n, float *y, size_t ystride);
+static inline SIMD_INLINE void tile_upto_eight_avx2(KTileFn *k, const void *w, size_t row_bytes, const void *a, int R, int64_t n, float *y,
+                                                    size_t ystride) {
+    switch (R) {
+    case 1: k(w, row_bytes, a, 1, n, y, ystride); break;
+    case 2: k(w, row_bytes, a, 2, n, y, ystride); break;
+    case 3: k(w, row_bytes, a, 3, n, y, ystride); break;
+    case 4: k(w, row_bytes, a, 4, n, y, ystride); break;
+    case 5: k(w, row_bytes, a, 5, n, y, ystride); break;
+    case 6: k(w, row_bytes, a, 6, n, y, ystride); break;
+    case 7: k(w, row_bytes, a, 7, n, y, ystride); break;
+    default: k(w, row_bytes, a, 8, n, y, ystride); break;
     }
+}
+SIMD static void tile_q4_0_8x8_avx2(const void *w, size_t row_bytes, const void *a, int R, int64_t n, float *y, size_t ystride) {
+    tile_upto_eight_avx2(q4_0_8x8_tile_avx2, w, row_bytes, a, R, n, y, ystride);
 }
 
 #if ZMM
@@ -4526,16 +4525,7 @@ static inline SIMD_INLINE void q8_0_tile_zmm(const void *w, size_t row_bytes, co
     }
 }
 SIMD static void tile_q8_0_zmm(const void *w, size_t row_bytes, const void *a, int R, int64_t n, float *y, size_t ystride) {
-    switch (R) {   /* R as a constant in each body, so that the rows' accumulators stay in registers */
-    case 1: q8_0_tile_zmm(w, row_bytes, a, 1, n, y, ystride); break;
-    case 2: q8_0_tile_zmm(w, row_bytes, a, 2, n, y, ystride); break;
-    case 3: q8_0_tile_zmm(w, row_bytes, a, 3, n, y, ystride); break;
-    case 4: q8_0_tile_zmm(w, row_bytes, a, 4, n, y, ystride); break;
-    case 5: q8_0_tile_zmm(w, row_bytes, a, 5, n, y, ystride); break;
-    case 6: q8_0_tile_zmm(w, row_bytes, a, 6, n, y, ystride); break;
-    case 7: q8_0_tile_zmm(w, row_bytes, a, 7, n, y, ystride); break;
-    default: q8_0_tile_zmm(w, row_bytes, a, 8, n, y, ystride); break;
-    }
+    tile_upto_eight_avx2(q8_0_tile_zmm, w, row_bytes, a, R, n, y, ystride);
 }
 #endif
 
