@@ -4385,17 +4385,6 @@ static inline SIMD_INLINE void q4_0_8x8_rows_avx2(const void *w, const void *a, 
     for (int r = 0; r < R; r++) out[r] = o[r];
 }
 
-/* dot_q4_0_8x8 for eight weight rows against R rows of a packed group (DotTileFn), as llama.cpp's
- * repacked gemm lays out the work: the eight rows' block b transposed into eight registers W_g
- * whose lane i holds row i's values 4g..4g+3, so that each activation row's four values, broadcast,
- * meet all eight weight rows at once, and the block's eight sums land in eight lanes with no
- * reduction across lanes. With VNNI one vpdpbusd a group: the packed activations are stored + 128
- * (unsigned), the weights taken signed (q - 8), and the 128 sum q term of each weight row is one
- * start value per block, shared by the R rows. Without it, vpmaddubsw takes the weights as
- * unsigned nibbles q against the signed activations (a pair's sum at most 2 x 15 x 128, eight
- * groups' at most 30,720: no int16 overflow), vpmaddwd adds each lane's two halves, and the
- * -8 sum a term is the packed row's sum. Per (weight row, activation row) acc = fma(isum, d_w d_a,
- * acc) in block order, as the single-row kernels. */
 /* The 16 bytes at p of eight rows row_bytes apart, as 4-byte words transposed: T[m] lane i holds word
  * m of row i. Rows i and i + 4 are loaded into the two 128-bit halves of a register, then words are
  * transposed 4 x 4 within each half (words16_zmm is the same in 512 bits). */
@@ -4410,6 +4399,17 @@ static inline SIMD_INLINE void words4_avx2(const uint8_t *p, size_t row_bytes, _
     T[2] = _mm256_unpacklo_epi64(t1, t3), T[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+/* dot_q4_0_8x8 for eight weight rows against R rows of a packed group (DotTileFn), as llama.cpp's
+ * repacked gemm lays out the work: the eight rows' block b transposed into eight registers W_g
+ * whose lane i holds row i's values 4g..4g+3, so that each activation row's four values, broadcast,
+ * meet all eight weight rows at once, and the block's eight sums land in eight lanes with no
+ * reduction across lanes. With VNNI one vpdpbusd a group: the packed activations are stored + 128
+ * (unsigned), the weights taken signed (q - 8), and the 128 sum q term of each weight row is one
+ * start value per block, shared by the R rows. Without it, vpmaddubsw takes the weights as
+ * unsigned nibbles q against the signed activations (a pair's sum at most 2 x 15 x 128, eight
+ * groups' at most 30,720: no int16 overflow), vpmaddwd adds each lane's two halves, and the
+ * -8 sum a term is the packed row's sum. Per (weight row, activation row) acc = fma(isum, d_w d_a,
+ * acc) in block order, as the single-row kernels. */
 static inline SIMD_INLINE void q4_0_8x8_tile_avx2(const void *w, size_t row_bytes, const void *a, const int R, int64_t n, float *y,
                                                   size_t ystride) {
     const BlockQ8_0x8 *p = a;
