@@ -4594,6 +4594,78 @@ static inline SIMD_INLINE void k4_block_zmm(const uint8_t *qs, const uint8_t *qh
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) lanes[r] = fold_pair_zmm(lz[r]);
 }
+
+/* The 12 scale bytes of four Q4_K blocks (and 4 bytes after each), a block a 128-bit lane, unpacked
+ * as scales_k4_avx2 unpacks one: lane i bytes 0..7 block i's scales, 8..15 its mins */
+static inline SIMD_INLINE __m512i scales_k4_x4_zmm(const uint8_t *s0, const uint8_t *s1, const uint8_t *s2, const uint8_t *s3) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)s0));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s1), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s2), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)s3), 3);
+    __m512i A = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
+    __m512i B = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
+    __m512i lo = _mm512_or_si512(_mm512_and_si512(A, _mm512_broadcast_i32x4(_mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0))),
+                                 _mm512_and_si512(_mm512_srli_epi16(A, 4), _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 0, 0x0f0f0f0f))));
+    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(B, 2), _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+    return _mm512_or_si512(lo, hi);
+}
+
+/* The sub-blocks of an activation block paired as a weight block's two 64-byte loads pair them:
+ * A[2G + h] = [sub-block 4G + h | sub-block 4G + h + 2] (h = 0: the loads' low nibbles, 1: high) */
+static inline SIMD_INLINE void k4_act_pairs_zmm(const int8_t *qs, __m512i A[4]) {
+    for (int G = 0; G < 2; G++) {
+        __m512i l0 = _mm512_loadu_si512((const void *)(qs + 128 * G)), l1 = _mm512_loadu_si512((const void *)(qs + 128 * G + 64));
+        A[2 * G] = _mm512_shuffle_i64x2(l0, l1, _MM_SHUFFLE(1, 0, 1, 0));
+        A[2 * G + 1] = _mm512_shuffle_i64x2(l0, l1, _MM_SHUFFLE(3, 2, 3, 2));
+    }
+}
+
+/* The integer sums of four Q4_K/Q5_K blocks (blk[i]; scm4: their scales_k4_x4_zmm) against one
+ * activation block (A: k4_act_pairs_zmm), for decoding, in fewer instructions than k4_block_zmm
+ * a block: a block's 128 quant bytes are two 64-byte loads, whose low nibbles are sub-blocks
+ * [0 | 2] and [4 | 6] and high nibbles [1 | 3] and [5 | 7] (Q5_K: plus bit j of qh); vpdpbusd
+ * gives sums of four products (at most 4 * 31 * 128: an int16), two such registers become one of
+ * int16 and one vpdpwssd applies both their scales, placed by one vpermw from the four blocks'
+ * scales as words. Either (lanes) lane l and l + 8 of sums[i] add up to lane l of k4_lanes (the
+ * two registers' words interleaved), or (whole: the repacked Q4_K order, which needs only the
+ * block's sum) the sixteen lanes add up to the block's sum (packed by packs_epi32). Integer sums
+ * are exact, so the order of their terms does not matter. */
+static inline SIMD_INLINE void k4_sums_x4_zmm(const uint8_t *const blk[4], bool q5, bool whole, const __m512i A[4], __m512i scm4, __m512i sums[4]) {
+    __m512i wd[2] = {_mm512_cvtepu8_epi16(_mm512_castsi512_si256(scm4)), _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(scm4, 1))};
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *qs = q5 ? ((const BlockQ5_K *)blk[i])->qs : ((const BlockQ4_K *)blk[i])->qs;
+        __m512i h = q5 ? twice_zmm(((const BlockQ5_K *)blk[i])->qh) : _mm512_setzero_si512(), s = _mm512_setzero_si512();
+        #pragma GCC unroll 2
+        for (int G = 0; G < 2; G++) {
+            __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * G)), d[2];
+            #pragma GCC unroll 2
+            for (int hi = 0; hi < 2; hi++) {
+                int j = 4 * G + hi;   /* sub-blocks j and j + 2 */
+                __m512i q = _mm512_and_si512(hi ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
+                if (q5) {   /* bits j and j + 2 of qh moved to bit 4 */
+                    __m512i b = j < 4 ? _mm512_sllv_epi16(h, halves16_zmm((short)(4 - j), (short)(2 - j)))
+                                      : _mm512_srlv_epi16(h, halves16_zmm((short)(j - 4), (short)(j - 2)));
+                    q = _mm512_ternarylogic_epi32(q, b, _mm512_set1_epi8(0x10), 0xF8);   /* q | (b & 0x10) */
+                }
+                d[hi] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, A[2 * G + hi]);
+            }
+            /* word w's scale: that of sub-block 4G + 2 (w >= 16) + (which of d) of block i, word
+             * 16 (i % 2) + sub-block of wd[i / 2] */
+            __m512i base = halves16_zmm((short)(16 * (i % 2) + 4 * G), (short)(16 * (i % 2) + 4 * G + 2)), p, idx;
+            if (whole) {   /* words 8k..8k+3: d[0]'s lanes 4k..4k+3, 8k+4..8k+7: d[1]'s (so w >= 16 is k >= 2) */
+                p = _mm512_packs_epi32(d[0], d[1]);
+                idx = _mm512_add_epi16(base, _mm512_broadcast_i32x4(_mm_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1)));
+            } else {       /* words 2m, 2m + 1: lane m of d[0], of d[1] */
+                p = _mm512_mask_blend_epi16(0xAAAAAAAA, d[0], _mm512_slli_epi32(d[1], 16));
+                idx = _mm512_add_epi16(base, _mm512_set1_epi32(0x10000));
+            }
+            s = _mm512_dpwssd_epi32(s, p, _mm512_permutexvar_epi16(idx, wd[i / 2]));
+        }
+        sums[i] = s;
+    }
+}
+
 #endif
 
 /* 4 int32 sums m_2s (b_4s + b_4s+1) + m_2s+1 (b_4s+2 + b_4s+3) over the bsums b of a Q8_K block:
@@ -4678,12 +4750,50 @@ static inline SIMD_INLINE void k4_rows_avx2(const uint8_t *blocks, size_t block_
     for (int r = 0; r < R; r++) out[r] = k4_result_avx2(acc[r], accm[r], q5);
 }
 
+#if ZMM
+/* k4_w4_avx2 for one activation row (R = 1, decoding) on AVX-512: the integer sums by
+ * k4_sums_x4_zmm, the float steps the same */
+static inline SIMD_INLINE void k4_gemv1_w4_zmm(const uint8_t *w, size_t spacing, size_t block_bytes, bool q5, const void *a, int64_t n, float *out) {
+    const BlockQ8_K *y = a;
+    __m256 acc[4];
+    __m128 accm[4];
+    for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps(), accm[i] = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        const uint8_t *blk[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            blk[i] = w + i * spacing + (size_t)b * block_bytes;
+            for (size_t c = 0; c < block_bytes; c += 64) _mm_prefetch((const char *)blk[i] + PREFETCH_AHEAD + c, _MM_HINT_T0);
+        }
+        __m512i A[4], sums[4];
+        k4_act_pairs_zmm(y[b].qs, A);
+        __m512i scm4 = scales_k4_x4_zmm(blk[0] + 4, blk[1] + 4, blk[2] + 4, blk[3] + 4);
+        k4_sums_x4_zmm(blk, q5, false, A, scm4, sums);
+        __m128i scm[4];   /* each block's, as scales_k4_avx2 gives it */
+        _mm512_storeu_si512((void *)scm, scm4);
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            const BlockQ4_K *k = (const BlockQ4_K *)blk[i];   /* d, dmin and scales sit at the same offsets in both */
+            k4_add_avx2(scm[i], f16c(k->d), f16c(k->dmin), q5, &y[b], fold_pair_zmm(sums[i]), &acc[i], &accm[i]);
+        }
+    }
+    for (int i = 0; i < 4; i++) out[i] = k4_result_avx2(acc[i], accm[i], q5);
+}
+
+#endif
+
 /* k4_rows_avx2 for four weight rows spacing bytes apart and R <= W4_MAX_ROWS activation rows stride
  * bytes apart (DotW4Fn): out[4 r + i] = row i . activation r. Each weight row's chains in the single
  * row's order, a block unpacked once for the R rows (k4_lanes_avx2); four independent weight rows,
  * each asking for its bytes PREFETCH_AHEAD ahead */
 static inline SIMD_INLINE void k4_w4_avx2(const uint8_t *w, size_t spacing, size_t block_bytes, bool q5, const void *a, size_t stride,
                                          const int R, int64_t n, float *out) {
+#if ZMM
+    if (R == 1) {
+        k4_gemv1_w4_zmm(w, spacing, block_bytes, q5, a, n, out);
+        return;
+    }
+#endif
     __m256 acc[4][W4_MAX_ROWS];
     __m128 accm[4][W4_MAX_ROWS];
     #pragma GCC unroll 4
@@ -4835,6 +4945,48 @@ static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a,
     *out = acc - accm;
 }
 
+#if ZMM
+/* q4_K_8x8_gemv_w4_avx2 for one activation row (R = 1, decoding) on AVX-512: the integer sums by
+ * k4_sums_x4_zmm, the mins of the four rows from their scales as words at once, the float steps
+ * the same */
+static inline SIMD_INLINE void q4_K_8x8_gemv1_w4_zmm(const void *w, size_t spacing, const void *a, int64_t n, float *out) {
+    const BlockQ4_K *x[4];
+    for (int i = 0; i < 4; i++) x[i] = (const BlockQ4_K *)((const uint8_t *)w + i * spacing);
+    const BlockQ8_K *y = a;
+    /* min v / 2 of the first (words 0..15) and second (16..31) block of a pair, each twice */
+    const __m512i mins_twice = _mm512_add_epi16(halves16_zmm(8, 24), _mm512_broadcast_i64x4(_mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        const uint8_t *blk[4];
+        uint32_t dm[4];   /* d | dmin << 16 of each row's block */
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            blk[i] = (const uint8_t *)&x[i][b];
+            for (int c = 0; c < 3; c++) _mm_prefetch((const char *)blk[i] + PREFETCH_AHEAD + 64 * c, _MM_HINT_T0);   /* the block's 144 bytes */
+            memcpy(&dm[i], &x[i][b].d, 4);
+        }
+        __m512i A[4], sums[4];
+        k4_act_pairs_zmm(y[b].qs, A);
+        __m512i scm4 = scales_k4_x4_zmm(x[0][b].scales, x[1][b].scales, x[2][b].scales, x[3][b].scales);
+        k4_sums_x4_zmm(blk, false, true, A, scm4, sums);
+        /* the mins: m_j (b_2j + b_2j+1), lanes 0..7 the first block of a pair, 8..15 the second */
+        __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)y[b].bsums));
+        __m512i m01 = _mm512_madd_epi16(_mm512_permutexvar_epi16(mins_twice, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(scm4))), bs);
+        __m512i m23 = _mm512_madd_epi16(_mm512_permutexvar_epi16(mins_twice, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(scm4, 1))), bs);
+        /* as in q4_K_8x8_gemv_w4_avx2 */
+        __m256 f = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_setr_epi32((int)dm[0], (int)dm[1], (int)dm[2], (int)dm[3])),
+                                            _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        __m256 fr = _mm256_mul_ps(f, _mm256_set1_ps(y[b].d));
+        __m128i sumi = hsum4_i32_avx2(fold_pair_zmm(sums[0]), fold_pair_zmm(sums[1]), fold_pair_zmm(sums[2]), fold_pair_zmm(sums[3]));
+        __m128i summ = hsum4_i32_avx2(_mm512_castsi512_si256(m01), _mm512_extracti64x4_epi64(m01, 1), _mm512_castsi512_si256(m23),
+                                      _mm512_extracti64x4_epi64(m23, 1));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sumi), _mm256_castps256_ps128(fr), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), _mm256_extractf128_ps(fr, 1), accm);
+    }
+    _mm_storeu_ps(out, _mm_sub_ps(acc, accm));
+}
+#endif
+
 /* q4_K_8x8_gemv1_avx2 for four weight rows and R <= W4_MAX_ROWS activation rows (DotW4Fn): a block
  * unpacked once for the R rows, its lanes of the four weight rows reduced together, and each
  * activation row's acc and acc_min chains for the four in the lanes of two registers (vector fused
@@ -4843,6 +4995,12 @@ static inline SIMD_INLINE void q4_K_8x8_gemv1_avx2(const void *w, const void *a,
  * runs). */
 static inline SIMD_INLINE void q4_K_8x8_gemv_w4_avx2(const void *w, size_t spacing, const void *a, size_t stride, const int R, int64_t n,
                                                     float *out) {
+#if ZMM
+    if (R == 1) {
+        q4_K_8x8_gemv1_w4_zmm(w, spacing, a, n, out);
+        return;
+    }
+#endif
     const BlockQ4_K *x[4];
     for (int i = 0; i < 4; i++) x[i] = (const BlockQ4_K *)((const uint8_t *)w + i * spacing);
     __m128 acc[W4_MAX_ROWS], accm[W4_MAX_ROWS];
