@@ -1959,12 +1959,16 @@ static void gdn_scan_head(float *S, const float *y, const float *g, const float 
 }
 
 /* Heads are independent, so threads take heads and each runs its rows in order (setting the head's
- * start state first, where the scan does not continue S: in cache just before its rows use it). */
+ * start state first, where the scan does not continue S: in cache just before its rows use it).
+ * A thread takes a contiguous range of heads: with heads taken in turn, each thread's prefetchers
+ * ran on from its head's S (64 KiB) into the next, the other thread's (q4_k_m 32768, zen5, the
+ * stage: prefill 62.6-64.1 -> 35.4-40.4 ms, decode step 0.195-0.221 -> 0.099-0.108, verify
+ * 1.88-2.01 -> 1.25-1.33, preview 2.01-2.11 -> 1.42-1.64). */
 static void gdn_scan_task(void *p, int ith, int nth) {
     const ScanTask *st = p;
     const Config *c = st->c;
     size_t head = (size_t)c->d_state * c->d_state;
-    for (int h = ith; h < c->n_v_heads; h += nth) {
+    for (int h = c->n_v_heads * ith / nth; h < c->n_v_heads * (ith + 1) / nth; h++) {
         if (st->S0) memcpy(st->S + h * head, st->S0 + h * head, head * sizeof(float));
         else if (st->reverse) memset(st->S + h * head, 0, head * sizeof(float));
         gdn_scan_head(st->S, st->y, st->g, st->beta, st->o, st->T, st->reverse, c->n_v_heads, c->n_k_heads, c->d_state,
