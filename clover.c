@@ -2918,7 +2918,7 @@ static void route_task(void *p, int ith, int nth) {
         float *pt = rt->p + (size_t)t * c->n_expert;
         if (rt->softmax) {
             memcpy(pt, rt->logits + (size_t)t * c->n_expert, (size_t)c->n_expert * sizeof(float));
-            softmax(pt, c->n_expert);
+            kernels()->softmax(pt, c->n_expert);
         }
         if (rt->route)
             route_top_k(pt, rt->allowed, c->n_expert, c->n_expert_used, c->expert_weights_scale, rt->sel + (size_t)t * c->n_expert_used,
