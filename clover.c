@@ -4054,6 +4054,42 @@ SIMD static float dot_bf16_tile_avx2(const void *w, const void *a, int64_t n) {
     return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
 }
 
+/* dot_f32_tile_avx2 / dot_bf16_tile_avx2 of one weight row against R activation rows stride bytes
+ * apart (n a multiple of 16, BF16 32): each row's chains as the single dot's, each load of the weight row
+ * serving the R rows (a prompt batch's F32 router and BF16 gates were bound by their loads:
+ * two per multiply-add) */
+static inline SIMD_INLINE void float_tile_rows_avx2(const void *w, bool bf16, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    __m256 acc[MAX_ROWS][2];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    if (bf16) {   /* bf16_pairs_avx2's steps */
+        const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+        for (int64_t i = 0; i < n; i += 32)
+            for (int k = 0; k < 2; k++) {
+                __m256i vx = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i + 16 * k));
+                __m256 xo = _mm256_castsi256_ps(_mm256_and_si256(vx, hi)), xe = _mm256_castsi256_ps(_mm256_slli_epi32(vx, 16));
+                #pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    __m256i vy = _mm256_loadu_si256((const __m256i *)((const uint16_t *)((const uint8_t *)a + r * stride) + i + 16 * k));
+                    acc[r][k] = _mm256_fmadd_ps(xo, _mm256_castsi256_ps(_mm256_and_si256(vy, hi)), acc[r][k]);
+                    acc[r][k] = _mm256_fmadd_ps(xe, _mm256_castsi256_ps(_mm256_slli_epi32(vy, 16)), acc[r][k]);
+                }
+            }
+    } else {
+        for (int64_t i = 0; i < n; i += 16) {
+            __m256 x0 = _mm256_loadu_ps((const float *)w + i), x1 = _mm256_loadu_ps((const float *)w + i + 8);
+            #pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const float *y = (const float *)((const uint8_t *)a + r * stride) + i;
+                acc[r][0] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y), acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y + 8), acc[r][1]);
+            }
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) out[r] = fold8_avx2(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
 /* 8 int32 lanes of q . a for signed bytes q and a, lane l = elements 4l..4l+3 (ggml's
  * mul_sum_i8_pairs): |q| times a with q's sign, as unsigned x signed products; one instruction
  * where the build targets AVX512-VNNI, maddubs + madd otherwise (same sums: nothing saturates). */
@@ -5729,6 +5765,24 @@ static inline SIMD_INLINE void rows_by_four_avx2(KRowsFn *k, const void *w, cons
     }
 }
 
+static inline SIMD_INLINE void f32_tile_k_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    float_tile_rows_avx2(w, false, a, stride, R, n, out);
+}
+static inline SIMD_INLINE void bf16_tile_k_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
+    float_tile_rows_avx2(w, true, a, stride, R, n, out);
+}
+/* (rows not a multiple of 32 long: the single dots, which take the row order then) */
+SIMD static void rows_f32_tile_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    if (n % 16) for (int r = 0; r < R; r++) out[r] = dot_f32_tile_avx2(w, (const uint8_t *)a + r * stride, n);
+    else if (ZMM) rows_upto_eight_avx2(f32_tile_k_rows_avx2, w, a, stride, R, n, out);
+    else rows_by_four_avx2(f32_tile_k_rows_avx2, w, a, stride, R, n, out);
+}
+SIMD static void rows_bf16_tile_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
+    if (n % 32) for (int r = 0; r < R; r++) out[r] = dot_bf16_tile_avx2(w, (const uint8_t *)a + r * stride, n);
+    else if (ZMM) rows_upto_eight_avx2(bf16_tile_k_rows_avx2, w, a, stride, R, n, out);
+    else rows_by_four_avx2(bf16_tile_k_rows_avx2, w, a, stride, R, n, out);
+}
+
 SIMD static void rows_q4_K_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     if (ZMM) rows_upto_eight_avx2(q4_K_rows_avx2, w, a, stride, R, n, out);
     else rows_by_four_avx2(q4_K_rows_avx2, w, a, stride, R, n, out);
@@ -6508,7 +6562,7 @@ static const Kernels KERNELS_AVX2 = {
     .dot = {dot_f32_avx2, dot_f32_tile_avx2, dot_f16_avx2, dot_f16_tile_avx2, dot_bf16_avx2, dot_bf16_tile_avx2,
             dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_0_8x8_avx2, dot_q4_K_avx2, dot_q4_K_8x8_avx2, dot_q4_K_8x8_gemm_avx2,
             dot_q5_K_avx2, dot_q6_K_avx2},
-    .dot_rows = {[K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2,
+    .dot_rows = {[K_F32_TILE] = rows_f32_tile_avx2, [K_BF16_TILE] = rows_bf16_tile_avx2, [K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2,
                  [K_Q4_K] = rows_q4_K_avx2, [K_Q4_K_8X8] = rows_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = rows_q4_K_8x8_gemm_avx2,
                  [K_Q5_K] = rows_q5_K_avx2, [K_Q6_K] = rows_q6_K_avx2},
     .dot_w4 = {[K_Q8_0] = dot_w4_q8_0_avx2, [K_Q4_0] = dot_w4_q4_0_avx2, [K_Q4_0_8X8] = dot_w4_q4_0_8x8_avx2,
