@@ -4822,7 +4822,6 @@ static inline SIMD_INLINE void k4_gemv1_w4_zmm(const uint8_t *w, size_t spacing,
     }
     for (int i = 0; i < 4; i++) out[i] = k4_result_avx2(acc[i], accm[i], q5);
 }
-
 #endif
 
 /* k4_rows_avx2 for four weight rows spacing bytes apart and R <= W4_MAX_ROWS activation rows stride
@@ -5771,7 +5770,7 @@ static inline SIMD_INLINE void f32_tile_k_rows_avx2(const void *w, const void *a
 static inline SIMD_INLINE void bf16_tile_k_rows_avx2(const void *w, const void *a, size_t stride, const int R, int64_t n, float *out) {
     float_tile_rows_avx2(w, true, a, stride, R, n, out);
 }
-/* (rows not a multiple of 32 long: the single dots, which take the row order then) */
+/* (a length the tile order does not cover, not a multiple of 16 (F32) or 32 (BF16): the single dots) */
 SIMD static void rows_f32_tile_avx2(const void *w, const void *a, size_t stride, int R, int64_t n, float *out) {
     if (n % 16) for (int r = 0; r < R; r++) out[r] = dot_f32_tile_avx2(w, (const uint8_t *)a + r * stride, n);
     else if (ZMM) rows_upto_eight_avx2(f32_tile_k_rows_avx2, w, a, stride, R, n, out);
@@ -6562,7 +6561,8 @@ static const Kernels KERNELS_AVX2 = {
     .dot = {dot_f32_avx2, dot_f32_tile_avx2, dot_f16_avx2, dot_f16_tile_avx2, dot_bf16_avx2, dot_bf16_tile_avx2,
             dot_q8_0_avx2, dot_q4_0_avx2, dot_q4_0_8x8_avx2, dot_q4_K_avx2, dot_q4_K_8x8_avx2, dot_q4_K_8x8_gemm_avx2,
             dot_q5_K_avx2, dot_q6_K_avx2},
-    .dot_rows = {[K_F32_TILE] = rows_f32_tile_avx2, [K_BF16_TILE] = rows_bf16_tile_avx2, [K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2,
+    .dot_rows = {[K_F32_TILE] = rows_f32_tile_avx2, [K_BF16_TILE] = rows_bf16_tile_avx2,
+                 [K_Q8_0] = rows_q8_0_avx2, [K_Q4_0] = rows_q4_0_avx2, [K_Q4_0_8X8] = rows_q4_0_8x8_avx2,
                  [K_Q4_K] = rows_q4_K_avx2, [K_Q4_K_8X8] = rows_q4_K_8x8_avx2, [K_Q4_K_8X8_GEMM] = rows_q4_K_8x8_gemm_avx2,
                  [K_Q5_K] = rows_q5_K_avx2, [K_Q6_K] = rows_q6_K_avx2},
     .dot_w4 = {[K_Q8_0] = dot_w4_q8_0_avx2, [K_Q4_0] = dot_w4_q4_0_avx2, [K_Q4_0_8X8] = dot_w4_q4_0_8x8_avx2,
