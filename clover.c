@@ -4003,15 +4003,6 @@ SIMD static float dot_f16_avx2(const void *w, const void *a, int64_t n) {
     return (float)sum;
 }
 
-SIMD static float dot_f32_tile_avx2(const void *w, const void *a, int64_t n) {
-    if (n % 16) return dot_f32_avx2(w, a, n);
-    const float *x = w, *y = a;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < n; i += 16)
-        for (int r = 0; r < 2; r++) acc[r] = _mm256_fmadd_ps(load_f32_avx2(x + i + 8 * r), load_f32_avx2(y + i + 8 * r), acc[r]);
-    return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
-}
-
 SIMD static float dot_f16_tile_avx2(const void *w, const void *a, int64_t n) {
     if (n % 16) return dot_f16_avx2(w, a, n);
     const uint16_t *x = w, *y = a;
@@ -4046,18 +4037,10 @@ SIMD static float dot_bf16_avx2(const void *w, const void *a, int64_t n) {
     return (float)sum;
 }
 
-SIMD static float dot_bf16_tile_avx2(const void *w, const void *a, int64_t n) {
-    if (n % 32) return dot_bf16_avx2(w, a, n);
-    const uint16_t *x = w, *y = a;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < n; i += 32) bf16_pairs_avx2(acc, x + i, y + i);
-    return fold8_avx2(_mm256_add_ps(acc[0], acc[1]));
-}
-
-/* dot_f32_tile_avx2 / dot_bf16_tile_avx2 of one weight row against R activation rows stride bytes
- * apart (n a multiple of 16, BF16 32): each row's chains as the single dot's, each load of the weight row
- * serving the R rows (a prompt batch's F32 router and BF16 gates were bound by their loads:
- * two per multiply-add) */
+/* The tile order's F32 and BF16 dots (n a multiple of 16, BF16 32) of one weight row against R
+ * activation rows stride bytes apart: per row two 8-lane chains over the pieces of 16 (BF16:
+ * bf16_pairs_avx2's steps), folded by fold8; each load of the weight row serves the R rows (a
+ * prompt batch's F32 router and BF16 gates were bound by their loads: two per multiply-add) */
 static inline SIMD_INLINE void float_tile_rows_avx2(const void *w, bool bf16, const void *a, size_t stride, const int R, int64_t n, float *out) {
     __m256 acc[MAX_ROWS][2];
     #pragma GCC unroll 8
@@ -4088,6 +4071,20 @@ static inline SIMD_INLINE void float_tile_rows_avx2(const void *w, bool bf16, co
     }
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++) out[r] = fold8_avx2(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
+/* the single dots of the tile order: one activation row (lengths it does not cover: the row order) */
+SIMD static float dot_f32_tile_avx2(const void *w, const void *a, int64_t n) {
+    if (n % 16) return dot_f32_avx2(w, a, n);
+    float o;
+    float_tile_rows_avx2(w, false, a, 0, 1, n, &o);
+    return o;
+}
+SIMD static float dot_bf16_tile_avx2(const void *w, const void *a, int64_t n) {
+    if (n % 32) return dot_bf16_avx2(w, a, n);
+    float o;
+    float_tile_rows_avx2(w, true, a, 0, 1, n, &o);
+    return o;
 }
 
 /* 8 int32 lanes of q . a for signed bytes q and a, lane l = elements 4l..4l+3 (ggml's
@@ -4803,22 +4800,21 @@ static inline SIMD_INLINE void k4_gemv1_w4_zmm(const uint8_t *w, size_t spacing,
     for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps(), accm[i] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         const uint8_t *blk[4];
+        const BlockQ4_K *k[4];   /* d, dmin and scales sit at the same offsets in Q5_K */
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             blk[i] = w + i * spacing + (size_t)b * block_bytes;
+            k[i] = (const BlockQ4_K *)blk[i];
             for (size_t c = 0; c < block_bytes; c += 64) _mm_prefetch((const char *)blk[i] + PREFETCH_AHEAD + c, _MM_HINT_T0);
         }
         __m512i A[4], sums[4];
         k4_act_pairs_zmm(y[b].qs, A);
-        __m512i scm4 = scales_k4_x4_zmm(blk[0] + 4, blk[1] + 4, blk[2] + 4, blk[3] + 4);
+        __m512i scm4 = scales_k4_x4_zmm(k[0]->scales, k[1]->scales, k[2]->scales, k[3]->scales);
         k4_sums_x4_zmm(blk, q5, false, A, scm4, sums);
         __m128i scm[4];   /* each block's, as scales_k4_avx2 gives it */
         _mm512_storeu_si512((void *)scm, scm4);
         #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            const BlockQ4_K *k = (const BlockQ4_K *)blk[i];   /* d, dmin and scales sit at the same offsets in both */
-            k4_add_avx2(scm[i], f16c(k->d), f16c(k->dmin), q5, &y[b], fold_pair_zmm(sums[i]), &acc[i], &accm[i]);
-        }
+        for (int i = 0; i < 4; i++) k4_add_avx2(scm[i], f16c(k[i]->d), f16c(k[i]->dmin), q5, &y[b], fold_pair_zmm(sums[i]), &acc[i], &accm[i]);
     }
     for (int i = 0; i < 4; i++) out[i] = k4_result_avx2(acc[i], accm[i], q5);
 }
