@@ -2512,6 +2512,14 @@ static size_t fa_thread_floats(const Config *c) {
  * takes the split path (else all of them, chunk 0): with flash attention by fa_chunk, finished into
  * ao and ao_gated, or, a split row's chunk, its results into s->fa (fa_merge); without, by attend
  * (sc: its scores). */
+/* The keys [j0, j1) of row t that chunk ch of C holds: a split row's chunk of its cells (llama.cpp's
+ * chunks, by the thread count; the last may hold few keys or none), else all of them in chunk 0 */
+static void fa_job_keys(const AttnTask *at, int t, int ch, int C, int *j0, int *j1) {
+    int n = fa_row_keys(at, t), chunk = fa_splits(at, t) ? (fa_cells(n) + C - 1) / C : ch == 0 ? n : 0;
+    *j0 = ch * chunk < n ? ch * chunk : n;
+    *j1 = *j0 + chunk < n ? *j0 + chunk : n;
+}
+
 static void attend_heads(const AttnTask *at, const FaScratch *w, int t, int t0, int ch, int C, int h0, int h1, float *sc) {
     const Config *c = &at->ctx->m->c;
     Scratch *s = &at->ctx->sc;
@@ -2527,8 +2535,9 @@ static void attend_heads(const AttnTask *at, const FaScratch *w, int t, int t0, 
         return;
     }
     bool split = fa_splits(at, t);
-    int chunk = split ? (fa_cells(n) + C - 1) / C : n, j0 = ch * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
-    if (j0 >= j1 || (!split && ch > 0)) return;
+    int j0, j1;
+    fa_job_keys(at, t, ch, C, &j0, &j1);
+    if (j0 >= j1) return;
     float M[FA_HEADS], S[FA_HEADS];
     for (int h = h0; h < h1; h++) store_as(fa_type(at->k_type), w->qr + (size_t)(h - h0) * hd, q + (size_t)h * 2 * hd, hd);
     fa_chunk(at, w, h0, h1 - h0, at->K, (size_t)kvd * kb, at->V, (size_t)kvd * vb, j0, j1, hd, w->acc, M, S);
@@ -2564,25 +2573,38 @@ static void attn_task(void *p, int ith, int nth) {
     }
     /* The other paths by rows, up to FA_STEP_ROWS at a time, in jobs of one row, one chunk of its
      * keys (the split path's, else all of them) and G of its heads, as many heads as leave every
-     * thread a job: in a decoding step each thread takes a chunk of the keys for all the heads, and
-     * so reads whole rows of the cache (by kv head, each thread fetched its half of every row while
-     * the prefetchers brought in the other half beside it). A split row's chunks are merged once
-     * every thread is past its jobs. */
+     * thread a job, at most 4 where rows split. Each thread takes a run of the jobs in that order
+     * holding about its share of their keys x heads: a split row's chunks are llama.cpp's, and the
+     * last may hold far fewer keys than the others (at 544 keys and 2 threads, 384 and 160; with a
+     * chunk a thread, one thread's attention took 2.4x the other's). So a thread mostly reads whole
+     * rows of the cache (by kv head, each thread fetched its half of every row while the
+     * prefetchers brought in the other half beside it). A split row's chunks are merged once every
+     * thread is past its jobs. */
     float *vacc = s->vacc + (size_t)ith * 64 * hd;
     int barriers = 0;
     for (int t0 = 0; t0 < at->T; t0 += FA_STEP_ROWS) {
         int R = at->T - t0 < FA_STEP_ROWS ? at->T - t0 : FA_STEP_ROWS;
         bool any_split = fa_splits(at, t0 + R - 1);   /* (the last row sees the most keys) */
         int C = any_split && at->ctx->fa_threads > 1 ? at->ctx->fa_threads : 1;
-        int P = (nth + R * C - 1) / (R * C), P_min = (c->n_head + FA_HEADS - 1) / FA_HEADS;
+        int P = (nth + R * C - 1) / (R * C), P_min = C > 1 ? (c->n_head + 3) / 4 : (c->n_head + FA_HEADS - 1) / FA_HEADS;
         P = P < P_min ? P_min : P > c->n_head ? c->n_head : P;
         int G = (c->n_head + P - 1) / P;
         uint16_t *acc16 = (uint16_t *)(vacc + (size_t)G * hd);
         FaScratch w = {vacc, acc16, acc16 + (size_t)G * hd, acc16 + 2 * (size_t)G * hd};
-        for (int job = ith; job < R * C * P; job += nth) {
-            int t = t0 + job / (C * P), h0 = job % P * G, h1 = h0 + G < c->n_head ? h0 + G : c->n_head;
-            if (h0 < h1) attend_heads(at, &w, t, t0, job / P % C, C, h0, h1, s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx));
-        }
+        int64_t work = 0, before = 0;   /* keys x heads: of all the jobs, of those before this one */
+        for (int pass = 0; pass < 2; pass++)
+            for (int job = 0; job < R * C * P; job++) {
+                int t = t0 + job / (C * P), ch = job / P % C, h0 = job % P * G, h1 = h0 + G < c->n_head ? h0 + G : c->n_head, j0, j1;
+                fa_job_keys(at, t, ch, C, &j0, &j1);
+                int64_t w_job = h1 > h0 ? (int64_t)(j1 - j0) * (h1 - h0) : 0;
+                if (pass == 0) {
+                    work += w_job;
+                    continue;
+                }
+                bool mine = (2 * before + w_job) * nth / (2 * work) == ith;   /* the job's middle in this thread's share */
+                before += w_job;
+                if (mine && w_job > 0) attend_heads(at, &w, t, t0, ch, C, h0, h1, s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx));
+            }
         if (!any_split) continue;
         work_done(at->sync);   /* every chunk's results written */
         work_wait(at->sync, nth * ++barriers);
