@@ -2508,10 +2508,6 @@ static size_t fa_thread_floats(const Config *c) {
     return parts > fa_tiled_floats(c) ? parts : fa_tiled_floats(c);
 }
 
-/* Heads h0..h1-1 of row t (in rows t0.. of the batch) over chunk ch of C of the row's keys where it
- * takes the split path (else all of them, chunk 0): with flash attention by fa_chunk, finished into
- * ao and ao_gated, or, a split row's chunk, its results into s->fa (fa_merge); without, by attend
- * (sc: its scores). */
 /* The keys [j0, j1) of row t that chunk ch of C holds: a split row's chunk of its cells (llama.cpp's
  * chunks, by the thread count; the last may hold few keys or none), else all of them in chunk 0 */
 static void fa_job_keys(const AttnTask *at, int t, int ch, int C, int *j0, int *j1) {
@@ -2520,6 +2516,10 @@ static void fa_job_keys(const AttnTask *at, int t, int ch, int C, int *j0, int *
     *j1 = *j0 + chunk < n ? *j0 + chunk : n;
 }
 
+/* Heads h0..h1-1 of row t (in rows t0.. of the batch) over chunk ch of C of the row's keys where it
+ * takes the split path (else all of them, chunk 0): with flash attention by fa_chunk, finished into
+ * ao and ao_gated, or, a split row's chunk, its results into s->fa (fa_merge); without, by attend
+ * (sc: its scores). */
 static void attend_heads(const AttnTask *at, const FaScratch *w, int t, int t0, int ch, int C, int h0, int h1, float *sc) {
     const Config *c = &at->ctx->m->c;
     Scratch *s = &at->ctx->sc;
