@@ -2591,20 +2591,16 @@ static void attn_task(void *p, int ith, int nth) {
         int G = (c->n_head + P - 1) / P;
         uint16_t *acc16 = (uint16_t *)(vacc + (size_t)G * hd);
         FaScratch w = {vacc, acc16, acc16 + (size_t)G * hd, acc16 + 2 * (size_t)G * hd};
-        int64_t work = 0, before = 0;   /* keys x heads: of all the jobs, of those before this one */
-        for (int pass = 0; pass < 2; pass++)
-            for (int job = 0; job < R * C * P; job++) {
-                int t = t0 + job / (C * P), ch = job / P % C, h0 = job % P * G, h1 = h0 + G < c->n_head ? h0 + G : c->n_head, j0, j1;
-                fa_job_keys(at, t, ch, C, &j0, &j1);
-                int64_t w_job = h1 > h0 ? (int64_t)(j1 - j0) * (h1 - h0) : 0;
-                if (pass == 0) {
-                    work += w_job;
-                    continue;
-                }
-                bool mine = (2 * before + w_job) * nth / (2 * work) == ith;   /* the job's middle in this thread's share */
-                before += w_job;
-                if (mine && w_job > 0) attend_heads(at, &w, t, t0, ch, C, h0, h1, s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx));
-            }
+        int64_t work = 0, before = 0;   /* keys x heads: of all the jobs (a row's chunks hold its keys), of those before this one */
+        for (int t = t0; t < t0 + R; t++) work += (int64_t)fa_row_keys(at, t) * c->n_head;
+        for (int job = 0; job < R * C * P; job++) {
+            int t = t0 + job / (C * P), ch = job / P % C, h0 = job % P * G, h1 = h0 + G < c->n_head ? h0 + G : c->n_head, j0, j1;
+            fa_job_keys(at, t, ch, C, &j0, &j1);
+            int64_t w_job = h1 > h0 ? (int64_t)(j1 - j0) * (h1 - h0) : 0;
+            bool mine = (2 * before + w_job) * nth / (2 * work) == ith;   /* the job's middle in this thread's share */
+            before += w_job;
+            if (mine && w_job > 0) attend_heads(at, &w, t, t0, ch, C, h0, h1, s->att + (size_t)ith * att_stride(at->ctx->st.n_ctx));
+        }
         if (!any_split) continue;
         work_done(at->sync);   /* every chunk's results written */
         work_wait(at->sync, nth * ++barriers);
