@@ -256,6 +256,36 @@ __device__ Vec16 load16(const uint8_t *p) { return load_vec<Vec16>(p); }
 struct alignas(8) W2 { uint32_t w[2]; };   // 8 bytes, one 64-bit load (8-byte aligned)
 __device__ W2 load8(const uint8_t *p) { return load_vec<W2>(p); }
 
+// Asynchronous copies from device memory to shared memory (cp.async, sm_80 on): a thread issues
+// 16-byte copies (both addresses 16-byte aligned), closes what it issued into a group
+// (copies_commit), and later waits until all but its newest N groups have landed (copies_wait<N>),
+// computing meanwhile. The bytes stay in flight without registers to hold them, so that a kernel
+// can keep several units of its weights coming while it works on one (mma_rows). A lane sees only
+// its own copies at its wait: the others' after a barrier (__syncwarp). The emulation poisons the
+// destination at the issue and fills it at the wait, so a read that comes too early shows.
+__device__ void copy16_async(void *dst, const uint8_t *src) {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+#elif defined(CLOVER_EMU)
+    Vec16 v = load16(src);
+    emu_copy16_async(dst, &v);
+#endif
+}
+__device__ void copies_commit(void) {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#elif defined(CLOVER_EMU)
+    emu_copies_commit();
+#endif
+}
+template <int N> __device__ void copies_wait(void) {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#elif defined(CLOVER_EMU)
+    emu_copies_wait(N);
+#endif
+}
+
 // ================================================================================================
 // 4. Reductions: a warp's 32 values folded by xor butterfly (offsets 16, 8, 4, 2, 1), so every lane
 //    ends with the same bits, in an order fixed by the lane numbers alone. A block of 32*W threads
@@ -465,7 +495,7 @@ __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
 //   d:     [unit][row] float                   (n / 4 bytes)
 // A block has MMA_WARPS warps of 8 weight rows each.
 enum { MMA_M = 16, MMA_WARPS = 4, MMA_ROWS = 8 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024, MMA_MAX_PAIRS = 4096 };
-static size_t mma_tile_bytes(int64_t n) { return (size_t)n * 18 + (size_t)n / 4; }
+__host__ __device__ size_t mma_tile_bytes(int64_t n) { return (size_t)n * 18 + (size_t)n / 4; }
 // byte offsets in the tile: row r's 32 bytes of group j of unit u; its 16 bsums of unit u; its d of unit u
 __device__ size_t tile_q_at(int u, int j, int r) { return ((size_t)(8 * u + j) * MMA_M + r) * 32; }
 __device__ size_t tile_bsums_at(int64_t n, int u, int r) { return 16 * (size_t)n + ((size_t)u * MMA_M + r) * 32; }
@@ -715,22 +745,26 @@ template <bool Q5> struct DotK4 {
         acc = fmaf(p.d * da, (float)si, acc);
         accm = fmaf(p.dmin * da, (float)sm, accm);
     }
-    // The batch form (matmul_mma_kernel): unit u of weight rows o0..o0+7 against the tile's 16 rows,
-    // an mma a sub-block j, B = row o0 + g's values of j at piece tile_piece(j, t) (nibble j%2 of the
-    // qs bytes 32 (j/2) + 8 piece.., Q5_K's bit j of qh bytes 8 piece.. as bit 4): a lane loads 16
-    // bytes of qs for four sub-blocks and swaps half of them with lane t^2 (tile_piece). This lane's
-    // cells e (tile row g + 8 (e/2), weight row o0 + 2t + e%2) then add sc_j times the mma's sum and
-    // m_j (bsum_2j + bsum_2j+1): the unit's integer sums of add, and its fmaf into acc[e] and accm[e].
-    // upper false (at most 8 tile rows): the cells of rows g + 8 are not computed.
-    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *xs, int64_t n, bool upper, float acc[4], float accm[4]) {
-        constexpr size_t BB = Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+    // The batch form (matmul_mma_kernel): unit u of weight rows o0..o0+7, staged in shared memory
+    // as ws (their blocks one after another, STAGED bytes each: stage_unit), against the tile's 16
+    // rows, an mma a sub-block j, B = row o0 + g's values of j at piece tile_piece(j, t) (nibble j%2
+    // of the qs bytes 32 (j/2) + 8 piece.., Q5_K's bit j of qh bytes 8 piece.. as bit 4): a lane
+    // loads 16 bytes of qs for four sub-blocks and swaps half of them with lane t^2 (tile_piece).
+    // This lane's cells e (tile row g + 8 (e/2), weight row o0 + 2t + e%2) then add sc_j times the
+    // mma's sum and m_j (bsum_2j + bsum_2j+1): the unit's integer sums of add, and its fmaf into
+    // acc[e] and accm[e]. upper false (at most 8 tile rows): the cells of rows g + 8 are not computed.
+    // (Blocks of 144 or 176 bytes, 36 or 44 words: the 8 rows start in 8 different groups of 4 banks,
+    // so that the header and qs loads meet no bank twice more than their bytes ask.)
+    static constexpr int STAGED = Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+    __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int, int i) { return m.data + r * m.row_bytes + (size_t)u * STAGED + 16 * i; }
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[4], float accm[4]) {
         int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
         bool on = o0 + g < m.n_out;
-        const uint8_t *b = m.data + (o0 + g) * m.row_bytes + (size_t)u * BB;
+        const uint8_t *b = ws + g * STAGED;
         Vec16 h[2], bs[2][2] = {};   // the headers of weight rows o0 + 2t (+1); tile rows g and g + 8's bsums
         for (int e = 0; e < 2; e++) {
             int64_t o = o0 + 2 * t + e;
-            h[e] = o < m.n_out ? load16(m.data + o * m.row_bytes + (size_t)u * BB) : Vec16{};
+            h[e] = o < m.n_out ? load16(ws + (2 * t + e) * STAGED) : Vec16{};
             const uint8_t *p = xs + tile_bsums_at(n, u, g + 8 * e);
             if (e == 0 || upper) bs[e][0] = load16(p), bs[e][1] = load16(p + 16);
         }
@@ -804,15 +838,22 @@ struct DotQ6_K {
     // piece tile_piece(j, t) of the 32 at 128h + 32k (sub-block j = 4h + k), which hold two scale
     // groups, 2j (pieces 0 and 1: lanes t%2 = 0) and 2j + 1: two mmas a sub-block, each with the
     // other group's lanes zero. A lane loads the 16 bytes of its two pieces (ql, qh) and takes one.
-    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *xs, int64_t n, bool upper, float acc[4], float *) {
+    // Staged (ws), a row's unit is its ql, qh and scales, 208 bytes (52 words: the 8 rows start in 8
+    // different groups of 4 banks); the scale d comes from device memory.
+    static constexpr int STAGED = 128 + 64 + 16;
+    __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int nu, int i) {
+        const uint8_t *row = m.data + r * m.row_bytes;
+        return i < 8 ? row + 128 * (size_t)u + 16 * i : i < 12 ? row + 128 * (size_t)nu + 64 * (size_t)u + 16 * (i - 8) : row + 192 * (size_t)nu + 16 * (size_t)u;
+    }
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[4], float *) {
         int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4, nu = (int)(n / UNIT);
         bool on = o0 + g < m.n_out;
-        const uint8_t *row = m.data + (o0 + g) * m.row_bytes;   // [ql: 128 a block][qh: 64][scales: 16]
+        const uint8_t *row = ws + g * STAGED;   // [ql: 128][qh: 64][scales: 16]
         Vec16 sc[2];   // the scales of weight rows o0 + 2t (+1)
         float d[2];
         for (int e = 0; e < 2; e++) {
             int64_t o = o0 + 2 * t + e;
-            sc[e] = o < m.n_out ? load16(m.data + o * m.row_bytes + 192 * (size_t)nu + 16 * (size_t)u) : Vec16{};
+            sc[e] = o < m.n_out ? load16(ws + (2 * t + e) * STAGED + 192) : Vec16{};
             d[e] = o < m.n_out ? fp16_to_fp32(m.scales[o * nu + u]) : 0.0f;
         }
         int si[4] = {0, 0, 0, 0};
@@ -820,8 +861,8 @@ struct DotQ6_K {
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             int h = j / 4, k = j % 4, s = k / 2;   // (s: half (j/2) % 2)
-            if (k < 2) pieces_by_half(on ? load16(row + 128 * (size_t)u + 64 * h + 32 * k + 16 * (t & 1)) : Vec16{}, t, ql[k]);
-            if (k == 0) pieces_by_half(on ? load16(row + 128 * (size_t)nu + 64 * (size_t)u + 32 * h + 16 * (t & 1)) : Vec16{}, t, qh);
+            if (k < 2) pieces_by_half(on ? load16(row + 64 * h + 32 * k + 16 * (t & 1)) : Vec16{}, t, ql[k]);
+            if (k == 0) pieces_by_half(on ? load16(row + 128 + 32 * h + 16 * (t & 1)) : Vec16{}, t, qh);
             uint32_t lo[2], hi[2], a[4];
             for (int i = 0; i < 2; i++) {
                 uint32_t q = ((ql[k % 2][s].w[i] >> 4 * (k / 2)) & 0x0f0f0f0f) | ((qh[s].w[i] >> 2 * k) & 0x03030303) << 4;
@@ -1011,9 +1052,10 @@ __device__ bool last_block(unsigned *count, unsigned blocks) {
 
 // The K-quant batches on the tensor cores (verify, preview, prefill: every dense matrix, the LM
 // head of a Q4_K_M model and the experts): a block takes a tile of MMA_M activation rows (tile_rows),
-// staged once in shared memory (stage_tile), and MMA_ROWS weight rows, a warp 8 of them; for each
-// unit the warp's mmas give every (activation row, weight row) pair its integer sums at once
-// (D::mma_add), which the matvec lanes add up by shuffles. The float steps are row_dot's: slot s of
+// staged once in shared memory (stage_tile), and MMA_ROWS weight rows, a warp 8 of them, which come
+// through shared memory a unit at a time (stage_unit, a few units ahead); for each unit the warp's
+// mmas give every (activation row, weight row) pair its integer sums at once (D::mma_add), which the
+// matvec lanes add up by shuffles. The float steps are row_dot's: slot s of
 // slots = lanes_per_row / LPB takes units s, s + slots, ... (here acc[0] is always the slot of the
 // next unit: the slots rotate after each), then the halving fold. So a row's bits are
 // matvec_kernel's, whatever the batch.
@@ -1030,15 +1072,47 @@ __device__ void fold_slots(float a[4][4], int slots) {
         if (slots >= 2) a[0][e] += a[1][e];
     }
 }
-// A warp's 8 weight rows o0.. of m against the staged tile, units u0, u0 + du, ...: this lane's cells
-// e (tile row g + 8 (e/2), weight row o0 + 2t + e%2) as row_dot's slots hold them, acc[k] the slot of
-// unit u0 + k du (the slots rotating; slots 1: one, a split batch's block) (upper false: the tile's
-// rows are at most 8, and the cells of rows g + 8 are left out)
+// The weights reach the tensor cores through shared memory: each warp stages unit u of its 8 weight
+// rows (8 x D::STAGED bytes, by its lanes, 16 bytes an asynchronous copy) in one of MMA_STAGES
+// buffers of its own, MMA_STAGES - 1 units ahead of the one its mmas work on. A load into registers
+// holds its thread until the bytes come back (~600 ns from HBM), so that the 512 threads an SM holds
+// keep some 16 KB in flight, which reads ~3.6 TB/s of the H200's 4.8; the staged units stay in
+// flight while the mmas run, two of them a warp (~2.3 KB), ~37 KB an SM. Rows past the matrix are
+// not copied (mma_add does not read them).
+enum { MMA_STAGES = 3 };
+template <typename D> __device__ void stage_unit(const Mat &m, int64_t o0, int u, uint8_t *ws) {
+    constexpr int P = D::STAGED / 16;   // 16-byte pieces of a row
+    int nu = (int)(m.n_in / D::UNIT);
+    for (int i = threadIdx.x % WARP; i < 8 * P; i += WARP)
+        if (o0 + i / P < m.n_out) copy16_async(ws + 16 * i, D::staged_piece(m, o0 + i / P, u, nu, i % P));
+}
+// bytes of dynamic shared memory of a tensor-core block: the tile of rows of n values, then each
+// warp's weight stages
+template <typename D> __host__ __device__ size_t mma_smem_bytes(int64_t n) { return mma_tile_bytes(n) + (size_t)MMA_WARPS * MMA_STAGES * 8 * D::STAGED; }
+template <typename D> __device__ uint8_t *warp_stages(uint8_t *smem, int64_t n) { return smem + mma_tile_bytes(n) + (size_t)(threadIdx.x / WARP) * MMA_STAGES * 8 * D::STAGED; }
+
+// A warp's 8 weight rows o0.. of m against the staged tile, units u0, u0 + du, ..., through its
+// weight stages ws: this lane's cells e (tile row g + 8 (e/2), weight row o0 + 2t + e%2) as row_dot's
+// slots hold them, acc[k] the slot of unit u0 + k du (the slots rotating; slots 1: one, a split
+// batch's block) (upper false: the tile's rows are at most 8, and the cells of rows g + 8 are left
+// out). Unit k is waited for, and the warp meets (then no lane still reads unit k - 1's stage, which
+// takes unit k + MMA_STAGES - 1); a group is committed every turn, empty or not, so that the wait
+// always leaves the newest MMA_STAGES - 2 groups coming.
 template <typename D>
-__device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, int u0, int du, int slots, bool upper, float acc[4][4], float accm[4][4]) {
-    int nu = (int)(m.n_in / D::UNIT), k = 0;
-    for (int u = u0; u < nu; u += du, k++) {
-        D::mma_add(m, o0, u, xs, m.n_in, upper, acc[0], accm[0]);
+__device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, uint8_t *ws, int u0, int du, int slots, bool upper, float acc[4][4], float accm[4][4]) {
+    constexpr size_t SB = 8 * D::STAGED;   // a stage
+    int nu = (int)(m.n_in / D::UNIT), K = u0 < nu ? (nu - u0 + du - 1) / du : 0, k = 0;   // K: the warp's units
+    for (int s = 0; s < MMA_STAGES - 1; s++) {
+        if (s < K) stage_unit<D>(m, o0, u0 + s * du, ws + s * SB);
+        copies_commit();
+    }
+    for (; k < K; k++) {
+        copies_wait<MMA_STAGES - 2>();
+        __syncwarp();
+        int ahead = k + MMA_STAGES - 1;
+        if (ahead < K) stage_unit<D>(m, o0, u0 + ahead * du, ws + ahead % MMA_STAGES * SB);
+        copies_commit();
+        D::mma_add(m, o0, u0 + k * du, ws + k % MMA_STAGES * SB, xs, m.n_in, upper, acc[0], accm[0]);
         rotate_slots(acc, slots), rotate_slots(accm, slots);
     }
     for (; k % slots; k++) rotate_slots(acc, slots), rotate_slots(accm, slots);   // back to slot 0
@@ -1084,7 +1158,8 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 4) matmul_mma_kernel(MatList
     __syncthreads();
     int64_t o0 = (int64_t)(rb - b0) * MMA_ROWS + 8 * (threadIdx.x / WARP);
     float acc[4][4] = {}, accm[4][4] = {}, v[4];   // [slot][cell]
-    if (tr.e >= 0 && o0 < m.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, s, sp.split, sp.split > 1 ? 1 : slots, tr.R > MMA_M / 2, acc, accm);
+    if (tr.e >= 0 && o0 < m.n_out)
+        mma_rows<D>(expert(&m, tr.e), o0, xs, warp_stages<D>(xs, m.n_in), s, sp.split, sp.split > 1 ? 1 : slots, tr.R > MMA_M / 2, acc, accm);
     if (sp.split > 1) {   // this slot's cells to part, the last of the row block's slots folds them all
         size_t at = (size_t)blockIdx.y * L.first[L.n] + rb;
         float *own = sp.part + ((at * sp.split + s) * MMA_WARPS * WARP + threadIdx.x) * 8;
@@ -1147,20 +1222,24 @@ static Rider riders(const Mat *const w[], int n, const float *x, float *const y[
 static bool rounds_in_block(uint32_t dt, int64_t n) { return dt != T_F32 && act_bytes(dt, n) <= MAX_ROUNDED; }
 
 // Whether a batch's rows (T > 1) of weight type t and row length n go to the tensor cores: the type
-// has a batch form (D::MMA) and a tile of rows fits in shared memory (rows of up to ~11,000 values)
+// has a batch form (D::MMA) and a tile of rows with the weight stages fits in shared memory (rows
+// of up to ~10,000 values)
 static bool mma_batch(uint32_t t, int64_t n) {
     bool mma = false;
-    by_type(t, "mma_batch", [&](auto d) { mma = decltype(d)::MMA; });
-    return mma && mma_tile_bytes(n) <= MMA_MAX_TILE;
+    by_type(t, "mma_batch", [&](auto d) {
+        using D = decltype(d);
+        if constexpr (D::MMA) mma = mma_smem_bytes<D>(n) <= MMA_MAX_TILE;
+    });
+    return mma;
 }
 
-// The launch of mma kernel k (matmul_mma_kernel, swiglu_mma_kernel): MMA_WARPS warps a block, the
-// tile of rows of n values in dynamic shared memory (past 48 KiB by k's opt-in, to MMA_MAX_TILE for
-// every one of them alike)
-template <typename... P> static cudaLaunchConfig_t mma_config(void (*k)(P...), dim3 grid, int64_t n) {
+// The launch of mma kernel k (matmul_mma_kernel, swiglu_mma_kernel) for dot type D: MMA_WARPS warps
+// a block, the tile of rows of n values and the weight stages in dynamic shared memory
+// (mma_smem_bytes; past 48 KiB by k's opt-in, to MMA_MAX_TILE for every one of them alike)
+template <typename D, typename... P> static cudaLaunchConfig_t mma_config(void (*k)(P...), dim3 grid, int64_t n) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, MMA_MAX_TILE));
     cudaLaunchConfig_t c = launch_config(grid, MMA_WARPS * WARP);
-    c.dynamicSmemBytes = mma_tile_bytes(n);
+    c.dynamicSmemBytes = mma_smem_bytes<D>(n);
     return c;
 }
 
@@ -1192,7 +1271,7 @@ static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t 
         MmaSplit sp = mma_split_buf;
         sp.split = may_split && !ids && slots > 1 && blocks < 4u * (unsigned)mma_sms && blocks <= MMA_SPLIT_TILES ? slots : 1;
         dim3 grid(L.first[L.n] * sp.split + rider_blocks(rd), tiles);
-        cudaLaunchConfig_t c = mma_config(matmul_mma_kernel<D>, grid, L.m[0].n_in);
+        cudaLaunchConfig_t c = mma_config<D>(matmul_mma_kernel<D>, grid, L.m[0].n_in);
         CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, ids, in_div, x, xb, n, slots, sp, rd));
     }
 }
@@ -2193,7 +2272,7 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 4) swiglu_mma_kernel(Mat G, 
     float acc[4][4] = {}, accm[4][4] = {}, v[4];
     Mat m = G;   // (a copy, not a pointer to one of the two: they stay in registers)
     if (w >= 2) m = U;
-    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, 0, 1, slots, tr.R > MMA_M / 2, acc, accm);   // (warp-uniform)
+    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, warp_stages<D>(xs, G.n_in), 0, 1, slots, tr.R > MMA_M / 2, acc, accm);   // (warp-uniform)
     fold_cells<D>(acc, accm, slots, v);
     if (w < 2)
         for (int e = 0; e < 4; e++) gs[g + 8 * (e / 2)][8 * w + 2 * t + e % 2] = v[e];
@@ -2223,7 +2302,7 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
             if (batch && ax && n_pairs <= MMA_MAX_PAIRS && mma_batch(G->type, G->n_in)) {
                 Rider r = rider_layout(rd, MMA_WARPS * WARP);
                 dim3 grid(blocks_for(G->n_out, MMA_ROWS / 2) + rider_blocks(r), ids ? n_pairs : blocks_for(n_pairs, MMA_M));
-                cudaLaunchConfig_t c = mma_config(swiglu_mma_kernel<D>, grid, G->n_in);
+                cudaLaunchConfig_t c = mma_config<D>(swiglu_mma_kernel<D>, grid, G->n_in);
                 CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_mma_kernel<D>, *G, *U, ids, in_div, ax, xb, n_pairs, lpr / D::LPB, h, r, rt, rq));
                 return;
             }

@@ -26,11 +26,15 @@
  *   HBM bytes  = cold reads + writes, from the emulation's pages (4 KiB each, once per launch): cold
  *                pages are those nothing wrote since the last host wait (weights, KV cache, state);
  *                hot ones (activations just written) are taken to be in L2 and cost no HBM time
- *   t_bytes    = cold reads / min(BW, Little's law: resident threads x 32 bytes in flight each / 600 ns)
+ *   t_bytes    = cold reads / min(BW, Little's law: resident threads x bytes in flight each / 600 ns)
  *                + writes / BW: a load holds its thread until the data comes back, so the bytes in
  *                flight bound what few threads read; a store is posted to L2 (write-back, 50 MB) and
  *                the thread goes on, so writes take bandwidth but not latency (the launch's drain is
- *                in its 2 us)
+ *                in its 2 us). Bytes in flight: 32 a thread, or where the kernel stages its reads
+ *                by asynchronous copies, the bytes its threads had in flight when they waited for
+ *                them (the emulation's IN_FLIGHT), if more. Resident threads: what the SMs hold by
+ *                registers (ptxas) and by shared memory (ptxas's static bytes plus the launch's
+ *                dynamic bytes, and 1 KiB the system keeps a block, of 228 KiB an SM)
  *   t_issue    = warp load instructions, from device and from shared memory, and warp shuffles /
  *                (SMs it fills x 1 per cycle): the memory-input pipe of an SM, which also moves the
  *                shuffles, issues about one warp instruction a cycle
@@ -57,6 +61,8 @@
 #define CLOCK_HZ 1.755e9
 #define THREADS_PER_SM 2048
 #define REGS_PER_SM 65536
+#define SMEM_PER_SM (228.0 * 1024)
+#define SMEM_PER_BLOCK_RESERVED 1024.0
 #define INFLIGHT_BYTES 32.0
 #define LATENCY_S 600e-9
 #define SERIAL_CYCLES 20.0
@@ -190,12 +196,13 @@ static Row *row_of(Pass *p, const char *name) {
 
 /* one launch: its predicted seconds, and which bound */
 static double predict(const char *name, double threads, double blocks, double cold, double written, double warp_loads, double wavefronts,
-                      double max_warp, double mmas, double *tb, double *ti, double *tl, double *ts, double *tt) {
+                      double max_warp, double mmas, double smem, double in_flight, double *tb, double *ti, double *tl, double *ts, double *tt) {
     Static *s = static_of(name, 0);
-    double per_sm = THREADS_PER_SM;
+    double per_sm = THREADS_PER_SM, block = blocks > 0 ? threads / blocks : 1;
     if (s && s->regs > 0) per_sm = fmin(per_sm, floor(REGS_PER_SM / (double)s->regs / 32) * 32);
+    per_sm = fmin(per_sm, floor(SMEM_PER_SM / ((s ? s->smem : 0) + smem + SMEM_PER_BLOCK_RESERVED)) * block);
     double resident = fmin(threads, SMS * per_sm);
-    double bw = fmin(BW, resident * INFLIGHT_BYTES / LATENCY_S);
+    double bw = fmin(BW, resident * fmax(INFLIGHT_BYTES, in_flight) / LATENCY_S);
     *tb = cold / bw + written / BW;
     *ti = warp_loads > 0 ? warp_loads / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
     *tl = wavefronts > 0 ? wavefronts / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
@@ -233,7 +240,7 @@ static void add_segment(Pass *p, const Seg *g) {
     int first_h2d = 1;
     for (int i = 0; i < g->n; i++) {
         char kind[32], name[160];
-        double v[17] = {0};
+        double v[19] = {0};
         if (sscanf(g->lines[i], "copy %31s %lf", kind, &v[0]) == 2) {
             if (!strcmp(kind, "h2d") && first_h2d) {
                 first_h2d = 0;
@@ -249,9 +256,9 @@ static void add_segment(Pass *p, const Seg *g) {
             r->t += NODE_S + t, r->t_bytes += t;
             continue;
         }
-        int got = sscanf(g->lines[i], "launch %159s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0], &v[1], &v[2],
-                         &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14], &v[15], &v[16]);
-        if (got != 18) continue;
+        int got = sscanf(g->lines[i], "launch %159s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]);
+        if (got != 20) continue;
         double blocks = v[0] * v[1] * v[2], threads = blocks * v[3] * v[4] * v[5], hbm = v[6] + v[8];
         double sh_loads = v[13] > 0 ? v[13] : 0, waves = v[14] > 0 ? v[14] : 0, shuffles = v[15] > 0 ? v[15] : 0, mmas = v[16] > 0 ? v[16] : 0;
         Row *r = row_of(p, name);
@@ -260,7 +267,8 @@ static void add_segment(Pass *p, const Seg *g) {
         r->hbm += hbm, r->hot += v[7];
         if (v[9] >= 0) r->warp_loads += v[9], r->thread_loads += v[10], r->load_bytes += v[11], r->max_warp = fmax(r->max_warp, v[12]);
         r->shared_loads += sh_loads, r->wavefronts += waves, r->shuffles += shuffles, r->mmas += mmas;
-        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads + shuffles, waves, v[12], mmas, &tb, &ti, &tl, &ts, &tt);
+        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads + shuffles, waves, v[12], mmas, v[17], fmax(v[18], 0), &tb, &ti, &tl,
+                        &ts, &tt);
         r->t_bytes += tb, r->t_issue += ti, r->t_l1 += tl, r->t_serial += ts, r->t_tensor += tt;
     }
 }

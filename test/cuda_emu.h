@@ -112,7 +112,8 @@ asm(".text\n.globl emu_switch\n.type emu_switch,@function\nemu_switch:\n"
     ".size emu_switch, .-emu_switch\n");
 
 enum EmuState { EMU_RUNNABLE, EMU_AT_BARRIER, EMU_AT_WARP, EMU_DONE };
-enum EmuWarpOp { EMU_SHFL_XOR, EMU_SHFL_DOWN, EMU_SHFL_UP, EMU_SHFL_IDX, EMU_MMA };
+enum EmuWarpOp { EMU_SHFL_XOR, EMU_SHFL_DOWN, EMU_SHFL_UP, EMU_SHFL_IDX, EMU_MMA, EMU_SYNCWARP };
+struct EmuCopy { uint8_t *dst; uint8_t v[16]; uint64_t group; };   // an asynchronous copy in flight
 struct EmuThread {
     void *sp;
     EmuState state;
@@ -128,6 +129,9 @@ struct EmuThread {
     uint64_t sloads;              // and from shared memory
     uint64_t shuffles;            // counting: its warp operations (the same pipe as the loads)
     uint64_t mmas;                // counting: its tensor-core instructions
+    std::vector<EmuCopy> copies;  // its asynchronous copies in flight, in issue order
+    uint64_t groups;              // the groups it has committed
+    uint64_t waits, waited_bytes; // counting: its waits for copies, and the bytes in flight at each, summed
     std::vector<uintptr_t> lines; // counting: each of its loads, in order: from device memory its 128-byte
                                   // line(s); from shared memory, tagged, its address and size (EMU_SHARED_LOAD)
 };
@@ -180,6 +184,9 @@ static void emu_set_thread(int t) {
 // a fiber's first frame: run the kernel body, then report done and never return
 static void emu_fiber_main(void) {
     emu.body(emu.body_arg);
+    if (!emu.th[emu.cur].copies.empty())
+        emu_fail("%s block (%u,%u): thread %d returned with %zu asynchronous copies in flight (no wait covered them)", emu.kernel, blockIdx.x,
+                 blockIdx.y, emu.cur, emu.th[emu.cur].copies.size());
     emu.th[emu.cur].state = EMU_DONE;
     emu_switch(&emu.th[emu.cur].sp, emu.sched_sp);
     __builtin_unreachable();
@@ -247,6 +254,10 @@ static bool emu_resolve_warp(int w) {
         if (x->op != emu.th[t0].op || x->arg != emu.th[t0].arg || x->width != 32)
             emu_fail("%s: warp operation at %s:%d: lanes disagree on its offset or width", emu.kernel, x->file, x->line);
     }
+    if (emu.th[t0].op == EMU_SYNCWARP) {
+        for (int l = 0; l < 32; l++) emu.th[t0 + l].state = EMU_RUNNABLE;
+        return true;
+    }
     if (emu.th[t0].op == EMU_MMA) {
         emu_mma_resolve(&emu.th[t0]);
         for (int l = 0; l < 32; l++) emu.th[t0 + l].state = EMU_RUNNABLE;
@@ -260,7 +271,7 @@ static bool emu_resolve_warp(int w) {
         case EMU_SHFL_DOWN: src = l + x->arg < 32 ? l + x->arg : l; break;
         case EMU_SHFL_UP: src = l - x->arg >= 0 ? l - x->arg : l; break;
         case EMU_SHFL_IDX: src = x->arg & 31; break;
-        case EMU_MMA: break;   // (resolved above)
+        case EMU_MMA: case EMU_SYNCWARP: break;   // (resolved above)
         }
         x->out = emu.th[t0 + src].in;
     }
@@ -283,6 +294,7 @@ static void emu_run_block(void) {
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
         emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].shuffles = emu.th[t].mmas = 0;
+        emu.th[t].copies.clear(), emu.th[t].groups = emu.th[t].waits = emu.th[t].waited_bytes = 0;
         emu.th[t].lines.clear();
     }
     int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
@@ -373,6 +385,42 @@ static void emu_mma_s8(int32_t d[4], const uint32_t a[4], const uint32_t b[2], c
     emu_yield();
     memcpy(d, emu.th[emu.cur].mma_d, sizeof emu.th[emu.cur].mma_d);
 }
+// __syncwarp(): the 32 lanes of the warp meet (clover.cu's warp barrier: its shared-memory writes and
+// landed copies are then every lane's)
+static void emu_syncwarp(const char *file, int line) {
+    emu_warp_arrive(EMU_SYNCWARP, 0xffffffffu, 0, 32, file, line);
+    emu_yield();
+}
+#define __syncwarp() emu_syncwarp(__FILE__, __LINE__)
+
+// Asynchronous copies (cp.async: clover.cu's copy16_async, copies_commit, copies_wait). A copy is in
+// flight from its issue to the wait that covers its group: its destination holds 0xff bytes from the
+// issue and the data from that wait on, so that a read before the wait (a missing wait or
+// __syncwarp), or a copy into a stage that another lane still reads, gives wrong values. Counting:
+// the bytes a thread has in flight at each of its waits (the cost model's bytes in flight).
+static void emu_copy16_async(void *dst, const void *v) {
+    EmuThread *t = &emu.th[emu.cur];
+    EmuCopy c;
+    c.dst = (uint8_t *)dst, c.group = t->groups;
+    memcpy(c.v, v, 16);
+    memset(dst, 0xff, 16);
+    t->copies.push_back(c);
+}
+static void emu_copies_commit(void) { emu.th[emu.cur].groups++; }
+static void emu_copies_wait(int n) {
+    EmuThread *t = &emu.th[emu.cur];
+    uint64_t in_flight = 0;
+    for (const EmuCopy &c : t->copies) in_flight += c.group < t->groups ? 16 : 0;
+    t->waits++, t->waited_bytes += in_flight;
+    size_t kept = 0;
+    for (size_t i = 0; i < t->copies.size(); i++) {
+        EmuCopy &c = t->copies[i];
+        if (c.group + (uint64_t)n < t->groups) memcpy(c.dst, c.v, 16);
+        else t->copies[kept++] = c;
+    }
+    t->copies.resize(kept);
+}
+
 #define __shfl_xor_sync(mask, v, lane_mask) emu_shfl(EMU_SHFL_XOR, mask, v, lane_mask, 32, __FILE__, __LINE__)
 #define __shfl_down_sync(mask, v, delta) emu_shfl(EMU_SHFL_DOWN, mask, v, delta, 32, __FILE__, __LINE__)
 #define __shfl_up_sync(mask, v, delta) emu_shfl(EMU_SHFL_UP, mask, v, delta, 32, __FILE__, __LINE__)
@@ -432,14 +480,16 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 // instruction on the device, which clang would split into two 8-byte loads here) is counted as one
 // (emu_load_vec). One line per launch, copy, graph launch and host wait:
 //   launch NAME GX GY GZ BX BY BZ COLD HOT WRITTEN WARP_LOADS THREAD_LOADS LOAD_BYTES MAX_WARP_LOADS
-//          SHARED_WARP_LOADS L1_WAVEFRONTS WARP_SHUFFLES WARP_MMAS
+//          SHARED_WARP_LOADS L1_WAVEFRONTS WARP_SHUFFLES WARP_MMAS DYNAMIC_SMEM IN_FLIGHT
 //   copy KIND BYTES | graph | sync
 // (the load counts -1 when not counted; MAX_WARP_LOADS counts both kinds; L1_WAVEFRONTS: the
 // wavefronts of each warp load instruction, summed: what L1 and shared memory serve at about one a
 // cycle; from device memory the distinct 128-byte lines its lanes touch, so that a warp's 16-byte
 // loads of 512 consecutive bytes take 4, a broadcast 1, and lanes 64 bytes apart twice the lines;
 // from shared memory its bank wavefronts (emu_bank_wavefronts: 1 for a padded row a lane); WARP_SHUFFLES: warp operations, counted as
-// warp loads are; WARP_MMAS: tensor-core instructions, alike). The emulator's own
+// warp loads are; WARP_MMAS: tensor-core instructions, alike; DYNAMIC_SMEM: the launch's dynamic
+// shared memory bytes a block; IN_FLIGHT: the bytes of asynchronous copies a thread has in flight
+// when it waits for them, on average over its waits, 0 where it issues none). The emulator's own
 // accesses (copies, memsets) open and close the pages they touch.
 enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
 struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
@@ -474,6 +524,7 @@ struct EmuCount {
                                      // memory lies between them: the fiber stacks, the host's buffers)
     double warp_loads, thread_loads, load_bytes, max_warp_loads;   // this launch's, sampled blocks only
     double shared_warp_loads, wavefronts, shuffles, mmas;
+    double waits, waited_bytes;      // waits for asynchronous copies, and the bytes in flight at them
     unsigned sampled;
     std::vector<EmuTouch> touched;   // this launch's pages, in fault order
     std::vector<uint8_t *> hot;      // pages written since the last host wait
@@ -589,6 +640,7 @@ static void emu_count_begin(void) {
     emu_count.in_launch = emu_count.f != NULL;
     emu_count.warp_loads = emu_count.thread_loads = emu_count.load_bytes = emu_count.max_warp_loads = 0;
     emu_count.shared_warp_loads = emu_count.wavefronts = emu_count.shuffles = emu_count.mmas = 0;
+    emu_count.waits = emu_count.waited_bytes = 0;
     emu_count.sampled = 0;
 }
 // block b of n: counted when it is one of about 64 evenly spaced ones
@@ -607,6 +659,7 @@ static void emu_count_block_end(void) {
             m = h.loads > m ? h.loads : m, ms = h.sloads > ms ? h.sloads : ms, mw = h.shuffles > mw ? h.shuffles : mw;
             mall = h.loads + h.sloads > mall ? h.loads + h.sloads : mall, mm = h.mmas > mm ? h.mmas : mm;
             emu_count.thread_loads += (double)h.loads, emu_count.load_bytes += (double)h.load_bytes;
+            emu_count.waits += (double)h.waits, emu_count.waited_bytes += (double)h.waited_bytes;
         }
         emu_count.warp_loads += (double)m, emu_count.shared_warp_loads += (double)ms, emu_count.shuffles += (double)mw, emu_count.mmas += (double)mm;
         if ((double)mall > emu_count.max_warp_loads) emu_count.max_warp_loads = (double)mall;
@@ -661,11 +714,15 @@ static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
         if (*c != ' ') nm[k++] = *c;
     nm[k] = 0;
     double blocks = (double)g.x * g.y * g.z, scale = emu_count.sampled ? blocks / emu_count.sampled : 0;
+    double in_flight = emu_count.waits ? emu_count.waited_bytes / emu_count.waits : 0;
     if (emu_counts_loads)
-        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
-                written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale, emu_count.max_warp_loads,
-                emu_count.shared_warp_loads * scale, emu_count.wavefronts * scale, emu_count.shuffles * scale, emu_count.mmas * scale);
-    else fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1 -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot, written);
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %zu %.1f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z,
+                cold, hot, written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale,
+                emu_count.max_warp_loads, emu_count.shared_warp_loads * scale, emu_count.wavefronts * scale, emu_count.shuffles * scale,
+                emu_count.mmas * scale, emu.dynamic_smem, in_flight);
+    else
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1 -1 -1 %zu -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
+                written, emu.dynamic_smem);
 }
 
 static void emu_check_guards(const char *after) {

@@ -6,7 +6,8 @@
 # gates, the riders' rows (a batch's too), the routing after the riders, moe_out's unused ranks; on the tensor cores:
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, an expert's run of pairs, the
 # gate's cells in swiglu_mma, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
-# a split batch's slots (their fold's pairs, the units a slot's block stages); the SwiGLU rows rounded
+# a split batch's slots (their fold's pairs, the units a slot's block stages), the weight stages (a
+# wait one group short, no warp barrier after it, a unit staged over the one being read); the SwiGLU rows rounded
 # after them (too early, a tile's first row alone); best_token's skip and p) into clover-emu and runs --check-ops on MODEL in the three thread
 # orders of test/cuda_emu.h. The mma-* mutants need a model with K-quants (gen --type q4_k_m);
 # ONLY=REGEX: only the mutants whose names match; SKIP=REGEX: not those. Prints one line per
@@ -50,6 +51,9 @@ mma-split-slots-paired-wrong|s/acc\[k\]\[e\] = p\[e\], accm\[k\]\[e\] = p\[4 + e
 mma-split-stages-slot-0|s/stage_tile(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split)/stage_tile(x, x_bytes, (int)m.n_in, tr, xs, 0, sp.split)/
 round-after-too-early|s/if (rounds_after(rq, job, (unsigned)row_blocks))/if (rounds_after(rq, job, (unsigned)row_blocks - 1))/
 mma-round-after-first-row|s/for (int r = 0; r < tr.R; r++) round_row_block(h/for (int r = 0; r < 1; r++) round_row_block(h/
+mma-stages-wait-one-short|s/copies_wait<MMA_STAGES - 2>();/copies_wait<MMA_STAGES - 1>();/
+mma-stages-no-warp-barrier|/copies_wait<MMA_STAGES - 2>();/{n;/__syncwarp();/d}
+mma-stages-ring-overwrites|s/ws + ahead % MMA_STAGES \* SB/ws + (ahead - 1) % MMA_STAGES * SB/
 mma-q6_k-groups-by-lane|s/lo\[i\] = t % 2 == 0 ? q : 0, hi\[i\] = t % 2 == 0 ? 0 : q;/lo[i] = t < 2 ? q : 0, hi[i] = t < 2 ? 0 : q;/
 best-token-skip-taken|s/if (i != skip \&\& z\[i\] > v) v = z\[i\], at = i;/if (z[i] > v) v = z[i], at = i;/
 best-token-p-of-max|s/p\[blockIdx.x\] = (float)(exp((double)top\[1\] - max) \/ S);/p[blockIdx.x] = (float)(exp((double)top[0] - max) \/ S);/'
