@@ -487,19 +487,20 @@ __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
 }
 
 // The batch tile of matmul_mma_kernel in shared memory: MMA_M rows of Q8_K activations (rows past
-// the batch zero), laid out so that a warp's A fragment is 256 consecutive bytes (two wavefronts, no
-// bank conflicts) and a lane's part of it one 8-byte load:
+// the batch zero), laid out so that a warp's B fragment of 8 rows is 256 consecutive bytes (two
+// wavefronts, no bank conflicts) and a lane's part of it one 8-byte load:
 //   q:     [unit][group of 32][row][4 pieces of 8 bytes]  (16 n bytes; lane 4g + t's piece of row g
 //          at 8 lane: its values 8 tile_piece(j, t) .. + 7 of group j)
-//   bsums: [unit][row][16 int16]               (2 n bytes)
+//   pairs: [unit][row][8 int16]                (n bytes: bsum 2j + bsum 2j+1, the sums of group j's
+//          32 values, |sum| <= 32 x 127, what the K-quant mins multiply)
 //   d:     [unit][row] float                   (n / 4 bytes)
-// A block has MMA_WARPS warps of 8 weight rows each.
-enum { MMA_M = 16, MMA_WARPS = 4, MMA_ROWS = 8 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024, MMA_MAX_PAIRS = 4096 };
-__host__ __device__ size_t mma_tile_bytes(int64_t n) { return (size_t)n * 18 + (size_t)n / 4; }
-// byte offsets in the tile: row r's 32 bytes of group j of unit u; its 16 bsums of unit u; its d of unit u
+// A block has MMA_WARPS warps of 16 weight rows each.
+enum { MMA_M = 16, MMA_WARPS = 2, MMA_ROWS = 16 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024, MMA_MAX_PAIRS = 4096 };
+__host__ __device__ size_t mma_tile_bytes(int64_t n) { return (size_t)n * 17 + (size_t)n / 4; }
+// byte offsets in the tile: row r's 32 bytes of group j of unit u; its 8 pairs of unit u; its d of unit u
 __device__ size_t tile_q_at(int u, int j, int r) { return ((size_t)(8 * u + j) * MMA_M + r) * 32; }
-__device__ size_t tile_bsums_at(int64_t n, int u, int r) { return 16 * (size_t)n + ((size_t)u * MMA_M + r) * 32; }
-__device__ size_t tile_d_at(int64_t n, int u, int r) { return 18 * (size_t)n + 4 * ((size_t)u * MMA_M + r); }
+__device__ size_t tile_pairs_at(int64_t n, int u, int r) { return 16 * (size_t)n + ((size_t)u * MMA_M + r) * 16; }
+__device__ size_t tile_d_at(int64_t n, int u, int r) { return 17 * (size_t)n + 4 * ((size_t)u * MMA_M + r); }
 __device__ float tile_d(const uint8_t *xs, int64_t n, int u, int r) { return *(const float *)(xs + tile_d_at(n, u, r)); }
 // Which 8 values (piece 0-3) of group j lane t holds: the order in which DotK4 reads its weights. Its
 // lane t loads 16 bytes of a row's 64 at 16t (pieces 2(t%2) and 2(t%2) + 1 of the 32-byte half t/2)
@@ -560,10 +561,18 @@ __device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRo
         W2 v = r < R ? load8(x + tr.act[r] * x_bytes + 256 * u + 32 * j + 8 * tile_piece(j, t)) : W2{};
         *(W2 *)(xs + tile_q_at(u, j, r) + 8 * t) = v;
     }
-    for (int i = threadIdx.x; i < MMA_M * 2 * ns; i += blockDim.x) {   // bsums: a unit's 16, two 16-byte halves
-        int r = i / (2 * ns), k = i % (2 * ns), u = u0 + du * (k / 2);
-        Vec16 v = r < R ? load16(x + tr.act[r] * x_bytes + n + 32 * u + 16 * (k % 2)) : Vec16{};
-        *(Vec16 *)(xs + tile_bsums_at(n, u, r) + 16 * (k % 2)) = v;
+    for (int i = threadIdx.x; i < MMA_M * ns; i += blockDim.x) {   // pairs: a unit's 16 bsums, added two by two
+        int r = i / ns, u = u0 + du * (i % ns);
+        Vec16 v = {};
+        for (int h = 0; r < R && h < 2; h++) {
+            Vec16 b = load16(x + tr.act[r] * x_bytes + n + 32 * u + 16 * h);
+            for (int k = 0; k < 2; k++) {
+                uint32_t lo = (uint32_t)((int16_t)b.w[2 * k] + (int16_t)(b.w[2 * k] >> 16));
+                uint32_t hi = (uint32_t)((int16_t)b.w[2 * k + 1] + (int16_t)(b.w[2 * k + 1] >> 16));
+                v.w[2 * h + k] = (lo & 0xffff) | hi << 16;
+            }
+        }
+        *(Vec16 *)(xs + tile_pairs_at(n, u, r)) = v;
     }
     for (int i = threadIdx.x; i < MMA_M * ns; i += blockDim.x) {   // d: one a unit
         int r = i / ns, u = u0 + du * (i % ns);
@@ -571,12 +580,10 @@ __device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRo
     }
 }
 
-// A lane's A fragment of group j of unit u (mma_s8): 8 bytes of tile row g and 8 of row g + 8 (upper
-// false: zeros, not loaded, where the tile has at most 8 rows, as a verify's experts mostly do)
-__device__ void tile_fragment(const uint8_t *xs, int u, int j, bool upper, uint32_t a[4]) {
-    const uint8_t *p = xs + tile_q_at(u, j, 0) + 8 * (threadIdx.x % WARP);
-    W2 lo = load8(p), hi = upper ? load8(p + 8 * 32) : W2{};
-    a[0] = lo.w[0], a[1] = hi.w[0], a[2] = lo.w[1], a[3] = hi.w[1];
+// A lane's B fragment of group j of unit u (mma_s8) for tile rows 8h .. 8h + 7: 8 bytes of row 8h + g
+__device__ void tile_fragment(const uint8_t *xs, int u, int j, int h, uint32_t b[2]) {
+    W2 v = load8(xs + tile_q_at(u, j, 8 * h) + 8 * (threadIdx.x % WARP));
+    b[0] = v.w[0], b[1] = v.w[1];
 }
 
 // A matrix on the device (clover.c's Mat): n_out rows of n_in values of `type` (n_stack matrices of
@@ -745,57 +752,73 @@ template <bool Q5> struct DotK4 {
         acc = fmaf(p.d * da, (float)si, acc);
         accm = fmaf(p.dmin * da, (float)sm, accm);
     }
-    // The batch form (matmul_mma_kernel): unit u of weight rows o0..o0+7, staged in shared memory
-    // as ws (their blocks one after another, STAGED bytes each: stage_unit), against the tile's 16
-    // rows, an mma a sub-block j, B = row o0 + g's values of j at piece tile_piece(j, t) (nibble j%2
-    // of the qs bytes 32 (j/2) + 8 piece.., Q5_K's bit j of qh bytes 8 piece.. as bit 4): a lane
-    // loads 16 bytes of qs for four sub-blocks and swaps half of them with lane t^2 (tile_piece).
-    // This lane's cells e (tile row g + 8 (e/2), weight row o0 + 2t + e%2) then add sc_j times the
-    // mma's sum and m_j (bsum_2j + bsum_2j+1): the unit's integer sums of add, and its fmaf into
-    // acc[e] and accm[e]. upper false (at most 8 tile rows): the cells of rows g + 8 are not computed.
-    // (Blocks of 144 or 176 bytes, 36 or 44 words: the 8 rows start in 8 different groups of 4 banks,
-    // so that the header and qs loads meet no bank twice more than their bytes ask.)
+    // The batch form (matmul_mma_kernel): unit u of weight rows o0..o0+15, staged in shared memory
+    // as ws (their blocks one after another, STAGED bytes each: stage_unit), against the tile's rows,
+    // an mma a sub-block j and 8 tile rows: A = weight rows o0 + g and o0 + g + 8, their values of j
+    // at piece tile_piece(j, t) (nibble j%2 of the qs bytes 32 (j/2) + 8 piece.., Q5_K's bit j of qh
+    // bytes 8 piece.. as bit 4), B = tile rows 8h + g (tile_fragment). A lane loads 16 bytes of a
+    // row's qs for four sub-blocks and swaps half of them with lane t^2 (tile_piece). Its cells c
+    // (weight row o0 + g + 8 ((c/2) % 2), tile row 2t + c%2 + 8 (c/4); c >= 4 only where upper, the
+    // tile's rows passing 8) then add sc_j times the mma's sum, and after the sub-blocks m_j times the
+    // tile row's pair j: the unit's integer sums of add, and its fmaf into acc[c] and accm[c].
+    // (Blocks of 144 or 176 bytes, 36 or 44 words: 8 rows start in 8 different groups of 4 banks, so
+    // that the header and qs loads meet no bank twice more than their bytes ask.)
     static constexpr int STAGED = Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
     __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int, int i) { return m.data + r * m.row_bytes + (size_t)u * STAGED + 16 * i; }
-    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[4], float accm[4]) {
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[8], float accm[8]) {
         int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
-        bool on = o0 + g < m.n_out;
-        const uint8_t *b = ws + g * STAGED;
-        Vec16 h[2], bs[2][2] = {};   // the headers of weight rows o0 + 2t (+1); tile rows g and g + 8's bsums
+        bool on[2];
+        Vec16 h[2];   // the headers of this lane's weight rows o0 + g + 8e
+        W2 qh[2][2] = {}, q[2][2] = {};   // [e][half]: this lane's pieces of halves 0 and 1 of qh, and of qs (both nibbles: sub-blocks j, j + 1)
         for (int e = 0; e < 2; e++) {
-            int64_t o = o0 + 2 * t + e;
-            h[e] = o < m.n_out ? load16(ws + (2 * t + e) * STAGED) : Vec16{};
-            const uint8_t *p = xs + tile_bsums_at(n, u, g + 8 * e);
-            if (e == 0 || upper) bs[e][0] = load16(p), bs[e][1] = load16(p + 16);
+            on[e] = o0 + g + 8 * e < m.n_out;
+            h[e] = on[e] ? load16(ws + (g + 8 * e) * STAGED) : Vec16{};
+            if (Q5) pieces_by_half(on[e] ? load16(ws + (g + 8 * e) * STAGED + 16 + 16 * (t & 1)) : Vec16{}, t, qh[e]);
         }
-        W2 qh[2] = {}, q[2] = {};   // this lane's pieces of halves 0 and 1: of qh, and of qs (both nibbles: sub-blocks j, j + 1)
-        if (Q5) pieces_by_half(on ? load16(b + 16 + 16 * (t & 1)) : Vec16{}, t, qh);
-        int si[4] = {0, 0, 0, 0}, sm[4] = {0, 0, 0, 0};
+        int si[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        uint32_t mins[2][2] = {};   // [e]: m_j of row e as byte j % 4 of word j / 4
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            if (j % 4 == 0) {   // lane t's 16 bytes at 16t of 64, its second piece swapped with lane t^2's
-                Vec16 v = on ? load16(b + (Q5 ? 48 : 16) + 64 * (j / 4) + 16 * t) : Vec16{};
-                v.w[2] = __shfl_xor_sync(0xffffffffu, v.w[2], 2), v.w[3] = __shfl_xor_sync(0xffffffffu, v.w[3], 2);
-                pieces_by_half(v, t, q);
-            }
-            int s = (j / 2) % 2;
-            uint32_t bw[2], a[4];
-            for (int i = 0; i < 2; i++) bw[i] = (q[s].w[i] >> 4 * (j % 2)) & 0x0f0f0f0f, bw[i] |= Q5 ? ((qh[s].w[i] >> j) & 0x01010101) << 4 : 0;
-            tile_fragment(xs, u, j, upper, a);
-            int c[4];
-            mma_s8(c, a, bw);
-            int sc[2], mn[2], pair[2];
+            if (j % 4 == 0)   // lane t's 16 bytes at 16t of 64, its second piece swapped with lane t^2's
+                for (int e = 0; e < 2; e++) {
+                    Vec16 v = on[e] ? load16(ws + (g + 8 * e) * STAGED + (Q5 ? 48 : 16) + 64 * (j / 4) + 16 * t) : Vec16{};
+                    v.w[2] = __shfl_xor_sync(0xffffffffu, v.w[2], 2), v.w[3] = __shfl_xor_sync(0xffffffffu, v.w[3], 2);
+                    pieces_by_half(v, t, q[e]);
+                }
+            int s = (j / 2) % 2, sc[2], mn[2];
+            uint32_t a[4], b[2];   // a[0], a[2]: weight row g; a[1], a[3]: row g + 8
             for (int e = 0; e < 2; e++) {
+                for (int i = 0; i < 2; i++) {
+                    uint32_t w = (q[e][s].w[i] >> 4 * (j % 2)) & 0x0f0f0f0f;
+                    a[2 * i + e] = Q5 ? w | ((qh[e][s].w[i] >> j) & 0x01010101) << 4 : w;
+                }
                 scale_min_k4(h[e].w[1], h[e].w[2], h[e].w[3], j, sc[e], mn[e]);
-                uint32_t w = bs[e][j / 4].w[j % 4];   // bsums 2j and 2j + 1 of tile row g + 8e
-                pair[e] = (int16_t)w + (int16_t)(w >> 16);
+                mins[e][j / 4] |= (uint32_t)mn[e] << 8 * (j % 4);
             }
-            for (int e = 0; e < 4; e++) si[e] += sc[e % 2] * c[e], sm[e] += mn[e % 2] * pair[e / 2];
+            for (int hf = 0; hf < 2; hf++) {
+                if (hf && !upper) break;
+                int c[4];
+                tile_fragment(xs, u, j, hf, b);
+                mma_s8(c, a, b);
+                for (int r = 0; r < 4; r++) si[4 * hf + r] += sc[r / 2] * c[r];
+            }
         }
-        for (int e = 0; e < 4; e++) {
-            float da = e < 2 || upper ? tile_d(xs, n, u, g + 8 * (e / 2)) : 0.0f;
-            acc[e] = fmaf(fp16_to_fp32((uint16_t)h[e % 2].w[0]) * da, (float)si[e], acc[e]);
-            accm[e] = fmaf(fp16_to_fp32((uint16_t)(h[e % 2].w[0] >> 16)) * da, (float)sm[e], accm[e]);
+        float dw[2], dmin[2];
+        for (int e = 0; e < 2; e++) dw[e] = fp16_to_fp32((uint16_t)h[e].w[0]), dmin[e] = fp16_to_fp32((uint16_t)(h[e].w[0] >> 16));
+        for (int k = 0; k < 4; k++) {   // tile row 2t + k%2 + 8 (k/2): its cells c = 4 (k/2) + k%2 and + 2
+            if (k >= 2 && !upper) break;
+            int r = 2 * t + k % 2 + 8 * (k / 2), sm[2] = {0, 0};
+            Vec16 pr = load16(xs + tile_pairs_at(n, u, r));
+            for (int j = 0; j < 8; j++) {
+                int pair = (int16_t)(pr.w[j / 2] >> 16 * (j % 2));
+                for (int e = 0; e < 2; e++) sm[e] += (int)((mins[e][j / 4] >> 8 * (j % 4)) & 255) * pair;
+            }
+            float da = tile_d(xs, n, u, r);
+            for (int e = 0; e < 2; e++) {
+                int c = 4 * (k / 2) + k % 2 + 2 * e;
+                acc[c] = fmaf(dw[e] * da, (float)si[c], acc[c]);
+                accm[c] = fmaf(dmin[e] * da, (float)sm[e], accm[c]);
+            }
         }
     }
 };
@@ -834,53 +857,61 @@ struct DotQ6_K {
         for (int o = 1; o < LPB; o *= 2) si += __shfl_xor_sync(0xffffffffu, si, o);
         if (on) acc = fmaf(p.d * ((const float *)(x + n + n / 8))[u], (float)si, acc);
     }
-    // The batch form (matmul_mma_kernel, see DotK4's): B = row o0 + g's q - 32 for the values of
-    // piece tile_piece(j, t) of the 32 at 128h + 32k (sub-block j = 4h + k), which hold two scale
-    // groups, 2j (pieces 0 and 1: lanes t%2 = 0) and 2j + 1: two mmas a sub-block, each with the
-    // other group's lanes zero. A lane loads the 16 bytes of its two pieces (ql, qh) and takes one.
-    // Staged (ws), a row's unit is its ql, qh and scales, 208 bytes (52 words: the 8 rows start in 8
-    // different groups of 4 banks); the scale d comes from device memory.
+    // The batch form (matmul_mma_kernel, see DotK4's): A = rows o0 + g and o0 + g + 8's q - 32 for
+    // the values of piece tile_piece(j, t) of the 32 at 128h + 32k (sub-block j = 4h + k), which hold
+    // two scale groups, 2j (pieces 0 and 1: lanes t%2 = 0) and 2j + 1: two mmas a sub-block and 8
+    // tile rows, each with the other group's lanes zero. A lane loads the 16 bytes of its two pieces
+    // (ql, qh) of each of its rows and takes one. Staged (ws), a row's unit is its ql, qh and scales,
+    // 208 bytes (52 words: 8 rows start in 8 different groups of 4 banks); the scale d comes from
+    // device memory.
     static constexpr int STAGED = 128 + 64 + 16;
     __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int nu, int i) {
         const uint8_t *row = m.data + r * m.row_bytes;
         return i < 8 ? row + 128 * (size_t)u + 16 * i : i < 12 ? row + 128 * (size_t)nu + 64 * (size_t)u + 16 * (i - 8) : row + 192 * (size_t)nu + 16 * (size_t)u;
     }
-    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[4], float *) {
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[8], float *) {
         int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4, nu = (int)(n / UNIT);
-        bool on = o0 + g < m.n_out;
-        const uint8_t *row = ws + g * STAGED;   // [ql: 128][qh: 64][scales: 16]
-        Vec16 sc[2];   // the scales of weight rows o0 + 2t (+1)
+        bool on[2];
+        Vec16 sc[2];   // the scales of this lane's weight rows o0 + g + 8e
         float d[2];
         for (int e = 0; e < 2; e++) {
-            int64_t o = o0 + 2 * t + e;
-            sc[e] = o < m.n_out ? load16(ws + (2 * t + e) * STAGED + 192) : Vec16{};
-            d[e] = o < m.n_out ? fp16_to_fp32(m.scales[o * nu + u]) : 0.0f;
+            int64_t o = o0 + g + 8 * e;
+            on[e] = o < m.n_out;
+            sc[e] = on[e] ? load16(ws + (g + 8 * e) * STAGED + 192) : Vec16{};
+            d[e] = on[e] ? fp16_to_fp32(m.scales[o * nu + u]) : 0.0f;
         }
-        int si[4] = {0, 0, 0, 0};
-        W2 ql[2][2] = {}, qh[2] = {};   // this lane's pieces of halves 0, 1: ql bytes of k % 2 (both nibbles: k and k + 2), qh bytes of h
+        int si[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        W2 ql[2][2][2] = {}, qh[2][2] = {};   // [e]: this lane's pieces of halves 0, 1: ql bytes of k % 2 (both nibbles: k and k + 2), qh bytes of h
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             int h = j / 4, k = j % 4, s = k / 2;   // (s: half (j/2) % 2)
-            if (k < 2) pieces_by_half(on ? load16(row + 64 * h + 32 * k + 16 * (t & 1)) : Vec16{}, t, ql[k]);
-            if (k == 0) pieces_by_half(on ? load16(row + 128 + 32 * h + 16 * (t & 1)) : Vec16{}, t, qh);
-            uint32_t lo[2], hi[2], a[4];
-            for (int i = 0; i < 2; i++) {
-                uint32_t q = ((ql[k % 2][s].w[i] >> 4 * (k / 2)) & 0x0f0f0f0f) | ((qh[s].w[i] >> 2 * k) & 0x03030303) << 4;
-                q = (q & 0x1f1f1f1f) | ((~q >> 5) & 0x01010101) * 0xe0;   // q - 32 in each byte (q < 64)
-                lo[i] = t % 2 == 0 ? q : 0, hi[i] = t % 2 == 0 ? 0 : q;
+            uint32_t lo[4], hi[4], b[2];   // A of scale groups 2j and 2j + 1: [0], [2] row g; [1], [3] row g + 8
+            for (int e = 0; e < 2; e++) {
+                const uint8_t *row = ws + (g + 8 * e) * STAGED;   // [ql: 128][qh: 64][scales: 16]
+                if (k < 2) pieces_by_half(on[e] ? load16(row + 64 * h + 32 * k + 16 * (t & 1)) : Vec16{}, t, ql[e][k]);
+                if (k == 0) pieces_by_half(on[e] ? load16(row + 128 + 32 * h + 16 * (t & 1)) : Vec16{}, t, qh[e]);
+                for (int i = 0; i < 2; i++) {
+                    uint32_t q = ((ql[e][k % 2][s].w[i] >> 4 * (k / 2)) & 0x0f0f0f0f) | ((qh[e][s].w[i] >> 2 * k) & 0x03030303) << 4;
+                    q = (q & 0x1f1f1f1f) | ((~q >> 5) & 0x01010101) * 0xe0;   // q - 32 in each byte (q < 64)
+                    lo[2 * i + e] = t % 2 == 0 ? q : 0, hi[2 * i + e] = t % 2 == 0 ? 0 : q;
+                }
             }
-            tile_fragment(xs, u, j, upper, a);
-            int c0[4], c1[4];
-            mma_s8(c0, a, lo);
-            mma_s8(c1, a, hi);
-            for (int e = 0; e < 4; e++) {
-                const Vec16 &s = sc[e % 2];
-                si[e] += (int8_t)(s.w[j / 2] >> 16 * (j % 2)) * c0[e] + (int8_t)(s.w[j / 2] >> (16 * (j % 2) + 8)) * c1[e];
+            for (int hf = 0; hf < 2; hf++) {
+                if (hf && !upper) break;
+                int c0[4], c1[4];
+                tile_fragment(xs, u, j, hf, b);
+                mma_s8(c0, lo, b);
+                mma_s8(c1, hi, b);
+                for (int r = 0; r < 4; r++) {
+                    const Vec16 &w = sc[r / 2];
+                    si[4 * hf + r] += (int8_t)(w.w[j / 2] >> 16 * (j % 2)) * c0[r] + (int8_t)(w.w[j / 2] >> (16 * (j % 2) + 8)) * c1[r];
+                }
             }
         }
-        for (int e = 0; e < 4; e++) {
-            float da = e < 2 || upper ? tile_d(xs, n, u, g + 8 * (e / 2)) : 0.0f;
-            acc[e] = fmaf(d[e % 2] * da, (float)si[e], acc[e]);
+        for (int c = 0; c < 8; c++) {   // cell c: weight row o0 + g + 8 ((c/2) % 2), tile row 2t + c%2 + 8 (c/4)
+            if (c >= 4 && !upper) break;
+            float da = tile_d(xs, n, u, 2 * t + c % 2 + 8 * (c / 4));
+            acc[c] = fmaf(d[(c / 2) % 2] * da, (float)si[c], acc[c]);
         }
     }
 };
@@ -1052,55 +1083,57 @@ __device__ bool last_block(unsigned *count, unsigned blocks) {
 
 // The K-quant batches on the tensor cores (verify, preview, prefill: every dense matrix, the LM
 // head of a Q4_K_M model and the experts): a block takes a tile of MMA_M activation rows (tile_rows),
-// staged once in shared memory (stage_tile), and MMA_ROWS weight rows, a warp 8 of them, which come
+// staged once in shared memory (stage_tile), and MMA_ROWS weight rows, a warp 16 of them, which come
 // through shared memory a unit at a time (stage_unit, a few units ahead); for each unit the warp's
 // mmas give every (activation row, weight row) pair its integer sums at once (D::mma_add), which the
-// matvec lanes add up by shuffles. The float steps are row_dot's: slot s of
+// matvec lanes add up by shuffles. (The weights are the mma's A, 16 rows, and the activations its
+// B, 8 rows an mma: a warp's fragment load of the tile then serves 16 weight rows, where with the
+// activations as A it served 8.) The float steps are row_dot's: slot s of
 // slots = lanes_per_row / LPB takes units s, s + slots, ... (here acc[0] is always the slot of the
 // next unit: the slots rotate after each), then the halving fold. So a row's bits are
 // matvec_kernel's, whatever the batch.
-__device__ void rotate_slots(float a[4][4], int slots) {
-    for (int e = 0; e < 4; e++) {
+__device__ void rotate_slots(float a[4][8], int slots) {
+    for (int e = 0; e < 8; e++) {
         float f = a[0][e];
         if (slots == 2) a[0][e] = a[1][e], a[1][e] = f;
         if (slots == 4) a[0][e] = a[1][e], a[1][e] = a[2][e], a[2][e] = a[3][e], a[3][e] = f;
     }
 }
-__device__ void fold_slots(float a[4][4], int slots) {
-    for (int e = 0; e < 4; e++) {
+__device__ void fold_slots(float a[4][8], int slots) {
+    for (int e = 0; e < 8; e++) {
         if (slots == 4) a[0][e] += a[2][e], a[1][e] += a[3][e];
         if (slots >= 2) a[0][e] += a[1][e];
     }
 }
-// The weights reach the tensor cores through shared memory: each warp stages unit u of its 8 weight
-// rows (8 x D::STAGED bytes, by its lanes, 16 bytes an asynchronous copy) in one of MMA_STAGES
+// The weights reach the tensor cores through shared memory: each warp stages unit u of its 16 weight
+// rows (16 x D::STAGED bytes, by its lanes, 16 bytes an asynchronous copy) in one of MMA_STAGES
 // buffers of its own, MMA_STAGES - 1 units ahead of the one its mmas work on. A load into registers
-// holds its thread until the bytes come back (~600 ns from HBM), so that the 512 threads an SM holds
-// keep some 16 KB in flight, which reads ~3.6 TB/s of the H200's 4.8; the staged units stay in
-// flight while the mmas run, two of them a warp (~2.3 KB), ~37 KB an SM. Rows past the matrix are
-// not copied (mma_add does not read them).
+// holds its thread until the bytes come back (~600 ns from HBM), so that the threads an SM holds
+// would keep too few bytes in flight to read at the H200's 4.8 TB/s (Little's law: ~21 KB an SM);
+// the staged units stay in flight while the mmas run, two of them a warp (~4.6 KB). Rows past the
+// matrix are not copied (mma_add does not read them).
 enum { MMA_STAGES = 3 };
 template <typename D> __device__ void stage_unit(const Mat &m, int64_t o0, int u, uint8_t *ws) {
     constexpr int P = D::STAGED / 16;   // 16-byte pieces of a row
     int nu = (int)(m.n_in / D::UNIT);
-    for (int i = threadIdx.x % WARP; i < 8 * P; i += WARP)
+    for (int i = threadIdx.x % WARP; i < 16 * P; i += WARP)
         if (o0 + i / P < m.n_out) copy16_async(ws + 16 * i, D::staged_piece(m, o0 + i / P, u, nu, i % P));
 }
 // bytes of dynamic shared memory of a tensor-core block: the tile of rows of n values, then each
 // warp's weight stages
-template <typename D> __host__ __device__ size_t mma_smem_bytes(int64_t n) { return mma_tile_bytes(n) + (size_t)MMA_WARPS * MMA_STAGES * 8 * D::STAGED; }
-template <typename D> __device__ uint8_t *warp_stages(uint8_t *smem, int64_t n) { return smem + mma_tile_bytes(n) + (size_t)(threadIdx.x / WARP) * MMA_STAGES * 8 * D::STAGED; }
+template <typename D> __host__ __device__ size_t mma_smem_bytes(int64_t n) { return mma_tile_bytes(n) + (size_t)MMA_WARPS * MMA_STAGES * 16 * D::STAGED; }
+template <typename D> __device__ uint8_t *warp_stages(uint8_t *smem, int64_t n) { return smem + mma_tile_bytes(n) + (size_t)(threadIdx.x / WARP) * MMA_STAGES * 16 * D::STAGED; }
 
-// A warp's 8 weight rows o0.. of m against the staged tile, units u0, u0 + du, ..., through its
-// weight stages ws: this lane's cells e (tile row g + 8 (e/2), weight row o0 + 2t + e%2) as row_dot's
-// slots hold them, acc[k] the slot of unit u0 + k du (the slots rotating; slots 1: one, a split
-// batch's block) (upper false: the tile's rows are at most 8, and the cells of rows g + 8 are left
-// out). Unit k is waited for, and the warp meets (then no lane still reads unit k - 1's stage, which
+// A warp's 16 weight rows o0.. of m against the staged tile, units u0, u0 + du, ..., through its
+// weight stages ws: this lane's cells c (weight row o0 + g + 8 ((c/2) % 2), tile row 2t + c%2 + 8
+// (c/4)) as row_dot's slots hold them, acc[k] the slot of unit u0 + k du (the slots rotating; slots
+// 1: one, a split batch's block) (upper false: the tile's rows are at most 8, and the cells c >= 4
+// are left out). Unit k is waited for, and the warp meets (then no lane still reads unit k - 1's stage, which
 // takes unit k + MMA_STAGES - 1); a group is committed every turn, empty or not, so that the wait
 // always leaves the newest MMA_STAGES - 2 groups coming.
 template <typename D>
-__device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, uint8_t *ws, int u0, int du, int slots, bool upper, float acc[4][4], float accm[4][4]) {
-    constexpr size_t SB = 8 * D::STAGED;   // a stage
+__device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, uint8_t *ws, int u0, int du, int slots, bool upper, float acc[4][8], float accm[4][8]) {
+    constexpr size_t SB = 16 * D::STAGED;   // a stage
     int nu = (int)(m.n_in / D::UNIT), K = u0 < nu ? (nu - u0 + du - 1) / du : 0, k = 0;   // K: the warp's units
     for (int s = 0; s < MMA_STAGES - 1; s++) {
         if (s < K) stage_unit<D>(m, o0, u0 + s * du, ws + s * SB);
@@ -1118,31 +1151,32 @@ __device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, uint8_t *w
     for (; k % slots; k++) rotate_slots(acc, slots), rotate_slots(accm, slots);   // back to slot 0
 }
 // the row's sums from its slots' (acc[s], accm[s]): the halving fold, less the mins
-template <typename D> __device__ void fold_cells(float acc[4][4], float accm[4][4], int slots, float v[4]) {
+template <typename D> __device__ void fold_cells(float acc[4][8], float accm[4][8], int slots, float v[8]) {
     fold_slots(acc, slots), fold_slots(accm, slots);
-    for (int e = 0; e < 4; e++) v[e] = D::MINS ? acc[0][e] - accm[0][e] : acc[0][e];
+    for (int c = 0; c < 8; c++) v[c] = D::MINS ? acc[0][c] - accm[0][c] : acc[0][c];
 }
 
 // A batch of few rows against a matrix of few rows has few blocks: 16 rows of a 2048 x 4096 matrix
-// are 64 blocks of 32 weight rows, 8,192 threads, whose loads cannot keep an H200's memory busy
-// (bytes in flight: ~8,192 x 32 against the ~2.9 MB that 4.8 TB/s x 600 ns asks). Such a batch is
+// are 64 blocks of 32 weight rows, on 64 of the H200's 132 SMs, whose bytes in flight (~64 x 4.6 KB)
+// cannot keep its memory busy (4.8 TB/s x 600 ns asks ~2.9 MB). Such a batch is
 // split by slot (matmul_mma_gpu: where its blocks would not fill the SMs): block (row block b, slot s)
 // computes slot s's sums of its rows (units s, s + slots, ...: the same fmaf chain, the tile staged
 // for those units alone), writes them to part, and the last of b's blocks to finish (last_block, its
 // count in count) folds the slots in order: the bits of the unsplit kernel. split 1: unsplit.
 struct MmaSplit { float *part; unsigned *count; int split; };
-// (tile, row block)s a split launch may have; the part of each: its (at most 4) slots' cells, 8 floats
-// a thread (acc and accm of its 4 cells)
-enum { MMA_SPLIT_TILES = 1024, MMA_PART_FLOATS = 4 * MMA_WARPS * WARP * 8 };
+// (tile, row block)s a split launch may have; the part of each: its (at most 4) slots' cells, 16
+// floats a thread (acc and accm of its 8 cells)
+enum { MMA_SPLIT_TILES = 1024, MMA_PART_FLOATS = 4 * MMA_WARPS * WARP * 16 };
 static size_t mma_split_bytes(void) { return (size_t)MMA_SPLIT_TILES * (MMA_PART_FLOATS * sizeof(float) + sizeof(unsigned)); }
 
-// (Both tensor-core kernels are bounded to 128 registers, four blocks of MMA_WARPS warps an SM: left
-// alone, ptxas gives the Q5_K form 130, and none of them spills under the bound.)
+// (Both tensor-core kernels are bounded to 170 registers, six blocks of MMA_WARPS warps an SM: left
+// alone, ptxas gives them 178-220, and none of them spills under the bound; with rows of 2048 values
+// the shared memory holds four blocks an SM anyway. At eight blocks, 128 registers, they spill.)
 // y[out[r]][o] = W_e[o] . x[act[r]] for block y's tile (tile_rows: of the n rows, ids NULL; or of the
 // n pairs of experts ids, the stacked matrices of L; then rd's blocks): matmul's, and matmul_id's
 // (matvec_kernel's) bits. sp.split > 1 (ids NULL): grid x holds each row block's sp.split slots.
 template <typename D>
-__global__ void __launch_bounds__(MMA_WARPS * WARP, 4) matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots,
+__global__ void __launch_bounds__(MMA_WARPS * WARP, 6) matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots,
                                                                            MmaSplit sp, Rider rd) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
@@ -1156,29 +1190,30 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 4) matmul_mma_kernel(MatList
     if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
     if (tr.e >= 0) stage_tile(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split);
     __syncthreads();
-    int64_t o0 = (int64_t)(rb - b0) * MMA_ROWS + 8 * (threadIdx.x / WARP);
-    float acc[4][4] = {}, accm[4][4] = {}, v[4];   // [slot][cell]
+    int64_t o0 = (int64_t)(rb - b0) * MMA_ROWS + 16 * (threadIdx.x / WARP);
+    float acc[4][8] = {}, accm[4][8] = {}, v[8];   // [slot][cell]
     if (tr.e >= 0 && o0 < m.n_out)
         mma_rows<D>(expert(&m, tr.e), o0, xs, warp_stages<D>(xs, m.n_in), s, sp.split, sp.split > 1 ? 1 : slots, tr.R > MMA_M / 2, acc, accm);
     if (sp.split > 1) {   // this slot's cells to part, the last of the row block's slots folds them all
         size_t at = (size_t)blockIdx.y * L.first[L.n] + rb;
-        float *own = sp.part + ((at * sp.split + s) * MMA_WARPS * WARP + threadIdx.x) * 8;
-        for (int e = 0; e < 4; e++) own[e] = acc[0][e], own[4 + e] = accm[0][e];
+        float *own = sp.part + ((at * sp.split + s) * MMA_WARPS * WARP + threadIdx.x) * 16;
+        for (int c = 0; c < 8; c++) own[c] = acc[0][c], own[8 + c] = accm[0][c];
         if (!last_block(sp.count + at, (unsigned)sp.split)) return;   // the whole block
 #pragma unroll
         for (int k = 0; k < 4; k++) {   // (constant indices: acc stays in registers)
-            if (k >= sp.split) break;
-            const float *p = sp.part + ((at * sp.split + k) * MMA_WARPS * WARP + threadIdx.x) * 8;
-            for (int e = 0; e < 4; e++) acc[k][e] = p[e], accm[k][e] = p[4 + e];
+            const float *p = sp.part + ((at * sp.split + k) * MMA_WARPS * WARP + threadIdx.x) * 16;
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                if (k < sp.split) acc[k][c] = p[c], accm[k][c] = p[8 + c];
         }
     }
     if (o0 >= m.n_out) return;   // the whole warp
     fold_cells<D>(acc, accm, slots, v);
     int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
-    for (int e = 0; e < 4; e++) {
-        int r = g + 8 * (e / 2);
-        int64_t o = o0 + 2 * t + e % 2;
-        if (r < tr.R && o < m.n_out) y[(int64_t)tr.out[r] * m.n_out + o] = v[e];
+    for (int c = 0; c < 8; c++) {
+        int r = 2 * t + c % 2 + 8 * (c / 4);
+        int64_t o = o0 + g + 8 * ((c / 2) % 2);
+        if (r < tr.R && o < m.n_out) y[(int64_t)tr.out[r] * m.n_out + o] = v[c];
     }
 }
 
@@ -2250,11 +2285,11 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
 
 // h[out[r]][o] = silu(G_e[o] . x[act[r]]) * (U_e[o] . x[act[r]]) for block y's tile (as
 // matmul_mma_kernel's; ids NULL: the one matrix G, U, the shared expert): swiglu_id_kernel's bits. A
-// block takes 16 rows o of both: warps 0 and 1 their gate rows, warps 2 and 3 the same up rows, the
-// gate's cells passed in shared memory (MMA_ROWS / 2 rows o a block). rq: the tile's rows of h rounded
+// block takes 16 rows o of both: warp 0 their gate rows, warp 1 the same up rows, the gate's cells
+// passed in shared memory (MMA_ROWS / 2 rows o a block). rq: the tile's rows of h rounded
 // by the last of the blocks of its grid row.
 template <typename D>
-__global__ void __launch_bounds__(MMA_WARPS * WARP, 4) swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
+__global__ void __launch_bounds__(MMA_WARPS * WARP, 6) swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
                                   Routing rt, Rounding rq) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
@@ -2268,19 +2303,18 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 4) swiglu_mma_kernel(Mat G, 
     if (tr.e >= 0) stage_tile(x, x_bytes, (int)G.n_in, tr, xs, 0, 1);
     __syncthreads();
     int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
-    int64_t o0 = (int64_t)blockIdx.x * (MMA_ROWS / 2) + 8 * (w % 2);
-    float acc[4][4] = {}, accm[4][4] = {}, v[4];
+    int64_t o0 = (int64_t)blockIdx.x * (MMA_ROWS / 2);
+    float acc[4][8] = {}, accm[4][8] = {}, v[8];
     Mat m = G;   // (a copy, not a pointer to one of the two: they stay in registers)
-    if (w >= 2) m = U;
+    if (w == 1) m = U;
     if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, warp_stages<D>(xs, G.n_in), 0, 1, slots, tr.R > MMA_M / 2, acc, accm);   // (warp-uniform)
     fold_cells<D>(acc, accm, slots, v);
-    if (w < 2)
-        for (int e = 0; e < 4; e++) gs[g + 8 * (e / 2)][8 * w + 2 * t + e % 2] = v[e];
+    for (int c = 0; w == 0 && c < 8; c++) gs[2 * t + c % 2 + 8 * (c / 4)][g + 8 * ((c / 2) % 2)] = v[c];
     __syncthreads();
-    for (int e = 0; w >= 2 && e < 4; e++) {
-        int r = g + 8 * (e / 2), c = 8 * (w % 2) + 2 * t + e % 2;
-        int64_t o = o0 + 2 * t + e % 2;
-        if (r < tr.R && o < G.n_out) h[(int64_t)tr.out[r] * G.n_out + o] = silu(gs[r][c]) * v[e];
+    for (int c = 0; w == 1 && c < 8; c++) {
+        int r = 2 * t + c % 2 + 8 * (c / 4), k = g + 8 * ((c / 2) % 2);
+        int64_t o = o0 + k;
+        if (r < tr.R && o < G.n_out) h[(int64_t)tr.out[r] * G.n_out + o] = silu(gs[r][k]) * v[c];
     }
     if (rounds_after(rq, blockIdx.y, gridDim.x - rider_blocks(rd)))
         for (int r = 0; r < tr.R; r++) round_row_block(h + (int64_t)tr.out[r] * G.n_out, (int)G.n_out, rq.dt, rq.q + (int64_t)tr.out[r] * rq.q_bytes);

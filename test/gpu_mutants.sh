@@ -4,7 +4,7 @@
 # fold, the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie
 # rule, the online softmax's rescaling, the attention's q pieces and p, the matvec blocks' own rounding, the conv's ring push and
 # gates, the riders' rows (a batch's too), the routing after the riders, moe_out's unused ranks; on the tensor cores:
-# the A fragment's rows, the slots' fold, the K-quant mins' rows, an expert's run of pairs, the
+# the A fragment's rows, the slots' fold, the K-quant mins' rows, the tile's pairs of bsums, an expert's run of pairs, the
 # gate's cells in swiglu_mma, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
 # a split batch's slots (their fold's pairs, the units a slot's block stages), the weight stages (a
 # wait one group short, no warp barrier after it, a unit staged over the one being read); the SwiGLU rows rounded
@@ -40,21 +40,22 @@ rider-row-off-by-one|s/(b - b0) \* (blockDim.x \/ rd.lpr)/(b - b0 + 1) * (blockD
 rider-batch-row-zero|s/(const uint8_t \*)(rd.x + t \* m.n_in)/(const uint8_t *)rd.x/
 last-block-too-early|s/last = atomicAdd(count, 1u) == blocks - 1;/last = atomicAdd(count, 1u) == blocks - 2;/
 moe-out-unused-rank|s/if (!used\[r\]) continue;/if (!used[r] \&\& r > 0) continue;/
-mma-a-rows-swapped|s/a\[0\] = lo.w\[0\], a\[1\] = hi.w\[0\]/a[0] = hi.w[0], a[1] = lo.w[0]/
+mma-a-rows-swapped|s/a\[2 \* i + e\] = Q5 ? /a[2 * i + 1 - e] = Q5 ? /
 mma-fold-order|s/if (slots == 4) a\[0\]\[e\] += a\[2\]\[e\], a\[1\]\[e\] += a\[3\]\[e\];/if (slots == 4) a[0][e] += a[1][e], a[1][e] = a[2][e] + a[3][e];/
-mma-mins-one-row|s/sm\[e\] += mn\[e % 2\] \* pair\[e \/ 2\]/sm[e] += mn[e % 2] * pair[0]/
+mma-mins-one-row|s/sm\[e\] += (int)((mins\[e\]\[j \/ 4\]/sm[e] += (int)((mins[0][j \/ 4]/
+mma-pairs-one-bsum|s/(int16_t)b.w\[2 \* k\] + (int16_t)(b.w\[2 \* k\] >> 16)/(int16_t)b.w[2 * k]/
 mma-expert-run-start|s/for (int p = lane; p < y; p += WARP) before += ids\[p\] == e;/for (int p = lane; p <= y; p += WARP) before += ids[p] == e;/
-mma-swiglu-gate-cells|s/gs\[g + 8 \* (e \/ 2)\]\[8 \* w + 2 \* t + e % 2\] = v\[e\]/gs[g + 8 * (e \/ 2)][8 * (1 - w) + 2 * t + e % 2] = v[e]/
+mma-swiglu-gate-cells|s/\[g + 8 \* ((c \/ 2) % 2)\] = v\[c\]/[g + 8 * (1 - (c \/ 2) % 2)] = v[c]/
 mma-tile-pieces-unordered|s/+ 32 \* j + 8 \* tile_piece(j, t)) : W2{}/+ 32 * j + 8 * t) : W2{}/
 mma-no-upper-rows|s/tr.R > MMA_M \/ 2, acc, accm)/tr.R > MMA_M, acc, accm)/g
-mma-split-slots-paired-wrong|s/acc\[k\]\[e\] = p\[e\], accm\[k\]\[e\] = p\[4 + e\]/acc[k % 3 ? 3 - k : k][e] = p[e], accm[k % 3 ? 3 - k : k][e] = p[4 + e]/
+mma-split-slots-paired-wrong|s/acc\[k\]\[c\] = p\[c\], accm\[k\]\[c\] = p\[8 + c\]/acc[k % 3 ? 3 - k : k][c] = p[c], accm[k % 3 ? 3 - k : k][c] = p[8 + c]/
 mma-split-stages-slot-0|s/stage_tile(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split)/stage_tile(x, x_bytes, (int)m.n_in, tr, xs, 0, sp.split)/
 round-after-too-early|s/if (rounds_after(rq, job, (unsigned)row_blocks))/if (rounds_after(rq, job, (unsigned)row_blocks - 1))/
 mma-round-after-first-row|s/for (int r = 0; r < tr.R; r++) round_row_block(h/for (int r = 0; r < 1; r++) round_row_block(h/
 mma-stages-wait-one-short|s/copies_wait<MMA_STAGES - 2>();/copies_wait<MMA_STAGES - 1>();/
 mma-stages-no-warp-barrier|/copies_wait<MMA_STAGES - 2>();/{n;/__syncwarp();/d}
 mma-stages-ring-overwrites|s/ws + ahead % MMA_STAGES \* SB/ws + (ahead - 1) % MMA_STAGES * SB/
-mma-q6_k-groups-by-lane|s/lo\[i\] = t % 2 == 0 ? q : 0, hi\[i\] = t % 2 == 0 ? 0 : q;/lo[i] = t < 2 ? q : 0, hi[i] = t < 2 ? 0 : q;/
+mma-q6_k-groups-by-lane|s/lo\[2 \* i + e\] = t % 2 == 0 ? q : 0, hi\[2 \* i + e\] = t % 2 == 0 ? 0 : q;/lo[2 * i + e] = t < 2 ? q : 0, hi[2 * i + e] = t < 2 ? 0 : q;/
 best-token-skip-taken|s/if (i != skip \&\& z\[i\] > v) v = z\[i\], at = i;/if (z[i] > v) v = z[i], at = i;/
 best-token-p-of-max|s/p\[blockIdx.x\] = (float)(exp((double)top\[1\] - max) \/ S);/p[blockIdx.x] = (float)(exp((double)top[0] - max) \/ S);/'
 
