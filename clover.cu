@@ -585,6 +585,11 @@ __device__ void tile_fragment(const uint8_t *xs, int u, int j, int h, uint32_t b
     W2 v = load8(xs + tile_q_at(u, j, 8 * h) + 8 * (threadIdx.x % WARP));
     b[0] = v.w[0], b[1] = v.w[1];
 }
+// A lane's cells in the tensor-core kernels (mma_add, then the kernels' writes): cell c (0-7) of lane
+// 4g + t is weight row g + 8 ((c/2) % 2) of its warp's 16 and tile row 2t + c%2 + 8 (c/4), the mma's
+// d[c % 4] for the tile's rows 8 (c/4) ..
+__device__ int cell_weight_row(int c) { return threadIdx.x % WARP / 4 + 8 * ((c / 2) % 2); }
+__device__ int cell_tile_row(int c) { return 2 * (threadIdx.x % 4) + c % 2 + 8 * (c / 4); }
 
 // A matrix on the device (clover.c's Mat): n_out rows of n_in values of `type` (n_stack matrices of
 // them for the stacked experts, expert e's row o being row e * n_out + o) in the layouts of section 3:
@@ -758,9 +763,9 @@ template <bool Q5> struct DotK4 {
     // at piece tile_piece(j, t) (nibble j%2 of the qs bytes 32 (j/2) + 8 piece.., Q5_K's bit j of qh
     // bytes 8 piece.. as bit 4), B = tile rows 8h + g (tile_fragment). A lane loads 16 bytes of a
     // row's qs for four sub-blocks and swaps half of them with lane t^2 (tile_piece). Its cells c
-    // (weight row o0 + g + 8 ((c/2) % 2), tile row 2t + c%2 + 8 (c/4); c >= 4 only where upper, the
-    // tile's rows passing 8) then add sc_j times the mma's sum, and after the sub-blocks m_j times the
-    // tile row's pair j: the unit's integer sums of add, and its fmaf into acc[c] and accm[c].
+    // (cell_weight_row, cell_tile_row; c >= 4 only where upper, the tile's rows passing 8) then add
+    // sc_j times the mma's sum, and after the sub-blocks m_j times the tile row's pair j: the unit's
+    // integer sums of add, and its fmaf into acc[c] and accm[c].
     // (Blocks of 144 or 176 bytes, 36 or 44 words: 8 rows start in 8 different groups of 4 banks, so
     // that the header and qs loads meet no bank twice more than their bytes ask.)
     static constexpr int STAGED = Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
@@ -908,9 +913,9 @@ struct DotQ6_K {
                 }
             }
         }
-        for (int c = 0; c < 8; c++) {   // cell c: weight row o0 + g + 8 ((c/2) % 2), tile row 2t + c%2 + 8 (c/4)
+        for (int c = 0; c < 8; c++) {
             if (c >= 4 && !upper) break;
-            float da = tile_d(xs, n, u, 2 * t + c % 2 + 8 * (c / 4));
+            float da = tile_d(xs, n, u, cell_tile_row(c));
             acc[c] = fmaf(d[(c / 2) % 2] * da, (float)si[c], acc[c]);
         }
     }
@@ -1125,12 +1130,12 @@ template <typename D> __host__ __device__ size_t mma_smem_bytes(int64_t n) { ret
 template <typename D> __device__ uint8_t *warp_stages(uint8_t *smem, int64_t n) { return smem + mma_tile_bytes(n) + (size_t)(threadIdx.x / WARP) * MMA_STAGES * 16 * D::STAGED; }
 
 // A warp's 16 weight rows o0.. of m against the staged tile, units u0, u0 + du, ..., through its
-// weight stages ws: this lane's cells c (weight row o0 + g + 8 ((c/2) % 2), tile row 2t + c%2 + 8
-// (c/4)) as row_dot's slots hold them, acc[k] the slot of unit u0 + k du (the slots rotating; slots
-// 1: one, a split batch's block) (upper false: the tile's rows are at most 8, and the cells c >= 4
-// are left out). Unit k is waited for, and the warp meets (then no lane still reads unit k - 1's stage, which
-// takes unit k + MMA_STAGES - 1); a group is committed every turn, empty or not, so that the wait
-// always leaves the newest MMA_STAGES - 2 groups coming.
+// weight stages ws: this lane's cells c (cell_weight_row, cell_tile_row) as row_dot's slots hold
+// them, acc[k] the slot of unit u0 + k du (the slots rotating; slots 1: one, a split batch's block)
+// (upper false: the tile's rows are at most 8, and the cells c >= 4 are left out). Unit k is waited
+// for, and the warp meets (then no lane still reads unit k - 1's stage, which takes unit k +
+// MMA_STAGES - 1); a group is committed every turn, empty or not, so that the wait always leaves the
+// newest MMA_STAGES - 2 groups coming.
 template <typename D>
 __device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, uint8_t *ws, int u0, int du, int slots, bool upper, float acc[4][8], float accm[4][8]) {
     constexpr size_t SB = 16 * D::STAGED;   // a stage
@@ -1209,10 +1214,9 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) matmul_mma_kernel(MatList
     }
     if (o0 >= m.n_out) return;   // the whole warp
     fold_cells<D>(acc, accm, slots, v);
-    int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
     for (int c = 0; c < 8; c++) {
-        int r = 2 * t + c % 2 + 8 * (c / 4);
-        int64_t o = o0 + g + 8 * ((c / 2) % 2);
+        int r = cell_tile_row(c);
+        int64_t o = o0 + cell_weight_row(c);
         if (r < tr.R && o < m.n_out) y[(int64_t)tr.out[r] * m.n_out + o] = v[c];
     }
 }
@@ -2302,19 +2306,18 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) swiglu_mma_kernel(Mat G, 
     if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
     if (tr.e >= 0) stage_tile(x, x_bytes, (int)G.n_in, tr, xs, 0, 1);
     __syncthreads();
-    int w = threadIdx.x / WARP, g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+    int w = threadIdx.x / WARP;
     int64_t o0 = (int64_t)blockIdx.x * (MMA_ROWS / 2);
     float acc[4][8] = {}, accm[4][8] = {}, v[8];
     Mat m = G;   // (a copy, not a pointer to one of the two: they stay in registers)
     if (w == 1) m = U;
     if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, warp_stages<D>(xs, G.n_in), 0, 1, slots, tr.R > MMA_M / 2, acc, accm);   // (warp-uniform)
     fold_cells<D>(acc, accm, slots, v);
-    for (int c = 0; w == 0 && c < 8; c++) gs[2 * t + c % 2 + 8 * (c / 4)][g + 8 * ((c / 2) % 2)] = v[c];
+    for (int c = 0; w == 0 && c < 8; c++) gs[cell_tile_row(c)][cell_weight_row(c)] = v[c];
     __syncthreads();
     for (int c = 0; w == 1 && c < 8; c++) {
-        int r = 2 * t + c % 2 + 8 * (c / 4), k = g + 8 * ((c / 2) % 2);
-        int64_t o = o0 + k;
-        if (r < tr.R && o < G.n_out) h[(int64_t)tr.out[r] * G.n_out + o] = silu(gs[r][k]) * v[c];
+        int r = cell_tile_row(c), k = cell_weight_row(c);
+        if (r < tr.R && o0 + k < G.n_out) h[(int64_t)tr.out[r] * G.n_out + o0 + k] = silu(gs[r][k]) * v[c];
     }
     if (rounds_after(rq, blockIdx.y, gridDim.x - rider_blocks(rd)))
         for (int r = 0; r < tr.R; r++) round_row_block(h + (int64_t)tr.out[r] * G.n_out, (int)G.n_out, rq.dt, rq.q + (int64_t)tr.out[r] * rq.q_bytes);

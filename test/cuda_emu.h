@@ -254,12 +254,8 @@ static bool emu_resolve_warp(int w) {
         if (x->op != emu.th[t0].op || x->arg != emu.th[t0].arg || x->width != 32)
             emu_fail("%s: warp operation at %s:%d: lanes disagree on its offset or width", emu.kernel, x->file, x->line);
     }
-    if (emu.th[t0].op == EMU_SYNCWARP) {
-        for (int l = 0; l < 32; l++) emu.th[t0 + l].state = EMU_RUNNABLE;
-        return true;
-    }
-    if (emu.th[t0].op == EMU_MMA) {
-        emu_mma_resolve(&emu.th[t0]);
+    if (emu.th[t0].op == EMU_MMA || emu.th[t0].op == EMU_SYNCWARP) {   // (a __syncwarp only releases the lanes)
+        if (emu.th[t0].op == EMU_MMA) emu_mma_resolve(&emu.th[t0]);
         for (int l = 0; l < 32; l++) emu.th[t0 + l].state = EMU_RUNNABLE;
         return true;
     }

@@ -45,7 +45,7 @@ mma-fold-order|s/if (slots == 4) a\[0\]\[e\] += a\[2\]\[e\], a\[1\]\[e\] += a\[3
 mma-mins-one-row|s/sm\[e\] += (int)((mins\[e\]\[j \/ 4\]/sm[e] += (int)((mins[0][j \/ 4]/
 mma-pairs-one-bsum|s/(int16_t)b.w\[2 \* k\] + (int16_t)(b.w\[2 \* k\] >> 16)/(int16_t)b.w[2 * k]/
 mma-expert-run-start|s/for (int p = lane; p < y; p += WARP) before += ids\[p\] == e;/for (int p = lane; p <= y; p += WARP) before += ids[p] == e;/
-mma-swiglu-gate-cells|s/\[g + 8 \* ((c \/ 2) % 2)\] = v\[c\]/[g + 8 * (1 - (c \/ 2) % 2)] = v[c]/
+mma-swiglu-gate-cells|s/gs\[cell_tile_row(c)\]\[cell_weight_row(c)\] = v\[c\]/gs[cell_tile_row(c)][cell_weight_row(c) ^ 8] = v[c]/
 mma-tile-pieces-unordered|s/+ 32 \* j + 8 \* tile_piece(j, t)) : W2{}/+ 32 * j + 8 * t) : W2{}/
 mma-no-upper-rows|s/tr.R > MMA_M \/ 2, acc, accm)/tr.R > MMA_M, acc, accm)/g
 mma-split-slots-paired-wrong|s/acc\[k\]\[c\] = p\[c\], accm\[k\]\[c\] = p\[8 + c\]/acc[k % 3 ? 3 - k : k][c] = p[c], accm[k % 3 ? 3 - k : k][c] = p[8 + c]/
