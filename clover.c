@@ -74,21 +74,6 @@ static void *xcalloc(size_t count, size_t size) {
     return p;
 }
 
-/* n bytes on 2 MiB boundaries, marked for transparent huge pages: for the KV cache, which a decoding
- * step reads row after row with a stride of a whole cache row (a kv head's 512 bytes of every 1 KiB
- * row at head_dim 256), after the step's weights have pushed it and its page tables out of the
- * caches. On 4 KiB pages every fourth key was a new page, a page walk from memory, and a point
- * where the hardware prefetchers stop: a decoding step at 2080 keys (q4_k_m 32768 slice, 2 threads,
- * zen4, `build/bench -s 1 -p 2048`, 4 alternating runs) spent 2.09-3.36 ms in attention, where
- * its kernels take ~0.5 ms with the rows in cache; on 2 MiB pages 0.94-1.00 ms. */
-static void *xmalloc_huge(size_t n) {
-    const size_t huge = (size_t)1 << 21;
-    void *p = NULL;
-    if (posix_memalign(&p, huge, n ? n : 1) != 0) fatal("out of memory allocating %zu bytes; use a smaller -c", n);
-    madvise(p, n, MADV_HUGEPAGE);   /* a hint: where the kernel has no transparent huge pages, 4 KiB pages */
-    return p;
-}
-
 /* a*b for sizes, or fatal: no size computed from file contents may wrap around. */
 static size_t mul_size(size_t a, size_t b, const char *what) {
     if (b != 0 && a > SIZE_MAX / b) fatal("size overflow computing %s (%zu x %zu)", what, a, b);
@@ -99,6 +84,21 @@ static size_t mul_size(size_t a, size_t b, const char *what) {
 static size_t add_size(size_t a, size_t b, const char *what) {
     if (a > SIZE_MAX - b) fatal("size overflow computing %s (%zu + %zu)", what, a, b);
     return a + b;
+}
+
+/* n bytes on 2 MiB boundaries, marked for transparent huge pages: for the KV cache, which a decoding
+ * step reads row after row with a stride of a whole cache row (a kv head's 512 bytes of every 1 KiB
+ * row at head_dim 256), after the step's weights have pushed it and its page tables out of the
+ * caches. On 4 KiB pages every fourth key was a new page, a page walk from memory, and a point
+ * where the hardware prefetchers stop: a decoding step at 2080 keys (q4_k_m 32768 slice, 2 threads,
+ * zen4, `build/bench -s 1 -p 2048`, 4 alternating runs) spent 2.09-3.36 ms in attention, where
+ * its kernels take ~0.5 ms with the rows in cache; on 2 MiB pages 0.94-1.00 ms. */
+static void *xmalloc_huge(size_t n) {
+    const size_t huge = (size_t)1 << 21;
+    uint8_t *p = xmalloc(add_size(n, huge, "a 2 MiB-aligned buffer"));   /* (never freed: the state lives as long as the program) */
+    uint8_t *a = p + (huge - (uintptr_t)p % huge) % huge;
+    madvise(a, n, MADV_HUGEPAGE);   /* a hint: where the kernel has no transparent huge pages, 4 KiB pages */
+    return a;
 }
 
 static double now_seconds(void) {
