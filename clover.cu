@@ -445,7 +445,8 @@ static void quantize_row_gpu(uint32_t wtype, const float *x, void *y, int64_t n,
 // spread of CPU variants, README "GPU"):
 //   lpr = lanes_per_row(LPB, units) lanes take the row, LPB lanes a unit, so slots = lpr / LPB;
 //   slot s takes units s, s + slots, s + 2 slots, ... in turn, acc = fmaf(d_w d_a, sum, acc) from +0
-//   (float units: acc = fmaf(w_i, x_i, acc) over the unit's values in order);
+//   (float units: acc = fmaf(w_i, x_i, acc) over the unit's values in order; the block-scaled Q8_0
+//   and Q4_0, 8 blocks a unit: acc += the tree sum of its blocks' (d_w d_a) * sum, unit_tree);
 //   the slots are folded by halving (slot i += slot i + slots/2, then + slots/4, ..., + 1: the xor
 //   butterfly of their lanes), the mins' slots alike, and the row's dot is acc - accm.
 // The LPB lanes of a unit read a part of its bytes each; their integer sums are added by xor shuffles
@@ -492,8 +493,9 @@ __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
 //   q:     [unit][group of 32][row][4 pieces of 8 bytes]  (16 n bytes; lane 4g + t's piece of row g
 //          at 8 lane: its values 8 tile_piece(j, t) .. + 7 of group j)
 //   pairs: [unit][row][8 int16]                (n bytes: bsum 2j + bsum 2j+1, the sums of group j's
-//          32 values, |sum| <= 32 x 127, what the K-quant mins multiply)
-//   d:     [unit][row] float                   (n / 4 bytes)
+//          32 values, |sum| <= 32 x 127, what the K-quant mins multiply; for Q8_0 rows (Q8_0_ROWS)
+//          the fp16 scales of the unit's 8 blocks)
+//   d:     [unit][row] float                   (n / 4 bytes; Q8_K rows only)
 // A block has MMA_WARPS warps of 16 weight rows each.
 enum { MMA_M = 16, MMA_WARPS = 2, MMA_ROWS = 16 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024, MMA_MAX_PAIRS = 4096 };
 __host__ __device__ size_t mma_tile_bytes(int64_t n) { return (size_t)n * 17 + (size_t)n / 4; }
@@ -554,12 +556,19 @@ __device__ bool tile_rows(const int *ids, int n, int in_div, TileRows &tr) {
 // Tile rows tr of the rounded Q8_K rows x (x_bytes apart, section 3's layout) into the tile xs, by
 // all the block's threads in 16-byte pieces (rows past tr.R zero): units u0, u0 + du, ... (a split
 // batch's block stages the units of its slot alone, matmul_mma_kernel), at their places in the tile.
-__device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRows &tr, uint8_t *xs, int u0, int du) {
+template <typename D> __device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRows &tr, uint8_t *xs, int u0, int du) {
     int nu = n / 256, ns = (nu - u0 + du - 1) / du, R = tr.R;   // ns: the units staged
     for (int i = threadIdx.x; i < MMA_M * 32 * ns; i += blockDim.x) {   // q: piece t of group j, 8 bytes
         int r = i / (32 * ns), k = i % (32 * ns), u = u0 + du * (k / 32), j = k % 32 / 4, t = k % 4;
         W2 v = r < R ? load8(x + tr.act[r] * x_bytes + 256 * u + 32 * j + 8 * tile_piece(j, t)) : W2{};
         *(W2 *)(xs + tile_q_at(u, j, r) + 8 * t) = v;
+    }
+    if constexpr (D::Q8_0_ROWS) {   // pairs: the unit's 8 block scales (fp16, 16 bytes after the row's n quants at 16u)
+        for (int i = threadIdx.x; i < MMA_M * ns; i += blockDim.x) {
+            int r = i / ns, u = u0 + du * (i % ns);
+            *(Vec16 *)(xs + tile_pairs_at(n, u, r)) = r < R ? load16(x + tr.act[r] * x_bytes + n + 16 * u) : Vec16{};
+        }
+        return;
     }
     for (int i = threadIdx.x; i < MMA_M * ns; i += blockDim.x) {   // pairs: a unit's 16 bsums, added two by two
         int r = i / ns, u = u0 + du * (i % ns);
@@ -597,6 +606,9 @@ __device__ int cell_tile_row(int c) { return 2 * (threadIdx.x % 4) + c % 2 + 8 *
 // scales + r * blocks.
 struct Mat { uint32_t type; int64_t n_in, n_out; const uint8_t *data; size_t row_bytes; const uint16_t *scales; };
 
+// the units of a row of n values, the last one partial where n is not a multiple of UNIT
+template <typename D> __host__ __device__ int units_of(int64_t n) { return (int)((n + D::UNIT - 1) / D::UNIT); }
+
 // expert e of stacked experts m as a matrix of its own
 __host__ __device__ Mat expert(const Mat *m, int e) {
     Mat x = *m;
@@ -605,7 +617,9 @@ __host__ __device__ Mat expert(const Mat *m, int e) {
     return x;
 }
 
-// One type per weight type: UNIT values a unit, LPB lanes a unit, MINS (the Q4_K/Q5_K mins' term).
+// One type per weight type: UNIT values a unit, LPB lanes a unit, rows of a multiple of ROW_STEP
+// values (a partial last unit where that is less than UNIT), MINS (the Q4_K/Q5_K mins' term), MMA (a
+// tensor-core batch form, mma_add: rows of whole units), Q8_0_ROWS (its activation rows are Q8_0).
 // load: this lane's part of unit u of row r (nu units a row) into registers, unpacked, once for all
 // the activation rows it meets; add: that part against rounded activation row x (n values): the
 // unit's sums, added across its LPB lanes, then its fmaf into acc (and accm). on false: the lane only
@@ -613,7 +627,7 @@ __host__ __device__ Mat expert(const Mat *m, int e) {
 
 // F32 weights . F32 activations: 4 values a lane, one 16-byte load of each
 struct DotF32 {
-    static constexpr int UNIT = 4, LPB = 1;
+    static constexpr int UNIT = 4, LPB = 1, ROW_STEP = 4;
     static constexpr bool MINS = false, MMA = false;
     struct Piece { float w[4]; };
     __device__ static void load(const Mat &m, int64_t r, int, int u, int, Piece &p) {
@@ -630,7 +644,7 @@ struct DotF32 {
 // F16 / BF16 weights . activations rounded to the same type (the products are exact in fp32; twins
 // dot_f16_row, dot_bf16_row): 8 values a lane, one 16-byte load of each
 template <bool BF> struct DotHalf {
-    static constexpr int UNIT = 8, LPB = 1;
+    static constexpr int UNIT = 8, LPB = 1, ROW_STEP = 8;
     static constexpr bool MINS = false, MMA = false;
     struct Piece { float w[8]; };
     __device__ static float value(const Vec16 &v, int i) {
@@ -648,47 +662,155 @@ template <bool BF> struct DotHalf {
     }
 };
 
+// The block-scaled types (Q8_0 and Q4_0 weights . Q8_0 rows: a block of 32 values, a scale on each
+// side) take units of 8 blocks, a lane a block: lane j of a unit has its block's value
+// (d_w d_a) * (integer sum), and the unit's 8 values are added as the xor butterfly adds them
+// across its lanes (o = 1, 2, 4): ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)), the same in
+// every lane (a + b = b + a exactly); then acc += unit. A row whose length is not a multiple of 256
+// ends in a partial unit, its missing blocks adding 0. A warp load of the weights reads 1,024 (Q8_0)
+// or 512 (Q4_0) consecutive bytes.
+__device__ float block_value(uint16_t dw, uint16_t da, int sum) { return fp16_to_fp32(dw) * fp16_to_fp32(da) * (float)sum; }
+__device__ float unit_tree(float v) {   // (every lane of the warp calls it)
+    for (int o = 1; o < 8; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+// unit_tree on one thread: cell c's value v of block j (in order 0..7) into the unit's pending sums,
+// p[0] a pair's first value, p[1] the first pair of four, p[2] the first four; after j = 7, p[2]
+// holds the unit's sum
+__device__ void block_tree(float p[3][8], int c, int j, float v) {
+    if (j % 2 == 0) {
+        p[0][c] = v;
+        return;
+    }
+    v = p[0][c] + v;
+    if (j % 4 == 1) {
+        p[1][c] = v;
+        return;
+    }
+    v = p[1][c] + v;
+    p[2][c] = j == 3 ? v : p[2][c] + v;
+}
+// scale j of the 8 fp16 scales of a unit (16 bytes)
+__device__ uint16_t scale_of(const Vec16 &s, int j) { return (uint16_t)(s.w[j / 2] >> 16 * (j % 2)); }
+
+// The batch form of a block-scaled unit (matmul_mma_kernel; see DotK4's): an mma a block j and 8
+// tile rows, A = weight rows o0 + g and o0 + g + 8's 8 values of piece tile_piece(j, t) as signed
+// bytes (piece(staged row, j): two words), B = tile rows 8h + g (tile_fragment); each cell's block
+// value from its weight row's scale (staged after the unit's quants, the last 16 of STAGED bytes)
+// and its tile row's (the tile's pairs: Q8_0_ROWS), into block_tree, and the unit into acc[c].
+template <int STAGED, typename Piece>
+__device__ void block_mma(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[8], Piece piece) {
+    int g = threadIdx.x % WARP / 4, t = threadIdx.x % 4;
+    bool on[2];
+    Vec16 dw[2], da[4];   // the scales of this lane's weight rows o0 + g + 8e, and of its tile rows 2t + k%2 + 8 (k/2)
+    for (int e = 0; e < 2; e++) {
+        on[e] = o0 + g + 8 * e < m.n_out;
+        dw[e] = on[e] ? load16(ws + (g + 8 * e) * STAGED + STAGED - 16) : Vec16{};
+    }
+    for (int k = 0; k < 4; k++) da[k] = k < 2 || upper ? load16(xs + tile_pairs_at(n, u, 2 * t + k % 2 + 8 * (k / 2))) : Vec16{};
+    float p[3][8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        uint32_t a[4], b[2];   // a[0], a[2]: weight row g; a[1], a[3]: row g + 8
+        for (int e = 0; e < 2; e++) {
+            W2 v = on[e] ? piece(ws + (g + 8 * e) * STAGED, j, t) : W2{};
+            a[e] = v.w[0], a[2 + e] = v.w[1];
+        }
+        for (int hf = 0; hf < 2; hf++) {
+            if (hf && !upper) break;
+            int d[4];
+            tile_fragment(xs, u, j, hf, b);
+            mma_s8(d, a, b);
+            for (int r = 0; r < 4; r++) {   // cell c = 4 hf + r: weight row e = r / 2, tile row 2t + r%2 + 8 hf
+                int c = 4 * hf + r;
+                block_tree(p, c, j, block_value(scale_of(dw[r / 2], j), scale_of(da[r % 2 + 2 * hf], j), d[r]));
+            }
+        }
+    }
+    for (int c = 0; c < 8; c++)
+        if (c < 4 || upper) acc[c] += p[2][c];
+}
+
 // Q8_0 . Q8_0: d_w d_a sum_j q_j a_j over 32 (twin dot_q8_0); a lane a block, two 16-byte loads of
 // each, 8 dp4a
 struct DotQ8_0 {
-    static constexpr int UNIT = 32, LPB = 1;
-    static constexpr bool MINS = false, MMA = false;
-    struct Piece { Vec16 q[2]; float d; };
-    __device__ static void load(const Mat &m, int64_t r, int nu, int u, int, Piece &p) {
-        const uint8_t *b = m.data + r * m.row_bytes + 32 * (size_t)u;
-        p.q[0] = load16(b), p.q[1] = load16(b + 16);
-        p.d = fp16_to_fp32(m.scales[r * nu + u]);
+    static constexpr int UNIT = 256, LPB = 8, ROW_STEP = 32;
+    static constexpr bool MINS = false, MMA = true, Q8_0_ROWS = true;
+    struct Piece { Vec16 q[2]; uint16_t d; };
+    __device__ static void load(const Mat &m, int64_t r, int, int u, int part, Piece &p) {
+        int64_t b = 8 * (int64_t)u + part, nb = m.n_in / 32;
+        if (b >= nb) return;   // (past a partial unit: add leaves it out)
+        const uint8_t *q = m.data + r * m.row_bytes + 32 * b;
+        p.q[0] = load16(q), p.q[1] = load16(q + 16);
+        p.d = m.scales[r * nb + b];
     }
-    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int, bool on, float &acc, float &) {
-        if (!on) return;
-        Vec16 a[2] = {load16(x + 32 * (size_t)u), load16(x + 32 * (size_t)u + 16)};
-        int s = 0;
-        for (int i = 0; i < 8; i++) s = dp4a(p.q[i / 4].w[i % 4], a[i / 4].w[i % 4], s);
-        acc = fmaf(p.d * fp16_to_fp32(((const uint16_t *)(x + n))[u]), (float)s, acc);
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &) {
+        int64_t b = 8 * (int64_t)u + part;
+        float v = 0;
+        if (on && b < n / 32) {
+            Vec16 a[2] = {load16(x + 32 * b), load16(x + 32 * b + 16)};
+            int s = 0;
+            for (int i = 0; i < 8; i++) s = dp4a(p.q[i / 4].w[i % 4], a[i / 4].w[i % 4], s);
+            v = block_value(p.d, ((const uint16_t *)(x + n))[b], s);
+        }
+        v = unit_tree(v);
+        if (on) acc += v;
+    }
+    // Staged (ws), a row's unit is its 8 blocks' quants and then their 8 scales, 272 bytes (68
+    // words: 8 rows start in 8 different groups of 4 banks, and a warp's 8-byte loads of a block,
+    // 32 bytes a row, take two wavefronts); lane t's piece of block j is 8 bytes of it.
+    static constexpr int STAGED = 256 + 16;
+    __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int nu, int i) {
+        return i < 16 ? m.data + r * m.row_bytes + 256 * (size_t)u + 16 * i : (const uint8_t *)(m.scales + (r * nu + u) * 8);
+    }
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[8], float *) {
+        block_mma<STAGED>(m, o0, u, ws, xs, n, upper, acc, [](const uint8_t *row, int j, int t) { return load8(row + 32 * j + 8 * tile_piece(j, t)); });
     }
 };
 
 // Q4_0 . Q8_0: d_w d_a sum_j (q_j - 8) a_j; byte j holds q_j (low nibble) and q_j+16 (twin dot_q4_0).
 // A lane a block: its 16 bytes in one load, split into nibbles at load; sum (q - 8) a = sum q a -
 // 8 sum a, the activations' sum by dp4a with ones.
+__device__ uint32_t minus8(uint32_t q) { return ((q | 0x80808080u) - 0x08080808u) ^ 0x80808080u; }   // q - 8 in each byte (q < 16), no borrows
 struct DotQ4_0 {
-    static constexpr int UNIT = 32, LPB = 1;
-    static constexpr bool MINS = false, MMA = false;
-    struct Piece { uint32_t lo[4], hi[4]; float d; };
-    __device__ static void load(const Mat &m, int64_t r, int nu, int u, int, Piece &p) {
-        Vec16 v = load16(m.data + r * m.row_bytes + 16 * (size_t)u);
+    static constexpr int UNIT = 256, LPB = 8, ROW_STEP = 32;
+    static constexpr bool MINS = false, MMA = true, Q8_0_ROWS = true;
+    struct Piece { uint32_t lo[4], hi[4]; uint16_t d; };
+    __device__ static void load(const Mat &m, int64_t r, int, int u, int part, Piece &p) {
+        int64_t b = 8 * (int64_t)u + part, nb = m.n_in / 32;
+        if (b >= nb) return;   // (past a partial unit: add leaves it out)
+        Vec16 v = load16(m.data + r * m.row_bytes + 16 * b);
         for (int i = 0; i < 4; i++) p.lo[i] = v.w[i] & 0x0f0f0f0f, p.hi[i] = (v.w[i] >> 4) & 0x0f0f0f0f;
-        p.d = fp16_to_fp32(m.scales[r * nu + u]);
+        p.d = m.scales[r * nb + b];
     }
-    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int, bool on, float &acc, float &) {
-        if (!on) return;
-        Vec16 a0 = load16(x + 32 * (size_t)u), a1 = load16(x + 32 * (size_t)u + 16);
-        int s = 0, sa = 0;
-        for (int i = 0; i < 4; i++) {
-            s = dp4a(p.hi[i], a1.w[i], dp4a(p.lo[i], a0.w[i], s));
-            sa = dp4a(0x01010101u, a1.w[i], dp4a(0x01010101u, a0.w[i], sa));
+    __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &) {
+        int64_t b = 8 * (int64_t)u + part;
+        float v = 0;
+        if (on && b < n / 32) {
+            Vec16 a0 = load16(x + 32 * b), a1 = load16(x + 32 * b + 16);
+            int s = 0, sa = 0;
+            for (int i = 0; i < 4; i++) {
+                s = dp4a(p.hi[i], a1.w[i], dp4a(p.lo[i], a0.w[i], s));
+                sa = dp4a(0x01010101u, a1.w[i], dp4a(0x01010101u, a0.w[i], sa));
+            }
+            v = block_value(p.d, ((const uint16_t *)(x + n))[b], s - 8 * sa);
         }
-        acc = fmaf(p.d * fp16_to_fp32(((const uint16_t *)(x + n))[u]), (float)(s - 8 * sa), acc);
+        v = unit_tree(v);
+        if (on) acc += v;
+    }
+    // Staged, a row's unit is its 8 blocks' 16 bytes and then their 8 scales, 144 bytes (36 words);
+    // piece p of block j is nibble p / 2 of its bytes 8 (p % 2) .. + 7, made q - 8 for the mma.
+    static constexpr int STAGED = 128 + 16;
+    __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int nu, int i) {
+        return i < 8 ? m.data + r * m.row_bytes + 128 * (size_t)u + 16 * i : (const uint8_t *)(m.scales + (r * nu + u) * 8);
+    }
+    __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[8], float *) {
+        block_mma<STAGED>(m, o0, u, ws, xs, n, upper, acc, [](const uint8_t *row, int j, int t) {
+            int p = tile_piece(j, t);
+            W2 v = load8(row + 16 * j + 8 * (p % 2));
+            for (int i = 0; i < 2; i++) v.w[i] = minus8((v.w[i] >> 4 * (p / 2)) & 0x0f0f0f0f);
+            return v;
+        });
     }
 };
 
@@ -724,8 +846,8 @@ __device__ int dot16(const Vec16 &w, const Vec16 &a) {
 // dmin, scales; the same 16 bytes as its unit's other lanes), 16 qs bytes per chunk (and Q5_K's 16
 // qh bytes), and adds sc_j (q . a) and m_j bsum_c per chunk: 8 dp4a.
 template <bool Q5> struct DotK4 {
-    static constexpr int UNIT = 256, LPB = 8;
-    static constexpr bool MINS = true, MMA = true;
+    static constexpr int UNIT = 256, LPB = 8, ROW_STEP = 256;
+    static constexpr bool MINS = true, MMA = true, Q8_0_ROWS = false;
     struct Piece { Vec16 q[2]; int sc[2], mn[2]; float d, dmin; };
     __device__ static void load(const Mat &m, int64_t r, int, int u, int part, Piece &p) {
         const uint8_t *b = m.data + r * m.row_bytes + (size_t)u * (Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
@@ -834,8 +956,8 @@ template <bool Q5> struct DotK4 {
 // 16 ql and 16 qh bytes per chunk and the block's 16 scales (the same as its unit's other lanes),
 // and adds sc_c (q . a - 32 bsum_c) per chunk: 8 dp4a.
 struct DotQ6_K {
-    static constexpr int UNIT = 256, LPB = 8;
-    static constexpr bool MINS = false, MMA = true;
+    static constexpr int UNIT = 256, LPB = 8, ROW_STEP = 256;
+    static constexpr bool MINS = false, MMA = true, Q8_0_ROWS = false;
     struct Piece { Vec16 q[2]; int sc[2]; float d; };
     __device__ static void load(const Mat &m, int64_t r, int nu, int u, int part, Piece &p) {
         const uint8_t *row = m.data + r * m.row_bytes;   // [ql: 128 a block][qh: 64][scales: 16]
@@ -933,7 +1055,7 @@ template <typename D> __device__ float fold_row(float acc, float accm, int lpr) 
 // Row r of m . rounded activation row x by the lpr lanes of this lane's row (lanes lpr-aligned in the
 // warp). active false: the lanes take part in the shuffles and add nothing.
 template <typename D> __device__ float row_dot(const Mat &m, int64_t r, const uint8_t *x, int lpr, bool active) {
-    int gl = threadIdx.x % lpr, slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = (int)(m.n_in / D::UNIT);
+    int gl = threadIdx.x % lpr, slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = units_of<D>(m.n_in);
     float acc = 0, accm = 0;
 #pragma unroll 2
     for (int u0 = 0; u0 < nu; u0 += slots) {   // the same trip count in every lane: the shuffles stay convergent
@@ -1049,7 +1171,7 @@ template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x,
     float *y;
     pick(L, blockIdx.x, m, y, b0);
     int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, gl = lane % lpr;
-    int slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = (int)(m.n_in / D::UNIT);
+    int slot = gl / D::LPB, part = gl % D::LPB, slots = lpr / D::LPB, nu = units_of<D>(m.n_in);
     int64_t o = (int64_t)(blockIdx.x - b0) * (BLOCK / lpr) + threadIdx.x / lpr;
     int t0 = blockIdx.y * MAX_ROWS, R = T - t0 < MAX_ROWS ? T - t0 : MAX_ROWS;
     const uint8_t *xt = x + (size_t)t0 * x_bytes;
@@ -1120,7 +1242,7 @@ __device__ void fold_slots(float a[4][8], int slots) {
 enum { MMA_STAGES = 3 };
 template <typename D> __device__ void stage_unit(const Mat &m, int64_t o0, int u, uint8_t *ws) {
     constexpr int P = D::STAGED / 16;   // 16-byte pieces of a row
-    int nu = (int)(m.n_in / D::UNIT);
+    int nu = units_of<D>(m.n_in);
     for (int i = threadIdx.x % WARP; i < 16 * P; i += WARP)
         if (o0 + i / P < m.n_out) copy16_async(ws + 16 * i, D::staged_piece(m, o0 + i / P, u, nu, i % P));
 }
@@ -1139,7 +1261,7 @@ template <typename D> __device__ uint8_t *warp_stages(uint8_t *smem, int64_t n) 
 template <typename D>
 __device__ void mma_rows(const Mat &m, int64_t o0, const uint8_t *xs, uint8_t *ws, int u0, int du, int slots, bool upper, float acc[4][8], float accm[4][8]) {
     constexpr size_t SB = 16 * D::STAGED;   // a stage
-    int nu = (int)(m.n_in / D::UNIT), K = u0 < nu ? (nu - u0 + du - 1) / du : 0, k = 0;   // K: the warp's units
+    int nu = units_of<D>(m.n_in), K = u0 < nu ? (nu - u0 + du - 1) / du : 0, k = 0;   // K: the warp's units
     for (int s = 0; s < MMA_STAGES - 1; s++) {
         if (s < K) stage_unit<D>(m, o0, u0 + s * du, ws + s * SB);
         copies_commit();
@@ -1193,7 +1315,7 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) matmul_mma_kernel(MatList
     float *y;
     pick(L, rb, m, y, b0);
     if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
-    if (tr.e >= 0) stage_tile(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split);
+    if (tr.e >= 0) stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split);
     __syncthreads();
     int64_t o0 = (int64_t)(rb - b0) * MMA_ROWS + 16 * (threadIdx.x / WARP);
     float acc[4][8] = {}, accm[4][8] = {}, v[8];   // [slot][cell]
@@ -1246,7 +1368,7 @@ static Rider rider_layout(Rider rd, int threads) {
 // (T <= MAX_ROWS), into y[i] ([T][n_out]); n = 0: none
 static Rider riders(const Mat *const w[], int n, const float *x, float *const y[], int T) {
     Rider rd = {};
-    rd.x = x, rd.L.n = n, rd.T = n ? T : 0, rd.lpr = n ? lanes_per_row(DotF32::LPB, w[0]->n_in / DotF32::UNIT) : WARP;
+    rd.x = x, rd.L.n = n, rd.T = n ? T : 0, rd.lpr = n ? lanes_per_row(DotF32::LPB, units_of<DotF32>(w[0]->n_in)) : WARP;
     for (int i = 0; i < n; i++) {
         if (w[i]->type != T_F32 || w[i]->n_in != w[0]->n_in || T > MAX_ROWS) {
             fprintf(stderr, "clover: error: internal: riders of another type than F32, of different widths or of over %d rows\n", (int)MAX_ROWS);
@@ -1261,13 +1383,13 @@ static Rider riders(const Mat *const w[], int n, const float *x, float *const y[
 static bool rounds_in_block(uint32_t dt, int64_t n) { return dt != T_F32 && act_bytes(dt, n) <= MAX_ROUNDED; }
 
 // Whether a batch's rows (T > 1) of weight type t and row length n go to the tensor cores: the type
-// has a batch form (D::MMA) and a tile of rows with the weight stages fits in shared memory (rows
-// of up to ~10,000 values)
+// has a batch form (D::MMA), the rows are whole units, and a tile of rows with the weight stages
+// fits in shared memory (rows of up to ~10,000 values)
 static bool mma_batch(uint32_t t, int64_t n) {
     bool mma = false;
     by_type(t, "mma_batch", [&](auto d) {
         using D = decltype(d);
-        if constexpr (D::MMA) mma = mma_smem_bytes<D>(n) <= MMA_MAX_TILE;
+        if constexpr (D::MMA) mma = n % D::UNIT == 0 && mma_smem_bytes<D>(n) <= MMA_MAX_TILE;
     });
     return mma;
 }
@@ -1330,7 +1452,7 @@ static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float
     }
     by_type(w[0]->type, "matmul_gpu", [&](auto d) {
         using D = decltype(d);
-        int lpr = lanes_per_row(D::LPB, w[0]->n_in / D::UNIT);
+        int lpr = lanes_per_row(D::LPB, units_of<D>(w[0]->n_in));
         MatList L = {};
         L.n = n;
         for (int i = 0; i < n; i++) {
@@ -1367,7 +1489,7 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
     const uint8_t *x = (const uint8_t *)xq;
     by_type(w->type, "matmul_id_gpu", [&](auto d) {
         using D = decltype(d);
-        int lpr = lanes_per_row(D::LPB, w->n_in / D::UNIT);
+        int lpr = lanes_per_row(D::LPB, units_of<D>(w->n_in));
         MatList L = {};
         L.n = 1, L.m[0] = *w, L.y[0] = y;
         if (batch && x && n_pairs <= MMA_MAX_PAIRS && mma_batch(w->type, w->n_in)) {
@@ -2304,7 +2426,7 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) swiglu_mma_kernel(Mat G, 
         return;
     }
     if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
-    if (tr.e >= 0) stage_tile(x, x_bytes, (int)G.n_in, tr, xs, 0, 1);
+    if (tr.e >= 0) stage_tile<D>(x, x_bytes, (int)G.n_in, tr, xs, 0, 1);
     __syncthreads();
     int w = threadIdx.x / WARP;
     int64_t o0 = (int64_t)blockIdx.x * (MMA_ROWS / 2);
@@ -2334,7 +2456,7 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
     const uint8_t *ax = (const uint8_t *)xq;
     by_type(G->type, "swiglu_id_gpu", [&](auto d) {
         using D = decltype(d);
-        int lpr = lanes_per_row(D::LPB, G->n_in / D::UNIT);
+        int lpr = lanes_per_row(D::LPB, units_of<D>(G->n_in));
         if constexpr (D::MMA) {
             if (batch && ax && n_pairs <= MMA_MAX_PAIRS && mma_batch(G->type, G->n_in)) {
                 Rider r = rider_layout(rd, MMA_WARPS * WARP);
@@ -2626,7 +2748,7 @@ static void split_rows(uint32_t t, const uint8_t *src, int64_t n, int64_t rows, 
 // values for F32, 8 for F16/BF16, the block otherwise) are refused.
 static Mat upload_weights(uint32_t t, int64_t n_in, int64_t n_out, int n_stack, const void *h) {
     int unit = 0;
-    by_type(t, "upload_weights", [&](auto d) { unit = decltype(d)::UNIT; });
+    by_type(t, "upload_weights", [&](auto d) { unit = decltype(d)::ROW_STEP; });
     if (n_in % unit != 0) {
         fprintf(stderr, "clover: error: the GPU kernels need %s rows of a multiple of %d values, but a matrix has rows of %lld; use -ngl 0\n",
                 type_name(t), unit, (long long)n_in);
@@ -3598,7 +3720,7 @@ static void check_matmul(Tally *tl, const GpuCheck *cpu, const GpuMat *m, bool e
                 using D = decltype(d);
                 MatList L = {};
                 L.n = 1, L.m[0] = dm, L.y[0] = dy;
-                matmul_mma_gpu<D>(L, nullptr, 1, (const uint8_t *)dxq, xb, T, lanes_per_row(D::LPB, n / D::UNIT), Rider{}, false);
+                matmul_mma_gpu<D>(L, nullptr, 1, (const uint8_t *)dxq, xb, T, lanes_per_row(D::LPB, units_of<D>(n)), Rider{}, false);
             });
             float *un = (float *)xmalloc((size_t)(n_out * T) * 4);
             host_copy(un, dy, (size_t)(n_out * T) * 4);

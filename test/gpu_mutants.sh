@@ -6,10 +6,12 @@
 # gates, the riders' rows (a batch's too), the routing after the riders, moe_out's unused ranks; on the tensor cores:
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, the tile's pairs of bsums, an expert's run of pairs, the
 # gate's cells in swiglu_mma, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
-# a split batch's slots (their fold's pairs, the units a slot's block stages), the weight stages (a
+# a split batch's slots (their fold's pairs, the units a slot's block stages); the block-scaled
+# batches' sum of a unit's blocks, their rows' scales, Q4_0's q - 8, Q8_0's pieces; the weight stages (a
 # wait one group short, no warp barrier after it, a unit staged over the one being read); the SwiGLU rows rounded
 # after them (too early, a tile's first row alone); best_token's skip and p) into clover-emu and runs --check-ops on MODEL in the three thread
-# orders of test/cuda_emu.h. The mma-* mutants need a model with K-quants (gen --type q4_k_m);
+# orders of test/cuda_emu.h. The mma-* mutants need a model with K-quants (gen --type q4_k_m), the
+# block-* ones (the Q8_0 and Q4_0 batches on the tensor cores) one with Q4_0, the q8_0-* ones Q8_0;
 # ONLY=REGEX: only the mutants whose names match; SKIP=REGEX: not those. Prints one line per
 # mutant and order: `caught` with the first failure line (a check-ops FAIL or a cuda-emu error), or
 # `missed`. Exit status 1 when a mutant does not apply (the sed changed nothing) or is missed in all
@@ -28,7 +30,7 @@ divergent-syncthreads|/part\[threadIdx.x \/ WARP\] = m;/{n;s/__syncthreads();/if
 fold-off-by-one|s/for (int o = lpr \/ 2; o >= D::LPB; o \/= 2) {/for (int o = lpr \/ 2; o > D::LPB; o \/= 2) {/
 wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/
 delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/
-q4_0-dp4a-offset|s/(float)(s - 8 \* sa)/(float)(s - 7 * sa)/
+q4_0-dp4a-offset|s/, s - 8 \* sa);/, s - 7 * sa);/
 route-tie-to-higher|s/(bv2 == best_v \&\& b2 < best)/(bv2 == best_v \&\& b2 > best)/
 attention-no-rescale|s/float a = o\[i\] \* c;/float a = o[i];/
 attention-q-pieces-swapped|s/qv = load_vec<F4>(\&qr\[w\]\[i\]);/qv = load_vec<F4>(\&qr[w][i ^ 4]);/
@@ -49,8 +51,13 @@ mma-swiglu-gate-cells|s/gs\[cell_tile_row(c)\]\[cell_weight_row(c)\] = v\[c\]/gs
 mma-tile-pieces-unordered|s/+ 32 \* j + 8 \* tile_piece(j, t)) : W2{}/+ 32 * j + 8 * t) : W2{}/
 mma-no-upper-rows|s/tr.R > MMA_M \/ 2, acc, accm)/tr.R > MMA_M, acc, accm)/g
 mma-split-slots-paired-wrong|s/acc\[k\]\[c\] = p\[c\], accm\[k\]\[c\] = p\[8 + c\]/acc[k % 3 ? 3 - k : k][c] = p[c], accm[k % 3 ? 3 - k : k][c] = p[8 + c]/
-mma-split-stages-slot-0|s/stage_tile(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split)/stage_tile(x, x_bytes, (int)m.n_in, tr, xs, 0, sp.split)/
+mma-split-stages-slot-0|s/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split)/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, 0, sp.split)/
 round-after-too-early|s/if (rounds_after(rq, job, (unsigned)row_blocks))/if (rounds_after(rq, job, (unsigned)row_blocks - 1))/
+block-tree-butterfly-reversed|s/for (int o = 1; o < 8; o \*= 2) v += __shfl_xor_sync(0xffffffffu, v, o);/for (int o = 4; o >= 1; o \/= 2) v += __shfl_xor_sync(0xffffffffu, v, o);/
+block-mma-row-scales-upper|s/scale_of(da\[r % 2 + 2 \* hf\], j)/scale_of(da[r % 2], j)/
+block-mma-q4_0-minus-7|s/- 0x08080808u) ^ 0x80808080u/- 0x07070707u) ^ 0x80808080u/
+block-tile-scales-unit-0|s/load16(x + tr.act\[r\] \* x_bytes + n + 16 \* u)/load16(x + tr.act[r] * x_bytes + n + 16 * u0)/
+q8_0-mma-pieces-unordered|s/return load8(row + 32 \* j + 8 \* tile_piece(j, t));/return load8(row + 32 * j + 8 * t);/
 mma-round-after-first-row|s/for (int r = 0; r < tr.R; r++) round_row_block(h/for (int r = 0; r < 1; r++) round_row_block(h/
 mma-stages-wait-one-short|s/copies_wait<MMA_STAGES - 2>();/copies_wait<MMA_STAGES - 1>();/
 mma-stages-no-warp-barrier|/copies_wait<MMA_STAGES - 2>();/{n;/__syncwarp();/d}
