@@ -693,6 +693,21 @@ __device__ void block_tree(float p[3][8], int c, int j, float v) {
 // scale j of the 8 fp16 scales of a unit (16 bytes)
 __device__ uint16_t scale_of(const Vec16 &s, int j) { return (uint16_t)(s.w[j / 2] >> 16 * (j % 2)); }
 
+// add's steps for a block-scaled type: this lane's block b of unit u (past the row: none), whose
+// integer sum against the row's block sum(x's 32 bytes) gives, with both scales, its value; the
+// unit's tree of values; acc += it
+template <typename Sum> __device__ void block_add(uint16_t dw, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, Sum sum) {
+    int64_t b = 8 * (int64_t)u + part;
+    float v = on && b < n / 32 ? block_value(dw, ((const uint16_t *)(x + n))[b], sum(x + 32 * b)) : 0.0f;
+    v = unit_tree(v);
+    if (on) acc += v;
+}
+// 16-byte piece i of row r's unit u as a block-scaled type is staged (stage_unit): its QB bytes of
+// quants, then its 8 scales
+template <int QB> __device__ const uint8_t *block_staged_piece(const Mat &m, int64_t r, int u, int nu, int i) {
+    return i < QB / 16 ? m.data + r * m.row_bytes + QB * (size_t)u + 16 * i : (const uint8_t *)(m.scales + (r * nu + u) * 8);
+}
+
 // The batch form of a block-scaled unit (matmul_mma_kernel; see DotK4's): an mma a block j and 8
 // tile rows, A = weight rows o0 + g and o0 + g + 8's 8 values of piece tile_piece(j, t) as signed
 // bytes (piece(staged row, j): two words), B = tile rows 8h + g (tile_fragment); each cell's block
@@ -745,24 +760,18 @@ struct DotQ8_0 {
         p.d = m.scales[r * nb + b];
     }
     __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &) {
-        int64_t b = 8 * (int64_t)u + part;
-        float v = 0;
-        if (on && b < n / 32) {
-            Vec16 a[2] = {load16(x + 32 * b), load16(x + 32 * b + 16)};
+        block_add(p.d, x, n, u, part, on, acc, [&](const uint8_t *xb) {
+            Vec16 a[2] = {load16(xb), load16(xb + 16)};
             int s = 0;
             for (int i = 0; i < 8; i++) s = dp4a(p.q[i / 4].w[i % 4], a[i / 4].w[i % 4], s);
-            v = block_value(p.d, ((const uint16_t *)(x + n))[b], s);
-        }
-        v = unit_tree(v);
-        if (on) acc += v;
+            return s;
+        });
     }
     // Staged (ws), a row's unit is its 8 blocks' quants and then their 8 scales, 272 bytes (68
     // words: 8 rows start in 8 different groups of 4 banks, and a warp's 8-byte loads of a block,
     // 32 bytes a row, take two wavefronts); lane t's piece of block j is 8 bytes of it.
     static constexpr int STAGED = 256 + 16;
-    __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int nu, int i) {
-        return i < 16 ? m.data + r * m.row_bytes + 256 * (size_t)u + 16 * i : (const uint8_t *)(m.scales + (r * nu + u) * 8);
-    }
+    __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int nu, int i) { return block_staged_piece<256>(m, r, u, nu, i); }
     __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[8], float *) {
         block_mma<STAGED>(m, o0, u, ws, xs, n, upper, acc, [](const uint8_t *row, int j, int t) { return load8(row + 32 * j + 8 * tile_piece(j, t)); });
     }
@@ -784,26 +793,20 @@ struct DotQ4_0 {
         p.d = m.scales[r * nb + b];
     }
     __device__ static void add(const Piece &p, const uint8_t *x, int64_t n, int u, int part, bool on, float &acc, float &) {
-        int64_t b = 8 * (int64_t)u + part;
-        float v = 0;
-        if (on && b < n / 32) {
-            Vec16 a0 = load16(x + 32 * b), a1 = load16(x + 32 * b + 16);
+        block_add(p.d, x, n, u, part, on, acc, [&](const uint8_t *xb) {
+            Vec16 a0 = load16(xb), a1 = load16(xb + 16);
             int s = 0, sa = 0;
             for (int i = 0; i < 4; i++) {
                 s = dp4a(p.hi[i], a1.w[i], dp4a(p.lo[i], a0.w[i], s));
                 sa = dp4a(0x01010101u, a1.w[i], dp4a(0x01010101u, a0.w[i], sa));
             }
-            v = block_value(p.d, ((const uint16_t *)(x + n))[b], s - 8 * sa);
-        }
-        v = unit_tree(v);
-        if (on) acc += v;
+            return s - 8 * sa;
+        });
     }
     // Staged, a row's unit is its 8 blocks' 16 bytes and then their 8 scales, 144 bytes (36 words);
     // piece p of block j is nibble p / 2 of its bytes 8 (p % 2) .. + 7, made q - 8 for the mma.
     static constexpr int STAGED = 128 + 16;
-    __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int nu, int i) {
-        return i < 8 ? m.data + r * m.row_bytes + 128 * (size_t)u + 16 * i : (const uint8_t *)(m.scales + (r * nu + u) * 8);
-    }
+    __device__ static const uint8_t *staged_piece(const Mat &m, int64_t r, int u, int nu, int i) { return block_staged_piece<128>(m, r, u, nu, i); }
     __device__ static void mma_add(const Mat &m, int64_t o0, int u, const uint8_t *ws, const uint8_t *xs, int64_t n, bool upper, float acc[8], float *) {
         block_mma<STAGED>(m, o0, u, ws, xs, n, upper, acc, [](const uint8_t *row, int j, int t) {
             int p = tile_piece(j, t);
@@ -1533,8 +1536,11 @@ __device__ void norm_round_block(float *xn, const float *x, const float *w, int 
 
 // The residual add, the next norm and its rounding in one pass over each row (a block of ROW_BLOCK per row t):
 //   x_t += mix_t (mix NULL: nothing added; the CPU's loop x[i] += mix[i]);  xn_t = rmsnorm(x_t) w;  xq_t = xn_t rounded to dt
+//   and, xq2 not NULL, xq2_t = xn_t rounded to dt2 as well (the FFN's input for a shared expert of
+//   another type than the experts, in a batch on the tensor cores: no launch of its own)
 // Each thread adds the quads rmsnorm_block then reads (the same stride): no barrier before the norm.
-__global__ void __launch_bounds__(ROW_BLOCK) add_norm_kernel(float *x, const float *mix, const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
+__global__ void __launch_bounds__(ROW_BLOCK) add_norm_kernel(float *x, const float *mix, const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes,
+                                                           uint32_t dt2, uint8_t *xq2, size_t xq2_bytes) {
     int64_t t = blockIdx.x;
     float *xr = x + t * n;
     if (mix)
@@ -1544,14 +1550,18 @@ __global__ void __launch_bounds__(ROW_BLOCK) add_norm_kernel(float *x, const flo
             *(F4 *)(xr + i) = a;
         }
     norm_round_block(xn + t * n, xr, w, n, eps, dt, xq + t * xq_bytes);
+    if (xq2) round_row_block(xn + t * n, n, dt2, xq2 + t * xq2_bytes);
 }
 
 // x += mix (mix may be NULL), xn = rmsnorm(x) w, and xq = xn rounded for weights of type wtype, T rows
-// of n (xq rows act_bytes(dot_type(wtype), n) apart); for F32 dot types xq is not written.
-static void add_norm_gpu(float *x, const float *mix, const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T) {
+// of n (xq rows act_bytes(dot_type(wtype), n) apart); for F32 dot types xq is not written. xq2 (not
+// NULL): xn rounded for weights of type wtype2 too.
+static void add_norm_gpu(float *x, const float *mix, const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T,
+                         uint32_t wtype2 = T_F32, void *xq2 = nullptr) {
     cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
-    uint32_t dt = dot_type(wtype);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, add_norm_kernel, x, mix, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
+    uint32_t dt = dot_type(wtype), dt2 = dot_type(wtype2);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, add_norm_kernel, x, mix, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n), dt2, dt2 == T_F32 ? nullptr : (uint8_t *)xq2,
+                                  act_bytes(dt2, n)));
 }
 
 // Twin: l2norm. x = x / max(||x||, eps), the squares summed in double as in rmsnorm_kernel.
@@ -2618,6 +2628,7 @@ struct Scratch {
     unsigned *done;                // last_block's count (the routing after the router's riders)
     unsigned *round_count;         // last_block's counts of a Rounding's rows ([cap * n_expert_used])
     uint8_t *hsq;                  // the shared expert's hs rounded for its down projection (a batch's: Rounding)
+    uint8_t *xq_sh;                // the FFN's input rounded for the shared expert by the norm (add_norm's xq2), where it needs its own
     float *x_host, *logits_host;   // pinned host staging of the embeddings in and the logits out
     int *pos_host, *token_host;
     float *p_H_host;
@@ -2855,7 +2866,7 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     CUDA_CHECK(cudaMemset(s->done, 0, sizeof(unsigned)));
     s->round_count = (unsigned *)dev_alloc(T * K * sizeof(unsigned));
     CUDA_CHECK(cudaMemset(s->round_count, 0, T * K * sizeof(unsigned)));
-    s->hsq = (uint8_t *)dev_alloc(T * c->n_ff_shexp * 4);
+    s->hsq = (uint8_t *)dev_alloc(T * c->n_ff_shexp * 4), s->xq_sh = (uint8_t *)dev_alloc(T * E * 4);
     s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
     s->logits = dev_floats(T * c->n_vocab);
@@ -3081,7 +3092,7 @@ static void dump_shared_expert(Gpu *gpu, int il, int T) {
 // A matmul input: T rows of floats x and, where xq is not NULL, the same rows rounded to dot type dt
 // there: what a norm leaves (add_norm_gpu, moe_out_gpu write xn and its rounding into sc.xq, and only
 // they write sc.xq), so the first matrices after it read the rounding it made.
-struct Input { const float *x; const void *xq; uint32_t dt; };
+struct Input { const float *x; const void *xq; uint32_t dt; const void *xq_sh = nullptr; uint32_t dt_sh = 0; };   // xq_sh: a second rounding (the shared expert's)
 
 // Whether the blocks of an expert kernel (matmul_id_gpu, swiglu_id_gpu) for T rows of matrix w
 // round their input rows themselves (block_input): one row a job (a decode step; a few rows of a type
@@ -3096,6 +3107,7 @@ static const void *rounded(Gpu *gpu, Input in, uint32_t wtype, int64_t n, int T,
     uint32_t dt = dot_type(wtype);
     if (dt == T_F32) return in.x;
     if (in.xq && in.dt == dt) return in.xq;
+    if (in.xq_sh && in.dt_sh == dt) return in.xq_sh;
     if (by_block && rounds_in_block(dt, n)) return nullptr;
     quantize_row_gpu(wtype, in.x, gpu->sc.xq2, n, T);
     return gpu->sc.xq2;
@@ -3346,8 +3358,12 @@ static Input forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
         dump(gpu, "attn_norm", il, s->xn, T, E);
         if (L->recurrent) gdn_layer(gpu, pass, il, T, log, in);
         else attn_layer(gpu, pass, il, T, in);
-        add_norm_gpu(s->x, s->mix, L->post_norm, E, c->eps, L->up_exps.type, s->xn, s->xq, T);   // x += mix; m = RMSNorm(x)
-        in = {s->xn, s->xq, dot_type(L->up_exps.type)};
+        // x += mix; m = RMSNorm(x), rounded for the experts, and for the shared expert where it has
+        // another dot type and a batch's launch would otherwise round it (rounded(): a node less)
+        const Mat *sh = &L->up_shexp;
+        void *xq_sh = dot_type(sh->type) != dot_type(L->up_exps.type) && !rows_by_block(sh, T) ? s->xq_sh : nullptr;
+        add_norm_gpu(s->x, s->mix, L->post_norm, E, c->eps, L->up_exps.type, s->xn, s->xq, T, sh->type, xq_sh);
+        in = {s->xn, s->xq, dot_type(L->up_exps.type), xq_sh, dot_type(sh->type)};
         dump(gpu, "attn_residual", il, s->x, T, E);
         dump(gpu, "attn_post_norm", il, s->xn, T, E);
         moe_layer(gpu, pass, il, T, in);
@@ -3875,7 +3891,8 @@ static double rounding_differs(uint32_t wtype, const float *dxn, const void *dxq
 
 // add_norm (the residual add, the next rmsnorm and its rounding for weights of type wtype): x against
 // clover.c's loop x[i] += mix[i] (exact), xn against rmsnorm (1e-6: its double sums' order), xq
-// against quantize_row_gpu of that xn (bytes)
+// against quantize_row_gpu of that xn (bytes), and its second rounding (xq2, for Q8_0 weights: a
+// shared expert's) likewise
 static void check_add_norm(Tally *tl, const GpuCheck *cpu, int n, uint32_t wtype) {
     for (int T : BATCHES) {
         int64_t all = (int64_t)T * n;
@@ -3883,8 +3900,8 @@ static void check_add_norm(Tally *tl, const GpuCheck *cpu, int n, uint32_t wtype
         float *gx = (float *)xmalloc((size_t)all * 4), *gxn = (float *)xmalloc((size_t)all * 4);
         for (int i = 0; i < n; i++) w[i] += 1;
         float *dx = dev_copy_floats(x, all), *dmix = dev_copy_floats(mix, all), *dw = dev_copy_floats(w, n), *dxn = (float *)dev_alloc((size_t)all * 4);
-        void *dxq = dev_alloc(act_bytes(dot_type(wtype), n) * T);
-        add_norm_gpu(dx, dmix, dw, n, cpu->eps, wtype, dxn, dxq, T);
+        void *dxq = dev_alloc(act_bytes(dot_type(wtype), n) * T), *dxq2 = dev_alloc(act_bytes(T_Q8_0, n) * T);
+        add_norm_gpu(dx, dmix, dw, n, cpu->eps, wtype, dxn, dxq, T, T_Q8_0, dxq2);
         host_copy(gx, dx, (size_t)all * 4);
         host_copy(gxn, dxn, (size_t)all * 4);
         for (int64_t i = 0; i < all; i++) x[i] += mix[i];
@@ -3896,7 +3913,9 @@ static void check_add_norm(Tally *tl, const GpuCheck *cpu, int n, uint32_t wtype
         report(tl, name, rel_err(gxn, xn, all), 1e-6, "rel");
         snprintf(name, sizeof name, "add_norm %s n=%d T=%d xq = quantize_row(xn)", type_name(dot_type(wtype)), n, T);
         report(tl, name, rounding_differs(wtype, dxn, dxq, n, T), 0, "bytes");
-        for (void *d : {(void *)dx, (void *)dmix, (void *)dw, (void *)dxn, dxq}) CUDA_CHECK(cudaFree(d));
+        snprintf(name, sizeof name, "add_norm %s n=%d T=%d xq2 (Q8_0) = quantize_row(xn)", type_name(dot_type(wtype)), n, T);
+        report(tl, name, rounding_differs(T_Q8_0, dxn, dxq2, n, T), 0, "bytes");
+        for (void *d : {(void *)dx, (void *)dmix, (void *)dw, (void *)dxn, dxq, dxq2}) CUDA_CHECK(cudaFree(d));
         free(x), free(mix), free(w), free(xn), free(gx), free(gxn);
     }
 }

@@ -3,7 +3,7 @@
 # planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row
 # fold, the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie
 # rule, the online softmax's rescaling, the attention's q pieces and p, the matvec blocks' own rounding, the conv's ring push and
-# gates, the riders' rows (a batch's too), the routing after the riders, moe_out's unused ranks; on the tensor cores:
+# gates, the riders' rows (a batch's too), the norm's second rounding, the routing after the riders, moe_out's unused ranks; on the tensor cores:
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, the tile's pairs of bsums, an expert's run of pairs, the
 # gate's cells in swiglu_mma, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
 # a split batch's slots (their fold's pairs, the units a slot's block stages); the block-scaled
@@ -30,7 +30,7 @@ divergent-syncthreads|/part\[threadIdx.x \/ WARP\] = m;/{n;s/__syncthreads();/if
 fold-off-by-one|s/for (int o = lpr \/ 2; o >= D::LPB; o \/= 2) {/for (int o = lpr \/ 2; o > D::LPB; o \/= 2) {/
 wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/
 delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/
-q4_0-dp4a-offset|s/, s - 8 \* sa);/, s - 7 * sa);/
+q4_0-dp4a-offset|s/return s - 8 \* sa;/return s - 7 * sa;/
 route-tie-to-higher|s/(bv2 == best_v \&\& b2 < best)/(bv2 == best_v \&\& b2 > best)/
 attention-no-rescale|s/float a = o\[i\] \* c;/float a = o[i];/
 attention-q-pieces-swapped|s/qv = load_vec<F4>(\&qr\[w\]\[i\]);/qv = load_vec<F4>(\&qr[w][i ^ 4]);/
@@ -53,6 +53,7 @@ mma-no-upper-rows|s/tr.R > MMA_M \/ 2, acc, accm)/tr.R > MMA_M, acc, accm)/g
 mma-split-slots-paired-wrong|s/acc\[k\]\[c\] = p\[c\], accm\[k\]\[c\] = p\[8 + c\]/acc[k % 3 ? 3 - k : k][c] = p[c], accm[k % 3 ? 3 - k : k][c] = p[8 + c]/
 mma-split-stages-slot-0|s/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split)/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, 0, sp.split)/
 round-after-too-early|s/if (rounds_after(rq, job, (unsigned)row_blocks))/if (rounds_after(rq, job, (unsigned)row_blocks - 1))/
+add-norm-xq2-row-0|s/if (xq2) round_row_block(xn + t \* n, n, dt2, xq2 + t \* xq2_bytes);/if (xq2) round_row_block(xn + t * n, n, dt2, xq2);/
 block-tree-butterfly-reversed|s/for (int o = 1; o < 8; o \*= 2) v += __shfl_xor_sync(0xffffffffu, v, o);/for (int o = 4; o >= 1; o \/= 2) v += __shfl_xor_sync(0xffffffffu, v, o);/
 block-mma-row-scales-upper|s/scale_of(da\[r % 2 + 2 \* hf\], j)/scale_of(da[r % 2], j)/
 block-mma-q4_0-minus-7|s/- 0x08080808u) ^ 0x80808080u/- 0x07070707u) ^ 0x80808080u/
