@@ -1549,8 +1549,9 @@ __global__ void __launch_bounds__(ROW_BLOCK) add_norm_kernel(float *x, const flo
             for (int k = 0; k < 4; k++) a.v[k] += b.v[k];
             *(F4 *)(xr + i) = a;
         }
-    norm_round_block(xn + t * n, xr, w, n, eps, dt, xq + t * xq_bytes);
-    if (xq2) round_row_block(xn + t * n, n, dt2, xq2 + t * xq2_bytes);
+    rmsnorm_block(xn + t * n, xr, w, n, eps);
+    for (int k = 0; k < (xq2 ? 2 : 1); k++)   // (one call: two would not be inlined, and take a stack frame)
+        round_row_block(xn + t * n, n, k ? dt2 : dt, k ? xq2 + t * xq2_bytes : xq + t * xq_bytes);
 }
 
 // x += mix (mix may be NULL), xn = rmsnorm(x) w, and xq = xn rounded for weights of type wtype, T rows

@@ -53,7 +53,7 @@ mma-no-upper-rows|s/tr.R > MMA_M \/ 2, acc, accm)/tr.R > MMA_M, acc, accm)/g
 mma-split-slots-paired-wrong|s/acc\[k\]\[c\] = p\[c\], accm\[k\]\[c\] = p\[8 + c\]/acc[k % 3 ? 3 - k : k][c] = p[c], accm[k % 3 ? 3 - k : k][c] = p[8 + c]/
 mma-split-stages-slot-0|s/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split)/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, 0, sp.split)/
 round-after-too-early|s/if (rounds_after(rq, job, (unsigned)row_blocks))/if (rounds_after(rq, job, (unsigned)row_blocks - 1))/
-add-norm-xq2-row-0|s/if (xq2) round_row_block(xn + t \* n, n, dt2, xq2 + t \* xq2_bytes);/if (xq2) round_row_block(xn + t * n, n, dt2, xq2);/
+add-norm-xq2-row-0|s/k ? xq2 + t \* xq2_bytes : xq/k ? xq2 : xq/
 block-tree-butterfly-reversed|s/for (int o = 1; o < 8; o \*= 2) v += __shfl_xor_sync(0xffffffffu, v, o);/for (int o = 4; o >= 1; o \/= 2) v += __shfl_xor_sync(0xffffffffu, v, o);/
 block-mma-row-scales-upper|s/scale_of(da\[r % 2 + 2 \* hf\], j)/scale_of(da[r % 2], j)/
 block-mma-q4_0-minus-7|s/- 0x08080808u) ^ 0x80808080u/- 0x07070707u) ^ 0x80808080u/
