@@ -1298,6 +1298,22 @@ struct MmaSplit { float *part; unsigned *count; int split; };
 // floats a thread (acc and accm of its 8 cells)
 enum { MMA_SPLIT_TILES = 1024, MMA_PART_FLOATS = 4 * MMA_WARPS * WARP * 16 };
 static size_t mma_split_bytes(void) { return (size_t)MMA_SPLIT_TILES * (MMA_PART_FLOATS * sizeof(float) + sizeof(unsigned)); }
+// A split block's sums of its slot s (acc[0], accm[0]) into the part of its (tile, row block) `at`;
+// the last of the sp.split blocks to finish (last_block) gets every slot's back, slot k in acc[k],
+// and goes on to fold them (true); the others are done (false). Every thread of the block calls it.
+__device__ bool split_gather(const MmaSplit &sp, size_t at, int s, float acc[4][8], float accm[4][8]) {
+    float *own = sp.part + ((at * sp.split + s) * MMA_WARPS * WARP + threadIdx.x) * 16;
+    for (int c = 0; c < 8; c++) own[c] = acc[0][c], own[8 + c] = accm[0][c];
+    if (!last_block(sp.count + at, (unsigned)sp.split)) return false;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {   // (constant indices: acc stays in registers)
+        const float *p = sp.part + ((at * sp.split + k) * MMA_WARPS * WARP + threadIdx.x) * 16;
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+            if (k < sp.split) acc[k][c] = p[c], accm[k][c] = p[8 + c];
+    }
+    return true;
+}
 
 // (Both tensor-core kernels are bounded to 170 registers, six blocks of MMA_WARPS warps an SM: left
 // alone, ptxas gives them 178-220, and none of them spills under the bound; with rows of 2048 values
@@ -1324,19 +1340,7 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) matmul_mma_kernel(MatList
     float acc[4][8] = {}, accm[4][8] = {}, v[8];   // [slot][cell]
     if (tr.e >= 0 && o0 < m.n_out)
         mma_rows<D>(expert(&m, tr.e), o0, xs, warp_stages<D>(xs, m.n_in), s, sp.split, sp.split > 1 ? 1 : slots, tr.R > MMA_M / 2, acc, accm);
-    if (sp.split > 1) {   // this slot's cells to part, the last of the row block's slots folds them all
-        size_t at = (size_t)blockIdx.y * L.first[L.n] + rb;
-        float *own = sp.part + ((at * sp.split + s) * MMA_WARPS * WARP + threadIdx.x) * 16;
-        for (int c = 0; c < 8; c++) own[c] = acc[0][c], own[8 + c] = accm[0][c];
-        if (!last_block(sp.count + at, (unsigned)sp.split)) return;   // the whole block
-#pragma unroll
-        for (int k = 0; k < 4; k++) {   // (constant indices: acc stays in registers)
-            const float *p = sp.part + ((at * sp.split + k) * MMA_WARPS * WARP + threadIdx.x) * 16;
-#pragma unroll
-            for (int c = 0; c < 8; c++)
-                if (k < sp.split) acc[k][c] = p[c], accm[k][c] = p[8 + c];
-        }
-    }
+    if (sp.split > 1 && !split_gather(sp, (size_t)blockIdx.y * L.first[L.n] + rb, s, acc, accm)) return;   // the whole block
     if (o0 >= m.n_out) return;   // the whole warp
     fold_cells<D>(acc, accm, slots, v);
     for (int c = 0; c < 8; c++) {
@@ -1421,6 +1425,12 @@ static void mma_split_init(void) {
     CUDA_CHECK(cudaMemset(mma_split_buf.count, 0, MMA_SPLIT_TILES * sizeof(unsigned)));
 }
 
+// How many blocks a tensor-core launch of `blocks` (tile, row block)s without expert ids gives each:
+// its slots where the launch would not give every SM four blocks (and the parts fit), else 1
+static int mma_split(const int *ids, int slots, unsigned blocks) {
+    return !ids && slots > 1 && blocks < 4u * (unsigned)mma_sms && blocks <= MMA_SPLIT_TILES ? slots : 1;
+}
+
 // The batch on the tensor cores (mma_batch): n rows (ids NULL: a grid row a tile of MMA_M) or n pairs
 // of experts ids (a grid row a pair, which leads a tile or not: tile_rows), for the matrices of L;
 // rd: riders (rows of ids NULL). may_split (ids NULL): split by slot where the (tile, row block)s
@@ -1433,7 +1443,7 @@ static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t 
         unsigned tiles = ids ? (unsigned)n : blocks_for(n, MMA_M), blocks = L.first[L.n] * tiles;
         int slots = lpr / D::LPB;
         MmaSplit sp = mma_split_buf;
-        sp.split = may_split && !ids && slots > 1 && blocks < 4u * (unsigned)mma_sms && blocks <= MMA_SPLIT_TILES ? slots : 1;
+        sp.split = may_split ? mma_split(ids, slots, blocks) : 1;
         dim3 grid(L.first[L.n] * sp.split + rider_blocks(rd), tiles);
         cudaLaunchConfig_t c = mma_config<D>(matmul_mma_kernel<D>, grid, L.m[0].n_in);
         CUDA_CHECK(cudaLaunchKernelEx(&c, matmul_mma_kernel<D>, L, ids, in_div, x, xb, n, slots, sp, rd));
@@ -2424,10 +2434,11 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
 // matmul_mma_kernel's; ids NULL: the one matrix G, U, the shared expert): swiglu_id_kernel's bits. A
 // block takes 16 rows o of both: warp 0 their gate rows, warp 1 the same up rows, the gate's cells
 // passed in shared memory (MMA_ROWS / 2 rows o a block). rq: the tile's rows of h rounded
-// by the last of the blocks of its grid row.
+// by the last of the blocks of its grid row. sp.split > 1 (ids NULL: the shared expert, whose 512
+// rows are 32 blocks, on 32 SMs): grid x holds each row block's sp.split slots, as matmul_mma_kernel's.
 template <typename D>
 __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
-                                  Routing rt, Rounding rq) {
+                                  Routing rt, Rounding rq, MmaSplit sp) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
     __shared__ float gs[MMA_M][MMA_ROWS / 2];
@@ -2437,14 +2448,20 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) swiglu_mma_kernel(Mat G, 
         return;
     }
     if (!tile_rows(ids, n, in_div, tr)) return;   // the whole block
-    if (tr.e >= 0) stage_tile<D>(x, x_bytes, (int)G.n_in, tr, xs, 0, 1);
+    // the row block blockIdx.x / sp.split and (split) its slot blockIdx.x % sp.split, recomputed where
+    // used (kept in registers across mma_rows, they made the Q5_K instance spill)
+    if (tr.e >= 0) stage_tile<D>(x, x_bytes, (int)G.n_in, tr, xs, (int)(blockIdx.x % sp.split), sp.split);
     __syncthreads();
     int w = threadIdx.x / WARP;
-    int64_t o0 = (int64_t)blockIdx.x * (MMA_ROWS / 2);
     float acc[4][8] = {}, accm[4][8] = {}, v[8];
     Mat m = G;   // (a copy, not a pointer to one of the two: they stay in registers)
     if (w == 1) m = U;
-    if (tr.e >= 0 && o0 < G.n_out) mma_rows<D>(expert(&m, tr.e), o0, xs, warp_stages<D>(xs, G.n_in), 0, 1, slots, tr.R > MMA_M / 2, acc, accm);   // (warp-uniform)
+    if (tr.e >= 0)   // (warp-uniform)
+        mma_rows<D>(expert(&m, tr.e), (int64_t)(blockIdx.x / sp.split) * (MMA_ROWS / 2), xs, warp_stages<D>(xs, G.n_in), (int)(blockIdx.x % sp.split), sp.split,
+                    sp.split > 1 ? 1 : slots, tr.R > MMA_M / 2, acc, accm);
+    unsigned row_blocks = (gridDim.x - rider_blocks(rd)) / sp.split;
+    if (sp.split > 1 && !split_gather(sp, (size_t)blockIdx.y * row_blocks + blockIdx.x / sp.split, (int)(blockIdx.x % sp.split), acc, accm)) return;   // the whole block
+    int64_t o0 = (int64_t)(blockIdx.x / sp.split) * (MMA_ROWS / 2);
     fold_cells<D>(acc, accm, slots, v);
     for (int c = 0; w == 0 && c < 8; c++) gs[cell_tile_row(c)][cell_weight_row(c)] = v[c];
     __syncthreads();
@@ -2452,7 +2469,7 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) swiglu_mma_kernel(Mat G, 
         int r = cell_tile_row(c), k = cell_weight_row(c);
         if (r < tr.R && o0 + k < G.n_out) h[(int64_t)tr.out[r] * G.n_out + o0 + k] = silu(gs[r][k]) * v[c];
     }
-    if (rounds_after(rq, blockIdx.y, gridDim.x - rider_blocks(rd)))
+    if (rounds_after(rq, blockIdx.y, row_blocks))
         for (int r = 0; r < tr.R; r++) round_row_block(h + (int64_t)tr.out[r] * G.n_out, (int)G.n_out, rq.dt, rq.q + (int64_t)tr.out[r] * rq.q_bytes);
 }
 
@@ -2471,9 +2488,12 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
         if constexpr (D::MMA) {
             if (batch && ax && n_pairs <= MMA_MAX_PAIRS && mma_batch(G->type, G->n_in)) {
                 Rider r = rider_layout(rd, MMA_WARPS * WARP);
-                dim3 grid(blocks_for(G->n_out, MMA_ROWS / 2) + rider_blocks(r), ids ? n_pairs : blocks_for(n_pairs, MMA_M));
+                unsigned rb = blocks_for(G->n_out, MMA_ROWS / 2), tiles = ids ? (unsigned)n_pairs : blocks_for(n_pairs, MMA_M);
+                MmaSplit sp = mma_split_buf;
+                sp.split = mma_split(ids, lpr / D::LPB, rb * tiles);
+                dim3 grid(rb * sp.split + rider_blocks(r), tiles);
                 cudaLaunchConfig_t c = mma_config<D>(swiglu_mma_kernel<D>, grid, G->n_in);
-                CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_mma_kernel<D>, *G, *U, ids, in_div, ax, xb, n_pairs, lpr / D::LPB, h, r, rt, rq));
+                CUDA_CHECK(cudaLaunchKernelEx(&c, swiglu_mma_kernel<D>, *G, *U, ids, in_div, ax, xb, n_pairs, lpr / D::LPB, h, r, rt, rq, sp));
                 return;
             }
         }
@@ -4567,6 +4587,46 @@ static void check_swiglu_id(Tally *tl, const GpuCheck *cpu) {
     CUDA_CHECK(cudaFree((void *)du.data));
 }
 
+// The shared expert's form of swiglu_id on the tensor cores where its launch is split by slot
+// (MmaSplit): gate and up of random weights of up_exps's type with rows of 4 units (1024 values; 256
+// rows: 16 row blocks, 4 slots each), 16 rows, against a job a row, bit for bit, and h's rounding
+// after (its count of blocks a row: the row blocks, not their slots) against quantize_row_gpu
+static void check_swiglu_split(Tally *tl, const GpuCheck *cpu) {
+    uint32_t wt = cpu->up_exps.type, rdt = dot_type(wt);
+    int64_t n = 1024, F = 256;
+    int T = 16;
+    if (!mma_batch(wt, n) || rdt == T_F32) return;
+    size_t wb = row_bytes(wt, n) * F, xb = act_bytes(rdt, n), qb = act_bytes(rdt, F);
+    uint8_t *wg = (uint8_t *)xmalloc(wb), *wu = (uint8_t *)xmalloc(wb);
+    fill_exact_weights(wt, wg, n, F);
+    fill_exact_weights(wt, wu, n, F);
+    Mat g = upload_weights(wt, n, F, 1, wg), u = upload_weights(wt, n, F, 1, wu);
+    float *x = random_floats(n * T, 1), *dx = dev_copy_floats(x, n * T), *dh = (float *)dev_alloc((size_t)(F * T) * 4), *dh2 = (float *)dev_alloc((size_t)(F * T) * 4);
+    void *dxq = dev_alloc(xb * T);
+    uint8_t *dq = (uint8_t *)dev_alloc(qb * T), *dwant = (uint8_t *)dev_alloc(qb * T);
+    unsigned *dcount = (unsigned *)dev_alloc(T * sizeof(unsigned));
+    CUDA_CHECK(cudaMemset(dcount, 0, T * sizeof(unsigned)));
+    CUDA_CHECK(cudaMemset(dq, 0xff, qb * T));
+    CUDA_CHECK(cudaMemset(dh2, 0xff, (size_t)(F * T) * 4));
+    quantize_row_gpu(wt, dx, dxq, n, T);
+    swiglu_id_gpu(&g, &u, nullptr, T, 1, false, dxq, nullptr, dh, Rider{}, Routing{}, Rounding{});
+    swiglu_id_gpu(&g, &u, nullptr, T, 1, true, dxq, nullptr, dh2, Rider{}, Routing{}, Rounding{dq, qb, rdt, dcount});
+    quantize_row_gpu(wt, dh2, dwant, F, T);
+    float *h = (float *)xmalloc((size_t)(F * T) * 4), *h2 = (float *)xmalloc((size_t)(F * T) * 4);
+    uint8_t *q = (uint8_t *)xmalloc(qb * T), *want = (uint8_t *)xmalloc(qb * T);
+    host_copy(h, dh, (size_t)(F * T) * 4);
+    host_copy(h2, dh2, (size_t)(F * T) * 4);
+    host_copy(q, dq, qb * T);
+    host_copy(want, dwant, qb * T);
+    char name[128];
+    snprintf(name, sizeof name, "swiglu_id %s %lldx%lld one matrix T=%d batch split by slot = a job a row", type_name(wt), (long long)F, (long long)n, T);
+    report(tl, name, bytes_differ(h2, h, (size_t)(F * T) * 4), 0, "bytes");
+    snprintf(name, sizeof name, "swiglu_id %s %lldx%lld one matrix T=%d split, h rounded after = quantize_row", type_name(wt), (long long)F, (long long)n, T);
+    report(tl, name, bytes_differ(q, want, qb * T), 0, "bytes");
+    for (void *p : {(void *)g.data, (void *)u.data, (void *)dx, (void *)dh, (void *)dh2, dxq, (void *)dq, (void *)dwant, (void *)dcount}) CUDA_CHECK(cudaFree(p));
+    free(wg), free(wu), free(x), free(h), free(h2), free(q), free(want);
+}
+
 // swiglu on T rows of n_ff: the same bits (expf_ggml is the CPU's)
 static void check_swiglu(Tally *tl, const GpuCheck *cpu) {
     for (int T : BATCHES) {
@@ -4720,6 +4780,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_matmul_id(&tl, cpu, &cpu->down_exps, 1);
     check_swiglu(&tl, cpu);
     check_swiglu_id(&tl, cpu);
+    check_swiglu_split(&tl, cpu);
     check_riders(&tl, cpu);
     check_moe_out(&tl, cpu, cpu->n_expert_used, cpu->mats[0].type);
     if (cpu->n_expert_used != 8) check_moe_out(&tl, cpu, 8, cpu->up_exps.type);

@@ -6,7 +6,8 @@
 # gates, the riders' rows (a batch's too), the norm's second rounding, the routing after the riders, moe_out's unused ranks; on the tensor cores:
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, the tile's pairs of bsums, an expert's run of pairs, the
 # gate's cells in swiglu_mma, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
-# a split batch's slots (their fold's pairs, the units a slot's block stages); the block-scaled
+# a split batch's slots (their fold's pairs, the units a slot's block stages, the blocks a split
+# SwiGLU row counts before its rounding); the block-scaled
 # batches' sum of a unit's blocks, their rows' scales, Q4_0's q - 8, Q8_0's pieces; the weight stages (a
 # wait one group short, no warp barrier after it, a unit staged over the one being read); the SwiGLU rows rounded
 # after them (too early, a tile's first row alone); best_token's skip and p) into clover-emu and runs --check-ops on MODEL in the three thread
@@ -59,6 +60,8 @@ block-mma-row-scales-upper|s/scale_of(da\[r % 2 + 2 \* hf\], j)/scale_of(da[r % 
 block-mma-q4_0-minus-7|s/- 0x08080808u) ^ 0x80808080u/- 0x07070707u) ^ 0x80808080u/
 block-tile-scales-unit-0|s/load16(x + tr.act\[r\] \* x_bytes + n + 16 \* u)/load16(x + tr.act[r] * x_bytes + n + 16 * u0)/
 q8_0-mma-pieces-unordered|s/return load8(row + 32 \* j + 8 \* tile_piece(j, t));/return load8(row + 32 * j + 8 * t);/
+mma-split-swiglu-stages-slot-0|s/tr, xs, (int)(blockIdx.x % sp.split), sp.split);/tr, xs, 0, sp.split);/
+mma-split-swiglu-rounding-count|s/if (rounds_after(rq, blockIdx.y, row_blocks))/if (rounds_after(rq, blockIdx.y, gridDim.x - rider_blocks(rd)))/
 mma-round-after-first-row|s/for (int r = 0; r < tr.R; r++) round_row_block(h/for (int r = 0; r < 1; r++) round_row_block(h/
 mma-stages-wait-one-short|s/copies_wait<MMA_STAGES - 2>();/copies_wait<MMA_STAGES - 1>();/
 mma-stages-no-warp-barrier|/copies_wait<MMA_STAGES - 2>();/{n;/__syncwarp();/d}
