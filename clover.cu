@@ -553,9 +553,10 @@ __device__ bool tile_rows(const int *ids, int n, int in_div, TileRows &tr) {
     return tr.R > 0;
 }
 
-// Tile rows tr of the rounded Q8_K rows x (x_bytes apart, section 3's layout) into the tile xs, by
-// all the block's threads in 16-byte pieces (rows past tr.R zero): units u0, u0 + du, ... (a split
-// batch's block stages the units of its slot alone, matmul_mma_kernel), at their places in the tile.
+// Tile rows tr of the rounded rows x (Q8_K, or Q8_0 where D::Q8_0_ROWS; x_bytes apart, section 3's
+// layout) into the tile xs, by all the block's threads in 16-byte pieces (rows past tr.R zero):
+// units u0, u0 + du, ... (a split batch's block stages the units of its slot alone,
+// matmul_mma_kernel), at their places in the tile.
 template <typename D> __device__ void stage_tile(const uint8_t *x, size_t x_bytes, int n, const TileRows &tr, uint8_t *xs, int u0, int du) {
     int nu = n / 256, ns = (nu - u0 + du - 1) / du, R = tr.R;   // ns: the units staged
     for (int i = threadIdx.x; i < MMA_M * 32 * ns; i += blockDim.x) {   // q: piece t of group j, 8 bytes
@@ -1211,8 +1212,8 @@ __device__ bool last_block(unsigned *count, unsigned blocks) {
     return last;
 }
 
-// The K-quant batches on the tensor cores (verify, preview, prefill: every dense matrix, the LM
-// head of a Q4_K_M model and the experts): a block takes a tile of MMA_M activation rows (tile_rows),
+// The quantized batches on the tensor cores (K-quants, Q8_0, Q4_0; verify, preview, prefill: every
+// matrix of the three files, the experts too): a block takes a tile of MMA_M activation rows (tile_rows),
 // staged once in shared memory (stage_tile), and MMA_ROWS weight rows, a warp 16 of them, which come
 // through shared memory a unit at a time (stage_unit, a few units ahead); for each unit the warp's
 // mmas give every (activation row, weight row) pair its integer sums at once (D::mma_add), which the
