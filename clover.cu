@@ -389,19 +389,24 @@ __global__ void quantize_bf16_kernel(const float *x, uint16_t *y, int64_t n) {
     if (i < n) y[i] = fp32_to_bf16(x[i]);
 }
 
-// A row of n values xn (this block's, as the threads wrote it: a barrier first) rounded to dot type dt
-// (F32: nothing), a warp a block of 32 or 256 (round_block_q8_0 / _q8_K), or a thread a value
-__device__ void round_row_block(const float *xn, int n, uint32_t dt, uint8_t *xq) {
+// The values from..to-1 of a row of n values xn (this block's, as the threads wrote it: a barrier
+// first; from and to whole blocks of dt) rounded to dot type dt (F32: nothing) in the row's rounding
+// xq, a warp a block of 32 or 256 (round_block_q8_0 / _q8_K), or a thread a value; round_row_block: all of it
+__device__ void round_row_part(const float *xn, int n, uint32_t dt, uint8_t *xq, int from, int to) {
     if (dt == T_F32) return;
     __syncthreads();   // every thread's values of xn written
     int warp = threadIdx.x / WARP, warps = blockDim.x / WARP;
     if (dt == T_Q8_0)
-        for (int b = warp; b < n / 32; b += warps) round_block_q8_0(xn + 32 * b, xq, n, b);
+        for (int b = from / 32 + warp; b < to / 32; b += warps) round_block_q8_0(xn + 32 * b, xq, n, b);
     else if (dt == T_Q8_K)
-        for (int b = warp; b < n / 256; b += warps) round_block_q8_K(xn + 256 * b, xq, n, b);
+        for (int b = from / 256 + warp; b < to / 256; b += warps) round_block_q8_K(xn + 256 * b, xq, n, b);
     else
-        for (int i = threadIdx.x; i < n; i += blockDim.x) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
+        for (int i = from + threadIdx.x; i < to; i += blockDim.x) ((uint16_t *)xq)[i] = dt == T_F16 ? fp32_to_fp16(xn[i]) : fp32_to_bf16(xn[i]);
 }
+__device__ void round_row_block(const float *xn, int n, uint32_t dt, uint8_t *xq) { round_row_part(xn, n, dt, xq, 0, n); }
+
+// values a block of dot type dt rounds together (F32: 1, nothing to round)
+__host__ __device__ int round_block_values(uint32_t dt) { return dt == T_Q8_K ? 256 : dt == T_Q8_0 ? 32 : 1; }
 
 // Round T rows of n activations (x, device) to the dot type of weights of type wtype (y, device; rows
 // act_bytes(dot_type(wtype), n) apart, in the split layout of section 3). Twin: quantize_row, row by row.
@@ -1879,6 +1884,51 @@ static void gdn_conv_gpu(const float *wc, const float *wr, int K, int C, float *
     CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_conv_kernel, wc, wr, K, C, ring, u, T, d, n_qk, eps, raw, push, y, gt));
 }
 
+// Twin: gdn_gated_norm, then quantize_row of its output for ssm_out. Per (row t, value head h):
+// y_h = rmsnorm(o_h) * w * silu(z_h), w shared by all heads: rmsnorm's steps (the squares summed in
+// double by the warp, in another order than the CPU's), then the product with silu (expf_ggml).
+// gated_norm_head: one head by a warp.
+__device__ void gated_norm_head(const float *oh, const float *zh, const float *w, int d, float eps, float *yh) {
+    int lane = threadIdx.x % WARP;
+    double ss = 0;
+    for (int i = lane; i < d; i += WARP) ss += (double)(oh[i] * oh[i]);
+    ss = warp_sum(ss);
+    float scale = 1.0f / sqrtf((float)(ss / d) + eps);
+    for (int i = lane; i < d; i += WARP) yh[i] = oh[i] * scale * w[i] * silu(zh[i]);
+}
+
+// The gated norm where the delta rule's launch does it (delta_rule_kernel): after its scan, the last
+// block of each group of `group` value heads (whole blocks of the rounding's dot type dt; count: a
+// last_block count a group) norms the group's heads of every row into y and rounds them into xq
+// (rows xq_bytes apart). y NULL: none (the preview's reverse scan, whose mix comes first; a rollback).
+struct GatedNorm { const float *z, *w; float eps; float *y; uint32_t dt; uint8_t *xq; size_t xq_bytes; unsigned *count; int group; };
+
+// A block of ROW_BLOCK per row t, warp w taking heads w, w + 32, ...; then the row's y rounded to
+// dot type dt (round_row_block; F32: none) into xq. (The preview's, after its reverse scan's mix.)
+__global__ void __launch_bounds__(ROW_BLOCK) gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int H, int d, float eps, float *y, uint32_t dt, uint8_t *xq,
+                                      size_t xq_bytes) {
+    int64_t t = blockIdx.x, row = t * H * d;
+    for (int h = threadIdx.x / WARP; h < H; h += ROW_BLOCK / WARP) gated_norm_head(o + row + (int64_t)h * d, z + row + (int64_t)h * d, w, d, eps, y + row + (int64_t)h * d);
+    round_row_block(y + row, H * d, dt, xq + t * xq_bytes);
+}
+
+// T rows of H heads of d; xq: y rounded for weights of type wtype (rows act_bytes apart)
+static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, int T, int H, int d, float eps, float *y, uint32_t wtype, void *xq) {
+    cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
+    uint32_t dt = dot_type(wtype);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gated_norm_kernel, o, z, w, H, d, eps, y, dt, (uint8_t *)xq, act_bytes(dt, (int64_t)H * d)));
+}
+
+// The gated norm for the delta rule's launch to do: heads in the fewest groups of whole rounding
+// blocks (Q8_K's 256 values: two heads of 128), counts: a last_block count per group, zero
+// (Scratch.counts)
+static GatedNorm gated_norm_in_scan(const float *z, const float *w, float eps, float *y, uint32_t wtype, void *xq, unsigned *counts, int H, int d) {
+    uint32_t dt = dot_type(wtype);
+    int group = 1;
+    while ((group * d) % round_block_values(dt) || H % group) group++;
+    return GatedNorm{z, w, eps, y, dt, (uint8_t *)xq, act_bytes(dt, (int64_t)H * d), counts, group};
+}
+
 enum { MAX_DSTATE = 256, SPL = MAX_DSTATE / WARP };   // the delta rule: state values a lane holds
 
 // Twin: dot_f32 (clover.c's dot_f32_row; dot_f32_avx2 gives the same bits) of a column held by a warp,
@@ -1915,12 +1965,14 @@ __device__ float dot_f32_warp(const float xs[SPL], const float ys[SPL], int d) {
 // operations and dot orders are the CPU's; only expf(g) is the device's (it may differ from libm's in
 // the last bits). No barriers. The column is read from S0 (NULL: a zero state) and written to S (NULL:
 // not written): the preview scans from the committed state or from zero and keeps nothing, without
-// a copy or a memset of its own.
-__global__ void delta_rule_kernel(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
-                                  int H, int n_k_heads, int d, int C, int key_dim, int value_dim) {
-    int cb = (d + BLOCK / WARP - 1) / (BLOCK / WARP), h = blockIdx.x / cb, j = blockIdx.x % cb * (BLOCK / WARP) + threadIdx.x / WARP;
-    int lane = threadIdx.x % WARP, kh = h % n_k_heads;
-    if (j >= d) return;   // the whole warp
+// a copy or a memset of its own. nm: then the gated norm of o and its rounding, by the last block of
+// each group of heads (GatedNorm), a launch less a layer.
+// column j of value head h (kh its q/k head) over the T rows, from S0 to S; on false: computed, not
+// written (a warp past the head's last column takes its last one: a branch around the call would
+// raise the kernel's registers from 72 to 113, sm_90a)
+__device__ void delta_rule_column(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+                                  int H, int h, int kh, int j, bool on, int d, int C, int key_dim, int value_dim) {
+    int lane = threadIdx.x % WARP;
     float scale = 1.0f / sqrtf((float)d), st[SPL];
     int64_t at = ((int64_t)h * d + j) * d;
     for (int m = 0; m < SPL; m++) st[m] = S0 && lane + WARP * m < d ? S0[at + lane + WARP * m] : 0;
@@ -1937,20 +1989,33 @@ __global__ void delta_rule_kernel(const float *S0, float *S, const float *y, con
         float delta = (v[j] - dot_f32_warp(st, kk, d)) * beta[(int64_t)t * H + h];
         for (int m = 0; m < SPL; m++) st[m] = fmaf(kk[m], delta, st[m]);
         float out = dot_f32_warp(st, qq, d) * scale;
-        if (lane == 0) o[(int64_t)t * value_dim + h * d + j] = out;
+        if (lane == 0 && on) o[(int64_t)t * value_dim + h * d + j] = out;
     }
     for (int m = 0; m < SPL; m++)
-        if (S && lane + WARP * m < d) S[at + lane + WARP * m] = st[m];
+        if (S && on && lane + WARP * m < d) S[at + lane + WARP * m] = st[m];
+}
+
+__global__ void delta_rule_kernel(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
+                                  int H, int n_k_heads, int d, int C, int key_dim, int value_dim, GatedNorm nm) {
+    int cb = (d + BLOCK / WARP - 1) / (BLOCK / WARP), h = blockIdx.x / cb, j = blockIdx.x % cb * (BLOCK / WARP) + threadIdx.x / WARP;
+    delta_rule_column(S0, S, y, g, beta, o, T, reverse, H, h, h % n_k_heads, j < d ? j : d - 1, j < d, d, C, key_dim, value_dim);
+    if (!nm.y || !last_block(nm.count + h / nm.group, (unsigned)(nm.group * cb))) return;
+    int h0 = h / nm.group * nm.group;
+    for (int i = threadIdx.x / WARP; i < T * nm.group; i += BLOCK / WARP) {   // (row t, head h0 + i % group)
+        int64_t at = (int64_t)(i / nm.group) * value_dim + (int64_t)(h0 + i % nm.group) * d;
+        gated_norm_head(o + at, nm.z + at, nm.w, d, nm.eps, nm.y + at);
+    }
+    for (int t = 0; t < T; t++) round_row_part(nm.y + (int64_t)t * value_dim, value_dim, nm.dt, nm.xq + t * nm.xq_bytes, h0 * d, (h0 + nm.group) * d);
 }
 
 static void delta_rule_gpu(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse, int H,
-                           int n_k_heads, int d, int C, int key_dim, int value_dim) {
+                           int n_k_heads, int d, int C, int key_dim, int value_dim, GatedNorm nm) {
     if (d > MAX_DSTATE) {
         fprintf(stderr, "clover: error: delta_rule_gpu: state size %d is over %d\n", d, MAX_DSTATE);
         exit(1);
     }
     cudaLaunchConfig_t c = launch_config((unsigned)(H * ((d + BLOCK / WARP - 1) / (BLOCK / WARP))), BLOCK);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, delta_rule_kernel, S0, S, y, g, beta, o, T, reverse, H, n_k_heads, d, C, key_dim, value_dim));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, delta_rule_kernel, S0, S, y, g, beta, o, T, reverse, H, n_k_heads, d, C, key_dim, value_dim, nm));
 }
 
 // Twin: gdn_rev_mix (the preview's mix of its reverse scan): o[t][h*d+j] += gamma_h o_rev[t][h*d+j],
@@ -1964,36 +2029,6 @@ static void gdn_rev_mix_gpu(float *o, const float *o_rev, const float *gamma, in
     int64_t n = (int64_t)T * H * d;
     cudaLaunchConfig_t c = launch_config(blocks_for(n, BLOCK), BLOCK);
     CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_rev_mix_kernel, o, o_rev, gamma, n, H, d));
-}
-
-// Twin: gdn_gated_norm, then quantize_row of its output for ssm_out. Per (row t, value head h):
-// y_h = rmsnorm(o_h) * w * silu(z_h), w shared by all heads: rmsnorm's steps (the squares summed in
-// double by the warp, in another order than the CPU's), then the product with silu (expf_ggml). A
-// block of ROW_BLOCK per row t, warp w taking heads w, w + 32, ...; then the row's y rounded to dot type dt
-// (round_row_block; F32: none) into xq.
-__global__ void __launch_bounds__(ROW_BLOCK) gdn_gated_norm_kernel(const float *o, const float *z, const float *w, int H, int d, float eps, float *y, uint32_t dt, uint8_t *xq,
-                                      size_t xq_bytes) {
-    int64_t t = blockIdx.x, row = t * H * d;
-    int lane = threadIdx.x % WARP;
-    for (int h = threadIdx.x / WARP; h < H; h += ROW_BLOCK / WARP) {
-        const float *oh = o + row + (int64_t)h * d, *zh = z + row + (int64_t)h * d;
-        double ss = 0;
-        for (int i = lane; i < d; i += WARP) ss += (double)(oh[i] * oh[i]);
-        ss = warp_sum(ss);
-        float scale = 1.0f / sqrtf((float)(ss / d) + eps);
-        for (int i = lane; i < d; i += WARP) {
-            float v = oh[i] * scale * w[i];
-            y[row + (int64_t)h * d + i] = v * silu(zh[i]);
-        }
-    }
-    round_row_block(y + row, H * d, dt, xq + t * xq_bytes);
-}
-
-// T rows of H heads of d; xq: y rounded for weights of type wtype (rows act_bytes apart)
-static void gdn_gated_norm_gpu(const float *o, const float *z, const float *w, int T, int H, int d, float eps, float *y, uint32_t wtype, void *xq) {
-    cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
-    uint32_t dt = dot_type(wtype);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, gdn_gated_norm_kernel, o, z, w, H, d, eps, y, dt, (uint8_t *)xq, act_bytes(dt, (int64_t)H * d)));
 }
 
 // ================================================================================================
@@ -2082,7 +2117,8 @@ static void attn_prep_gpu(float *qg, float *kr, const float *vr, const float *q_
 // (expf_ggml, the CPU softmax's exp; the sum of p by xor butterfly; the V sum over the tile's keys in
 // order, lane l holding dims l, l+32, ... of o, the tile's p in registers, the tile's V rows loaded as
 // the K rows were). Each split
-// writes (m, l, o) to part; attention_combine_kernel folds the splits in order and divides:
+// writes (m, l, o) to part; the last of a row's blocks to finish (last_block) folds the row's splits
+// in order and divides (attention_combine), a launch less a layer:
 //   M = max_s m_s, o = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s.
 // No n_ctx-long score buffer: part holds T x n_head x MAX_SPLITS x (hd + 2) floats. The CPU rounds p
 // to the cache type before the V sum (llama.cpp's non-flash matmul); this form keeps p in float, as
@@ -2115,15 +2151,16 @@ __device__ void load_tile(float (*tile)[KV_ROW], const uint8_t *src, size_t stri
     }
 }
 
-__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, const int *pos,
-                                 int T, bool causal, int n_head, int n_head_kv, int hd, float kq_scale, float *part) {
+enum { MAX_HEADS = 64 };   // query heads a row (attention_combine's per-head folds in shared memory)
+
+// Split `split` of row t's n keys for kv head g, its G query heads a warp each: (m, l, o) into part
+__device__ void attention_split(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, int t, int g, int split,
+                                int n, int n_head, int n_head_kv, int hd, float kq_scale, float *part) {
     alignas(16) __shared__ float tile[KV_TILE][KV_ROW];
     alignas(16) __shared__ float qr[MAX_GROUP][MAX_HEAD_DIM];
     alignas(16) __shared__ float p[MAX_GROUP][KV_TILE];
-    int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, split = blockIdx.x % MAX_SPLITS, rest = blockIdx.x / MAX_SPLITS;
-    int t = rest / n_head_kv, g = rest % n_head_kv, h = g * (n_head / n_head_kv) + w;
-    int n = causal ? *pos + t + 1 : *pos + T, chunk = split_keys(n), j0 = split * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
-    if (j0 >= n) return;   // the whole block: no such split for this n
+    int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, h = g * (n_head / n_head_kv) + w;
+    int chunk = split_keys(n), j0 = split * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
     const float *q = qg + ((int64_t)t * n_head + h) * 2 * hd;
     for (int i = lane; i < hd; i += WARP) qr[w][i] = round_as(k_type, q[i]);
     size_t kstride = (size_t)n_head_kv * hd * cache_bytes(k_type), vstride = (size_t)n_head_kv * hd * cache_bytes(v_type);
@@ -2171,17 +2208,14 @@ __global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_
     for (int i = 0; i < MAX_HEAD_DIM / WARP && lane + WARP * i < hd; i++) out[2 + lane + WARP * i] = o[i];
 }
 
-enum { MAX_HEADS = 64 };   // query heads a row (attention_combine_kernel's per-head folds in shared memory)
-
 // The splits of each head of row t folded in order, the gate, then ao_gated's row rounded to dot type
-// dt (for W_o; F32: none). Block per row: thread h folds head h's (m, l), then a thread per (head, dim).
-__global__ void attention_combine_kernel(const float *qg, const float *part, const int *pos, int T, bool causal, int n_head, int hd,
-                                         float *ao, float *ao_gated, uint32_t dt, uint8_t *xq, size_t xq_bytes) {
+// dt (for W_o; F32: none), by one block: thread h folds head h's (m, l), then a thread per (head, dim).
+__device__ void attention_combine(const float *qg, const float *part, int64_t t, int n, int n_head, int hd, float *ao, float *ao_gated, uint32_t dt,
+                                  uint8_t *xq, size_t xq_bytes) {
     __shared__ float M[MAX_HEADS], L[MAX_HEADS];
-    int64_t t = blockIdx.x;
-    int n = causal ? *pos + (int)t + 1 : *pos + T, chunk = split_keys(n), splits = (n + chunk - 1) / chunk;
+    int chunk = split_keys(n), splits = (n + chunk - 1) / chunk;
     const float *pt = part + t * n_head * MAX_SPLITS * (hd + 2);
-    for (int h = threadIdx.x; h < n_head; h += BLOCK) {
+    for (int h = threadIdx.x; h < n_head; h += blockDim.x) {
         const float *ph = pt + (int64_t)h * MAX_SPLITS * (hd + 2);
         float m = -INFINITY, l = 0;
         for (int s = 0; s < splits; s++) m = fmaxf(m, ph[s * (hd + 2)]);
@@ -2189,7 +2223,7 @@ __global__ void attention_combine_kernel(const float *qg, const float *part, con
         M[h] = m, L[h] = l;
     }
     __syncthreads();
-    for (int k = threadIdx.x; k < n_head * hd; k += BLOCK) {
+    for (int k = threadIdx.x; k < n_head * hd; k += blockDim.x) {
         int h = k / hd, i = k % hd;
         const float *ph = pt + (int64_t)h * MAX_SPLITS * (hd + 2), *gate = qg + (t * n_head + h) * 2 * hd + hd;
         float a = 0;
@@ -2201,14 +2235,27 @@ __global__ void attention_combine_kernel(const float *qg, const float *part, con
     round_row_block(ao_gated + t * n_head * hd, n_head * hd, dt, xq + t * xq_bytes);
 }
 
+// A block per (row t, kv head g, split): its split (none where the row's keys end before it), then,
+// the last of the row's n_head_kv x MAX_SPLITS blocks to finish (count: counts[t]), the row's combine.
+__global__ void attention_kernel(const float *qg, const uint8_t *K, const uint8_t *V, uint32_t k_type, uint32_t v_type, const int *pos,
+                                 int T, bool causal, int n_head, int n_head_kv, int hd, float kq_scale, float *part, float *ao, float *ao_gated,
+                                 uint32_t dt, uint8_t *xq, size_t xq_bytes, unsigned *counts) {
+    int split = blockIdx.x % MAX_SPLITS, rest = blockIdx.x / MAX_SPLITS, t = rest / n_head_kv, g = rest % n_head_kv;
+    int n = causal ? *pos + t + 1 : *pos + T;
+    if (split * split_keys(n) < n) attention_split(qg, K, V, k_type, v_type, t, g, split, n, n_head, n_head_kv, hd, kq_scale, part);
+    if (last_block(counts + t, (unsigned)(n_head_kv * MAX_SPLITS))) attention_combine(qg, part, t, n, n_head, hd, ao, ao_gated, dt, xq, xq_bytes);
+}
+
 // floats of attention's partial results for T rows
 static size_t attention_part_floats(int T, int n_head, int hd) { return (size_t)T * n_head * MAX_SPLITS * (hd + 2); }
 
 // T rows at positions *pos.. (device memory, as for rope): causal, row t sees keys 0..*pos+t; else
 // every row sees keys 0..*pos+T-1 (the preview's block). part: attention_part_floats(T, ...) floats;
-// xq: ao_gated rounded for weights of type wtype (W_o), rows act_bytes apart.
+// xq: ao_gated rounded for weights of type wtype (W_o), rows act_bytes apart; counts: T zeros
+// (last_block's, zeros again after it).
 static void attention_gpu(const float *qg, const void *K, const void *V, uint32_t k_type, uint32_t v_type, const int *pos, int T, bool causal,
-                          int n_head, int n_head_kv, int hd, float kq_scale, float *part, float *ao, float *ao_gated, uint32_t wtype, void *xq) {
+                          int n_head, int n_head_kv, int hd, float kq_scale, float *part, float *ao, float *ao_gated, uint32_t wtype, void *xq,
+                          unsigned *counts) {
     int G = n_head / n_head_kv;
     if (hd > MAX_HEAD_DIM || hd % 8 || G > MAX_GROUP || n_head > MAX_HEADS) {
         fprintf(stderr, "clover: error: attention_gpu: head dim %d (at most %d, a multiple of 8), %d query heads a kv head (at most %d) "
@@ -2216,12 +2263,9 @@ static void attention_gpu(const float *qg, const void *K, const void *V, uint32_
         exit(1);
     }
     cudaLaunchConfig_t c = launch_config((unsigned)(T * n_head_kv * MAX_SPLITS), (unsigned)(G * WARP));
-    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, pos, T, causal, n_head,
-                                  n_head_kv, hd, kq_scale, part));
-    c = launch_config((unsigned)T, BLOCK);
     uint32_t dt = dot_type(wtype);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_combine_kernel, qg, (const float *)part, pos, T, causal, n_head, hd, ao, ao_gated, dt, (uint8_t *)xq,
-                                  act_bytes(dt, (int64_t)n_head * hd)));
+    CUDA_CHECK(cudaLaunchKernelEx(&c, attention_kernel, qg, (const uint8_t *)K, (const uint8_t *)V, k_type, v_type, pos, T, causal, n_head,
+                                  n_head_kv, hd, kq_scale, part, ao, ao_gated, dt, (uint8_t *)xq, act_bytes(dt, (int64_t)n_head * hd), counts));
 }
 
 // ================================================================================================
@@ -2649,6 +2693,7 @@ struct Scratch {
     float *p_H;                    // best_token's p of each of those rows, then their H ([2][cap])
     unsigned *done;                // last_block's count (the routing after the router's riders)
     unsigned *round_count;         // last_block's counts of a Rounding's rows ([cap * n_expert_used])
+    unsigned *counts;              // last_block's counts: the gated norm's head groups, the attention's rows ([max(cap, n_v_heads)])
     uint8_t *hsq;                  // the shared expert's hs rounded for its down projection (a batch's: Rounding)
     uint8_t *xq_sh;                // the FFN's input rounded for the shared expert by the norm (add_norm's xq2), where it needs its own
     float *x_host, *logits_host;   // pinned host staging of the embeddings in and the logits out
@@ -2733,7 +2778,7 @@ static Plan plan(const GpuModel *m, int n_ctx, int cap, uint32_t k_type, uint32_
     double per_row = 4.0 * c->n_embd + 2.0 * c->conv_dim + 4.0 * c->value_dim + 8.0 * c->n_v_heads + 4.0 * c->n_head * c->head_dim +
                      2 * kvd + 2.0 * c->n_expert + 2 * K + K * c->n_embd + 3 * K * ff + c->n_ff_shexp + 1 + c->n_vocab +
                      (double)attention_part_floats(1, c->n_head, c->head_dim);
-    p.scratch = 4 * T * per_row + 4 * (T * K * maxin + T * maxin) + c->n_expert + (double)mma_split_bytes() + 4 * T * (K + c->n_ff_shexp);
+    p.scratch = 4 * T * per_row + 4 * (T * K * maxin + T * maxin) + c->n_expert + (double)mma_split_bytes() + 4 * T * (K + c->n_ff_shexp) + 4 * fmax(T, c->n_v_heads);
     return p;
 }
 
@@ -2888,6 +2933,9 @@ static void scratch_init(Scratch *s, const GpuConfig *c, int cap) {
     CUDA_CHECK(cudaMemset(s->done, 0, sizeof(unsigned)));
     s->round_count = (unsigned *)dev_alloc(T * K * sizeof(unsigned));
     CUDA_CHECK(cudaMemset(s->round_count, 0, T * K * sizeof(unsigned)));
+    size_t nc = T > H ? T : H;
+    s->counts = (unsigned *)dev_alloc(nc * sizeof(unsigned));
+    CUDA_CHECK(cudaMemset(s->counts, 0, nc * sizeof(unsigned)));
     s->hsq = (uint8_t *)dev_alloc(T * c->n_ff_shexp * 4), s->xq_sh = (uint8_t *)dev_alloc(T * E * 4);
     s->xq = (uint8_t *)dev_alloc(T * maxin * 4), s->xq2 = (uint8_t *)dev_alloc(T * K * maxin * 4);   // xq2: the experts' T*K rows too
     s->coreset = (uint8_t *)dev_alloc((size_t)c->n_expert);
@@ -3169,31 +3217,34 @@ static void copy_floats(float *dst, const float *src, size_t n) {
 // --- Gated DeltaNet ------------------------------------------------------------------------------
 // The recurrent part for T rows of pre-conv input u: the conv over [ring | u], SiLU and the q/k L2
 // norms, the ring advanced (and the gates gt computed, where given: they are g and beta), then the
-// delta rule from S (clover.c's gdn_advance; also the rollback's replay, with the logged gates).
-static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g, const float *beta, Gates gt) {
+// delta rule from S (clover.c's gdn_advance; also the rollback's replay, with the logged gates), and
+// the gated norm nm in its launch (nm.y NULL: none).
+static void gdn_advance(Gpu *gpu, int il, int T, const float *u, const float *g, const float *beta, Gates gt, GatedNorm nm) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     float *ring = gpu->st.ring[il];
     gdn_conv_gpu(gpu->layers[il].conv, nullptr, c->d_conv, c->conv_dim, ring, u, T, c->d_state, 2 * c->n_k_heads, c->eps, false, true, s->conv, gt);
     delta_rule_gpu(gpu->st.S[il], gpu->st.S[il], s->conv, g, beta, s->o, T, false, c->n_v_heads, c->n_k_heads, c->d_state, c->conv_dim,
-                   c->key_dim, c->value_dim);
+                   c->key_dim, c->value_dim, nm);
 }
 
 // The preview mixer (spec S2.4), never writing the committed state: the causal conv plus the
 // right taps (and the gates gt), a forward scan from a copy of S, and, where the layer has it, a
-// reverse scan from zero state mixed in per value head: o_t = o_fwd_t + gamma_h o_rev_t.
-static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in, Gates gt) {
+// reverse scan from zero state mixed in per value head: o_t = o_fwd_t + gamma_h o_rev_t. nm: the
+// gated norm in the forward scan's launch, for a layer without the reverse scan (nm.y NULL: none).
+static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in, Gates gt, GatedNorm nm) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
     int H = c->n_v_heads, d = c->d_state;
     gdn_conv_gpu(L->conv, L->conv_right, c->d_conv, c->conv_dim, gpu->st.ring[il], s->qkv, T, d, 2 * c->n_k_heads, c->eps, false, false, s->conv, gt);
-    delta_rule_gpu(gpu->st.S[il], nullptr, s->conv, s->g, s->beta, s->o, T, false, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
+    delta_rule_gpu(gpu->st.S[il], nullptr, s->conv, s->g, s->beta, s->o, T, false, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim, nm);
     if (!L->a_rev) return;
     const Mat *w[] = {&L->beta_rev, &L->alpha_rev};
     float *y[] = {s->beta_rev_logit, s->alpha_rev};
     matmuls(gpu, in, T, 2, w, y);   // W_beta_rev a, W_alpha_rev a
     gdn_gates_gpu(L->a_rev, L->dt_rev, s->alpha_rev, s->beta_rev_logit, T, H, s->g_rev, s->beta_rev);
-    delta_rule_gpu(nullptr, nullptr, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim);
+    delta_rule_gpu(nullptr, nullptr, s->conv, s->g_rev, s->beta_rev, s->o_rev, T, true, H, c->n_k_heads, d, c->conv_dim, c->key_dim, c->value_dim,
+                   GatedNorm{});
     gdn_rev_mix_gpu(s->o, s->o_rev, L->rev_mix, T, H, d);
 }
 
@@ -3217,10 +3268,13 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     dump(gpu, "z", il, s->z, T, c->value_dim);
     dump_a_softplus(gpu, il, T);
     Gates gt = {L->a, L->dt, s->alpha, s->beta_logit, s->g, s->beta, H};   // g, beta: computed by the conv's launch
+    // RMSNorm(o_h) * SiLU(z_h), rounded for ssm_out: by the scan's launch where it is the last step
+    bool fused = pass == CAUSAL || !L->a_rev;
+    GatedNorm nm = fused ? gated_norm_in_scan(s->z, L->ssm_norm, c->eps, s->o_normed, L->ssm_out.type, s->xq2, s->counts, H, d) : GatedNorm{};
     if (pass == CAUSAL) {
         dump_gdn_conv(gpu, il, T);   // conv_input .. k_conv and state_predelta, from the ring before it moves
-        gdn_advance(gpu, il, T, s->qkv, s->g, s->beta, gt);
-    } else gdn_preview(gpu, L, il, T, in, gt);
+        gdn_advance(gpu, il, T, s->qkv, s->g, s->beta, gt, nm);
+    } else gdn_preview(gpu, L, il, T, in, gt, nm);
     dump3(gpu, "beta_sigmoid", il, s->beta, T, H, 1);
     dump(gpu, "gate", il, s->g, T, H);
     dump_slice(gpu, "q_conv_predelta", il, s->conv, C, T, c->n_k_heads, d);
@@ -3228,7 +3282,7 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     dump_slice(gpu, "v_conv_predelta", il, s->conv + 2 * c->key_dim, C, T, H, d);
     if (pass == CAUSAL) dump_nd(gpu, "new_state", il, gpu->st.S[il], 0, 1, H, d, d);
     dump3(gpu, "attn_output", il, s->o, T, H, d);
-    gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, d, c->eps, s->o_normed, L->ssm_out.type, s->xq2);   // RMSNorm(o_h) * SiLU(z_h)
+    if (!fused) gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, d, c->eps, s->o_normed, L->ssm_out.type, s->xq2);
     dump(gpu, "final_output", il, s->o_normed, T, c->value_dim);
     const Mat *out = &L->ssm_out;
     matmuls(gpu, {s->o_normed, s->xq2, dot_type(out->type)}, T, 1, &out, &s->mix);   // out = W_out [...]_h
@@ -3260,7 +3314,7 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     dump_q_heads(gpu, "Qcur", il, T);
     dump3(gpu, "Kcur", il, s->kr, T, c->n_head_kv, hd);
     attention_gpu(s->qg, st->k[il], st->v[il], st->k_type, st->v_type, s->pos, T, pass == CAUSAL, c->n_head, c->n_head_kv, hd,
-                  c->kq_scale, s->att, s->ao, s->ao_gated, L->wo.type, s->xq2);
+                  c->kq_scale, s->att, s->ao, s->ao_gated, L->wo.type, s->xq2, s->counts);
     dump(gpu, "attn_pregate", il, s->ao, T, c->n_head * hd);
     dump(gpu, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
     const Mat *wo = &L->wo;
@@ -3496,7 +3550,7 @@ extern "C" void gpu_rollback(Gpu *gpu, int rows) {
     State *st = &gpu->st;
     if (st->gdn_floats) copy_floats(st->gdn, st->gdn_saved, st->gdn_floats);
     for (int il = 0; il < gpu->c.n_layer; il++)
-        if (gpu->layers[il].recurrent) gdn_advance(gpu, il, rows, st->log_u[il], st->log_g[il], st->log_beta[il], Gates{});
+        if (gpu->layers[il].recurrent) gdn_advance(gpu, il, rows, st->log_u[il], st->log_g[il], st->log_beta[il], Gates{}, GatedNorm{});
     CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
@@ -4026,10 +4080,19 @@ static void check_gdn_conv_push_gates(Tally *tl, const GpuCheck *cpu) {
     }
 }
 
+// the type of the model's first matrix with rows of n values (the reader of a kernel's rounding), F32 if none
+static uint32_t type_reading(const GpuCheck *cpu, int64_t n) {
+    for (int i = 0; i < cpu->n_mats; i++)
+        if (cpu->mats[i].n_in == n) return cpu->mats[i].type;
+    return T_F32;
+}
+
 // delta_rule over T rows in one direction from a random nonzero S: o and the S it leaves. q and k
 // of about unit norm (as after gdn_qk_norm), beta in (0, 1), g < 0. The dot orders are the CPU's;
 // the device's expf(g) may differ from libm's by 2 ulp a row, and over 16 rows the product of the
-// decays by ~2e-6: 1e-5 relative.
+// decays by ~2e-6: 1e-5 relative. Forward, then with the gated norm in the launch (GatedNorm) from
+// the same S, twice (a graph replays it: the counts must be back at zero): its y against the CPU's
+// gdn_gated_norm of the launch's o (as check_gdn_gated_norm), its rounding against quantize_row (bytes).
 static void check_delta_rule(Tally *tl, const GpuCheck *cpu, bool reverse) {
     int H = cpu->n_v_heads, d = cpu->d_state, C = cpu->conv_dim, kd = cpu->key_dim, vd = cpu->value_dim;
     int64_t ns = (int64_t)H * d * d;
@@ -4039,17 +4102,43 @@ static void check_delta_rule(Tally *tl, const GpuCheck *cpu, bool reverse) {
         for (int64_t i = 0; i < ny; i++)
             if (i % C < 2 * kd) y[i] /= sqrtf((float)d);
         for (int64_t i = 0; i < ng; i++) g[i] = -0.5f * fabsf(g[i]), beta[i] = rng_uniform();
-        float *dS = dev_copy_floats(S, ns), *dy = dev_copy_floats(y, ny), *dg = dev_copy_floats(g, ng), *dbeta = dev_copy_floats(beta, ng);
+        float *dS = dev_copy_floats(S, ns), *dS0 = dev_copy_floats(S, ns), *dy = dev_copy_floats(y, ny), *dg = dev_copy_floats(g, ng),
+              *dbeta = dev_copy_floats(beta, ng);
         float *o = (float *)xmalloc((size_t)no * 4), *got_o = (float *)xmalloc((size_t)no * 4), *got_S = (float *)xmalloc((size_t)ns * 4);
         float *dout = (float *)dev_alloc((size_t)no * 4);
         for (int h = 0; h < H; h++) cpu->gdn_scan_head(S, y, g, beta, o, T, reverse, H, cpu->n_k_heads, d, C, kd, vd, h);
-        delta_rule_gpu(dS, dS, dy, dg, dbeta, dout, T, reverse, H, cpu->n_k_heads, d, C, kd, vd);
+        delta_rule_gpu(dS, dS, dy, dg, dbeta, dout, T, reverse, H, cpu->n_k_heads, d, C, kd, vd, GatedNorm{});
         host_copy(got_o, dout, (size_t)no * 4);
         host_copy(got_S, dS, (size_t)ns * 4);
-        char name[96];
+        char name[128];
         snprintf(name, sizeof name, "delta_rule %s H=%d d=%d T=%d (o, S)", reverse ? "reverse" : "forward", H, d, T);
         report(tl, name, fmax(rel_err(got_o, o, no), rel_err(got_S, S, ns)), 1e-5, "rel");
-        for (float *p : {dS, dy, dg, dbeta, dout}) CUDA_CHECK(cudaFree(p));
+        if (!reverse) {
+            float *z = random_floats(no, 3), *w = random_floats(d, 0.2f), *want = (float *)xmalloc((size_t)no * 4), *got = (float *)xmalloc((size_t)no * 4);
+            for (int i = 0; i < d; i++) w[i] += 1;
+            float *dz = dev_copy_floats(z, no), *dw = dev_copy_floats(w, d), *dyn = (float *)dev_alloc((size_t)no * 4);
+            uint32_t wt = type_reading(cpu, vd);
+            void *dxq = dev_alloc(act_bytes(dot_type(wt), vd) * T);
+            unsigned *counts = (unsigned *)dev_alloc(H * sizeof(unsigned));
+            CUDA_CHECK(cudaMemset(counts, 0, H * sizeof(unsigned)));
+            GatedNorm nm = gated_norm_in_scan(dz, dw, cpu->eps, dyn, wt, dxq, counts, H, d);
+            for (int pass = 0; pass < 2; pass++) {
+                CUDA_CHECK(cudaMemset(dyn, 0, (size_t)no * 4));
+                delta_rule_gpu(dS0, nullptr, dy, dg, dbeta, dout, T, false, H, cpu->n_k_heads, d, C, kd, vd, nm);
+            }
+            host_copy(got_o, dout, (size_t)no * 4);
+            host_copy(got, dyn, (size_t)no * 4);
+            for (int t = 0; t < T; t++) cpu->gdn_gated_norm(got_o + (int64_t)t * vd, z + (int64_t)t * vd, w, H, d, cpu->eps, want + (int64_t)t * vd);
+            snprintf(name, sizeof name, "delta_rule + gdn_gated_norm H=%d d=%d T=%d, %d heads a group (y, twice)", H, d, T, nm.group);
+            report(tl, name, rel_err(got, want, no), 1e-6, "rel");
+            snprintf(name, sizeof name, "delta_rule + gdn_gated_norm %s H=%d d=%d T=%d xq = quantize_row(y)", type_name(dot_type(wt)), H, d, T);
+            report(tl, name, rounding_differs(wt, dyn, dxq, vd, T), 0, "bytes");
+            for (float *p : {dz, dw, dyn}) CUDA_CHECK(cudaFree(p));
+            CUDA_CHECK(cudaFree(dxq));
+            CUDA_CHECK(cudaFree(counts));
+            free(z), free(w), free(want), free(got);
+        }
+        for (float *p : {dS, dS0, dy, dg, dbeta, dout}) CUDA_CHECK(cudaFree(p));
         free(S), free(y), free(g), free(beta), free(o), free(got_o), free(got_S);
     }
 }
@@ -4070,13 +4159,6 @@ static void check_gdn_rev_mix(Tally *tl, const GpuCheck *cpu) {
         for (float *p : {dout, drev, dgamma}) CUDA_CHECK(cudaFree(p));
         free(o), free(o_rev), free(gamma), free(got);
     }
-}
-
-// the type of the model's first matrix with rows of n values (the reader of a kernel's rounding), F32 if none
-static uint32_t type_reading(const GpuCheck *cpu, int64_t n) {
-    for (int i = 0; i < cpu->n_mats; i++)
-        if (cpu->mats[i].n_in == n) return cpu->mats[i].type;
-    return T_F32;
 }
 
 // gdn_gated_norm: rmsnorm's double sums in another order, silu exact: 1e-6 relative; its rounding for
@@ -4213,7 +4295,9 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
     int *dpos = dev_int(pos);
     uint32_t wt = type_reading(cpu, (int64_t)nh * hd);
     void *dxq = dev_alloc(act_bytes(dot_type(wt), (int64_t)nh * hd) * T);
-    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + no, wt, dxq);
+    unsigned *counts = (unsigned *)dev_alloc(T * sizeof(unsigned));
+    CUDA_CHECK(cudaMemset(counts, 0, T * sizeof(unsigned)));
+    attention_gpu(dq, dK, dV, type, type, dpos, T, causal, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + no, wt, dxq, counts);
     host_copy(got, dout, (size_t)no * 8);
     CUDA_CHECK(cudaFree(dpos));
     char name[128];
@@ -4234,7 +4318,7 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
     if (causal && T > 1 && !any_q) {   // row T-1 alone, at its position, must get the bits it got in the batch
         int *dlast = dev_int(pos + T - 1);
         size_t row = (size_t)nh * hd;
-        attention_gpu(dq + (T - 1) * 2 * row, dK, dV, type, type, dlast, 1, true, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + row, wt, dxq);
+        attention_gpu(dq + (T - 1) * 2 * row, dK, dV, type, type, dlast, 1, true, nh, nkv, hd, cpu->kq_scale, datt, dout, dout + row, wt, dxq, counts);
         float *one = (float *)xmalloc(row * 8);
         host_copy(one, dout, row * 4);
         host_copy(one + row, dout + row, row * 4);
@@ -4245,6 +4329,7 @@ static void check_attention(Tally *tl, const GpuCheck *cpu, uint32_t type, int T
     }
     CUDA_CHECK(cudaFree(dq));
     CUDA_CHECK(cudaFree(dxq));
+    CUDA_CHECK(cudaFree(counts));
     CUDA_CHECK(cudaFree(datt));
     CUDA_CHECK(cudaFree(dK));
     CUDA_CHECK(cudaFree(dV));

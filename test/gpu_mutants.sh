@@ -2,7 +2,8 @@
 # test/gpu_mutants.sh MODEL — shows that the GPU checks bite: builds mutants of clover.cu (each one
 # planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row
 # fold, the activation rounding, the delta rule's row order, the Q4_0 dp4a sum, the routing's tie
-# rule, the online softmax's rescaling, the attention's q pieces and p, the matvec blocks' own rounding, the conv's ring push and
+# rule, the online softmax's rescaling, the attention's q pieces and p and
+# its rows' combine, the matvec blocks' own rounding, the conv's ring push and
 # gates, the riders' rows (a batch's too), the norm's second rounding, the routing after the riders, moe_out's unused ranks; on the tensor cores:
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, the tile's pairs of bsums, an expert's run of pairs, the
 # gate's cells in swiglu_mma, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
@@ -10,9 +11,11 @@
 # SwiGLU row counts before its rounding); the block-scaled
 # batches' sum of a unit's blocks, their rows' scales, Q4_0's q - 8, Q8_0's pieces; the weight stages (a
 # wait one group short, no warp barrier after it, a unit staged over the one being read); the SwiGLU rows rounded
-# after them (too early, a tile's first row alone); best_token's skip and p) into clover-emu and runs --check-ops on MODEL in the three thread
+# after them (too early, a tile's first row alone); the gated norm in the delta rule's launch (its
+# group's heads, the values it rounds); best_token's skip and p) into clover-emu and runs --check-ops on MODEL in the three thread
 # orders of test/cuda_emu.h. The mma-* mutants need a model with K-quants (gen --type q4_k_m), the
-# block-* ones (the Q8_0 and Q4_0 batches on the tensor cores) one with Q4_0, the q8_0-* ones Q8_0;
+# block-* ones (the Q8_0 and Q4_0 batches on the tensor cores) one with Q4_0, the q8_0-* ones Q8_0,
+# the q8_k-* ones Q8_K rounding blocks that span two heads of the delta rule (gen --type q4_k_m);
 # ONLY=REGEX: only the mutants whose names match; SKIP=REGEX: not those. Prints one line per
 # mutant and order: `caught` with the first failure line (a check-ops FAIL or a cuda-emu error), or
 # `missed`. Exit status 1 when a mutant does not apply (the sed changed nothing) or is missed in all
@@ -67,6 +70,9 @@ mma-stages-wait-one-short|s/copies_wait<MMA_STAGES - 2>();/copies_wait<MMA_STAGE
 mma-stages-no-warp-barrier|/copies_wait<MMA_STAGES - 2>();/{n;/__syncwarp();/d}
 mma-stages-ring-overwrites|s/ws + ahead % MMA_STAGES \* SB/ws + (ahead - 1) % MMA_STAGES * SB/
 mma-q6_k-groups-by-lane|s/lo\[2 \* i + e\] = t % 2 == 0 ? q : 0, hi\[2 \* i + e\] = t % 2 == 0 ? 0 : q;/lo[2 * i + e] = t < 2 ? q : 0, hi[2 * i + e] = t < 2 ? 0 : q;/
+attention-combine-block-stride|s/for (int k = threadIdx.x; k < n_head \* hd; k += blockDim.x) {/for (int k = threadIdx.x; k < n_head * hd; k += BLOCK) {/
+scan-gated-norm-head-0|s/int h0 = h \/ nm.group \* nm.group;/int h0 = 0;/
+q8_k-scan-gated-norm-rounds-one-head|s/(h0 + nm.group) \* d);/(h0 + 1) * d);/
 best-token-skip-taken|s/if (i != skip \&\& z\[i\] > v) v = z\[i\], at = i;/if (z[i] > v) v = z[i], at = i;/
 best-token-p-of-max|s/p\[blockIdx.x\] = (float)(exp((double)top\[1\] - max) \/ S);/p[blockIdx.x] = (float)(exp((double)top[0] - max) \/ S);/'
 
