@@ -1121,6 +1121,43 @@ __device__ const uint8_t *block_input(const uint8_t *x, size_t x_bytes, const fl
 // blocks no longer wait for HBM on their own.
 struct Rider { MatList L; const float *x; int lpr, T; };
 
+// The residual stream's step after a matrix: the residual add (a mixer's output, or the MoE's sum and
+// the shared expert, sel not NULL), the next norm and its rounding(s) (residual_row, section 7, which
+// says what each field is). In a decode step the matvec launch that makes the row (the mixer's
+// W_out or W_o, the shared expert's down projection) ends with it, by its last block to finish
+// (count: last_block's): a launch less each. x NULL: none.
+enum { MAX_USED = 64 };   // n_expert_used
+struct Residual {
+    float *x, *mix, *sh, *xn;
+    const float *w, *wr, *ye, *sh_logit;
+    const int *sel;
+    int n, K;
+    float eps;
+    uint32_t dt, dt2;
+    uint8_t *xq, *xq2;
+    size_t xq_bytes, xq2_bytes;
+    unsigned *count;
+};
+__device__ void residual_row(const Residual &r, int64_t t);
+
+// Whether this block is the last of `blocks` blocks to get here, counting in *count (which the last
+// one resets to 0 for the next launch: a graph replays it). The fence makes this block's writes
+// visible to the last one before it counts; the last reads what every other block wrote. Every
+// thread of the block calls it. The work the last block then does reads finished values in a fixed
+// order, so the bits do not depend on which block came last.
+__device__ bool last_block(unsigned *count, unsigned blocks) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(count, 1u) == blocks - 1;
+        if (last) *count = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 __host__ __device__ unsigned rider_blocks(const Rider &rd) { return rd.L.first[rd.L.n] * (unsigned)rd.T; }
 
 // Whether this block is one of rd's (the last rider_blocks(rd) of grid x), which it then computes
@@ -1144,10 +1181,11 @@ __device__ bool ridden(const Rider &rd) {
 // One activation row per job: job j multiplies expert ids[j]'s matrix (ids NULL: the matrices of L)
 // by activation row j / in_div (block_input: rounded rows x, or floats xf rounded here to dt) into
 // y + j * n_out; ids[j] < 0: zeros. Blocks of BLOCK threads take BLOCK / lpr rows (a warp 32 / lpr),
-// grid L's row blocks x jobs in x alone (jobs may pass 65,535), then rd's blocks (T = 1).
+// grid L's row blocks x jobs in x alone (jobs may pass 65,535), then rd's blocks (T = 1). rs (one
+// matrix, one job, no riders): then the residual step on its row, by the last block.
 template <typename D>
 __global__ void matvec_kernel(MatList L, const int *ids, const uint8_t *x, size_t x_bytes, const float *xf, uint32_t dt, int in_div, int lpr,
-                              Rider rd) {
+                              Rider rd, Residual rs) {
     __shared__ Vec16 xs[MAX_ROUNDED / 16];
     if (ridden(rd)) return;   // the whole block
     unsigned blocks = L.first[L.n], b = blockIdx.x % blocks, b0;
@@ -1165,6 +1203,7 @@ __global__ void matvec_kernel(MatList L, const int *ids, const uint8_t *x, size_
     const uint8_t *xr = block_input(x, x_bytes, xf, m.n_in, dt, job / in_div, (uint8_t *)xs);
     float v = row_dot<D>(m, e * m.n_out + o, xr, lpr, active);
     if (writer) y[at] = v;
+    if (rs.x && last_block(rs.count, gridDim.x)) residual_row(rs, 0);
 }
 
 enum { MAX_ROWS = 16 };   // activation rows of matmul_kernel's tile (a verify or preview batch: all of them)
@@ -1197,24 +1236,6 @@ template <typename D> __global__ void matmul_kernel(MatList L, const uint8_t *x,
         float v = fold_row<D>(acc[w][r][lane], accm[w][r][lane], lpr);
         if (active && gl == 0) y[(int64_t)(t0 + r) * m.n_out + o] = v;
     }
-}
-
-// Whether this block is the last of `blocks` blocks to get here, counting in *count (which the last
-// one resets to 0 for the next launch: a graph replays it). The fence makes this block's writes
-// visible to the last one before it counts; the last reads what every other block wrote. Every
-// thread of the block calls it. The work the last block then does reads finished values in a fixed
-// order, so the bits do not depend on which block came last.
-__device__ bool last_block(unsigned *count, unsigned blocks) {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(count, 1u) == blocks - 1;
-        if (last) *count = 0;
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
 }
 
 // The quantized batches on the tensor cores (K-quants, Q8_0, Q4_0; verify, preview, prefill: every
@@ -1459,14 +1480,15 @@ static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t 
 // y_i[t][o] = W_i x_t for n <= MAX_MATS matrices of one type and row length and T activation rows already rounded to their dot type
 // (quantize_row_gpu), in one launch: one row (a decode step) by matvec_kernel, more by
 // matmul_mma_kernel (K-quants) or matmul_kernel; the same bits for a row either way. xq NULL (T = 1, rounds_in_block): the float row xf, which each
-// block rounds itself. rd: F32 riders of the same T rows (riders(..., 0, ...): none). Twin: matmul with
+// block rounds itself. rd: F32 riders of the same T rows (riders(..., 0, ...): none). rs (not NULL; T =
+// 1, one matrix, no riders): the residual step after it, by the same launch. Twin: matmul with
 // dot_fn(wtype, false), for each W_i.
-static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float *xf, int T, float *const y[], Rider rd) {
+static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float *xf, int T, float *const y[], Rider rd, const Residual *rs = nullptr) {
     uint32_t dt = dot_type(w[0]->type);
     size_t xb = act_bytes(dt, w[0]->n_in);
     const uint8_t *x = (const uint8_t *)xq;
-    if ((!x && !rounds_in_block(dt, w[0]->n_in)) || (T != 1 && !x) || (rd.L.n && rd.T != T)) {
-        fprintf(stderr, "clover: error: internal: matmuls_gpu of unrounded rows or of riders of other rows\n");
+    if ((!x && !rounds_in_block(dt, w[0]->n_in)) || (T != 1 && !x) || (rd.L.n && rd.T != T) || (rs && (T != 1 || n != 1 || rd.L.n))) {
+        fprintf(stderr, "clover: error: internal: matmuls_gpu of unrounded rows, of riders of other rows, or a residual step after a batch\n");
         exit(1);
     }
     by_type(w[0]->type, "matmul_gpu", [&](auto d) {
@@ -1484,7 +1506,7 @@ static void matmuls_gpu(const Mat *const w[], int n, const void *xq, const float
         }
         if (T == 1) {
             cudaLaunchConfig_t c = launch_config(L.first[n] + rider_blocks(rd), BLOCK);
-            CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, xf, dt, 1, lpr, rd));
+            CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, (const int *)nullptr, x, xb, xf, dt, 1, lpr, rd, rs ? *rs : Residual{}));
         } else if (mma_batch(w[0]->type, w[0]->n_in)) {
             matmul_mma_gpu<D>(L, nullptr, 1, x, xb, T, lpr, rd, true);
         } else {
@@ -1517,24 +1539,41 @@ static void matmul_id_gpu(const Mat *w, const int *ids, int n_pairs, int in_div,
         }
         L.first[1] = blocks_for(w->n_out, BLOCK / lpr);
         cudaLaunchConfig_t c = launch_config(L.first[1] * (unsigned)n_pairs, BLOCK);
-        CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, ids, x, xb, xf, dt, in_div, lpr, Rider{}));
+        CUDA_CHECK(cudaLaunchKernelEx(&c, matvec_kernel<D>, L, ids, x, xb, xf, dt, in_div, lpr, Rider{}, Residual{}));
     });
 }
 
 // ================================================================================================
 // 7. The other ops, one row per block of BLOCK threads unless said otherwise
 // ================================================================================================
-// Twin: rmsnorm. y = x / sqrt(mean(x^2) + eps) * w; the squares (rounded to float, as on the CPU)
-// are summed in double, thread i of the block's B taking the quads of elements 4i..4i+3, 4(i+B).., ... (16-byte
-// loads: n % 4 == 0 for every row the device normalizes, n_embd by upload_weights' rule and the head
-// dim by attention_gpu's), then block_sum. One row xr by the block; yr may be xr.
-__device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n, float eps) {
-    double ss = 0;
-    for (int i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
-        F4 v = load_vec<F4>(xr + i);
-        for (int k = 0; k < 4; k++) ss += (double)(v.v[k] * v.v[k]);
+// The squares of a row's n values (rounded to float, as on the CPU) summed in double in the order of a
+// block of ROW_BLOCK threads whatever the block's size (a multiple of 32 that divides ROW_BLOCK), so that
+// a row normed by a matvec launch's last block (Residual) gets the bits a launch of its own gives it:
+// virtual thread v (thread v % blockDim.x) takes the quads of elements 4v..4v+3, 4(v+ROW_BLOCK).., ...
+// (16-byte loads: n % 4 == 0 for every row the device normalizes, n_embd by upload_weights' rule and
+// the head dim by attention_gpu's), each virtual warp's 32 sums added by xor butterfly, then the 32
+// warps' sums likewise (block_sum's order at ROW_BLOCK threads). Every thread gets the sum.
+__device__ double sum_squares_row(const float *xr, int n) {
+    __shared__ double part[ROW_BLOCK / WARP];
+    for (int v = threadIdx.x; v < ROW_BLOCK; v += blockDim.x) {   // (the whole warp)
+        double ss = 0;
+        for (int i = 4 * v; i < n; i += 4 * ROW_BLOCK) {
+            F4 q = load_vec<F4>(xr + i);
+            for (int k = 0; k < 4; k++) ss += (double)(q.v[k] * q.v[k]);
+        }
+        ss = warp_sum(ss);
+        if (v % WARP == 0) part[v / WARP] = ss;
     }
-    ss = block_sum(ss);
+    __syncthreads();
+    double s = warp_sum(part[threadIdx.x % WARP]);
+    __syncthreads();   // part[] is reused by the next call
+    return s;
+}
+
+// Twin: rmsnorm. y = x / sqrt(mean(x^2) + eps) * w, the squares summed by sum_squares_row. One row xr
+// by the block; yr may be xr.
+__device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n, float eps) {
+    double ss = sum_squares_row(xr, n);
     float scale = 1.0f / sqrtf((float)(ss / n) + eps);
     for (int i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
         F4 v = load_vec<F4>(xr + i), g = load_vec<F4>(w + i);
@@ -1548,37 +1587,6 @@ __device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n,
 __device__ void norm_round_block(float *xn, const float *x, const float *w, int n, float eps, uint32_t dt, uint8_t *xq) {
     rmsnorm_block(xn, x, w, n, eps);
     round_row_block(xn, n, dt, xq);
-}
-
-// The residual add, the next norm and its rounding in one pass over each row (a block of ROW_BLOCK per row t):
-//   x_t += mix_t (mix NULL: nothing added; the CPU's loop x[i] += mix[i]);  xn_t = rmsnorm(x_t) w;  xq_t = xn_t rounded to dt
-//   and, xq2 not NULL, xq2_t = xn_t rounded to dt2 as well (the FFN's input for a shared expert of
-//   another type than the experts, in a batch on the tensor cores: no launch of its own)
-// Each thread adds the quads rmsnorm_block then reads (the same stride): no barrier before the norm.
-__global__ void __launch_bounds__(ROW_BLOCK) add_norm_kernel(float *x, const float *mix, const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes,
-                                                           uint32_t dt2, uint8_t *xq2, size_t xq2_bytes) {
-    int64_t t = blockIdx.x;
-    float *xr = x + t * n;
-    if (mix)
-        for (int i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
-            F4 a = load_vec<F4>(xr + i), b = load_vec<F4>(mix + t * n + i);
-            for (int k = 0; k < 4; k++) a.v[k] += b.v[k];
-            *(F4 *)(xr + i) = a;
-        }
-    rmsnorm_block(xn + t * n, xr, w, n, eps);
-    for (int k = 0; k < (xq2 ? 2 : 1); k++)   // (one call: two would not be inlined, and take a stack frame)
-        round_row_block(xn + t * n, n, k ? dt2 : dt, k ? xq2 + t * xq2_bytes : xq + t * xq_bytes);
-}
-
-// x += mix (mix may be NULL), xn = rmsnorm(x) w, and xq = xn rounded for weights of type wtype, T rows
-// of n (xq rows act_bytes(dot_type(wtype), n) apart); for F32 dot types xq is not written. xq2 (not
-// NULL): xn rounded for weights of type wtype2 too.
-static void add_norm_gpu(float *x, const float *mix, const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T,
-                         uint32_t wtype2 = T_F32, void *xq2 = nullptr) {
-    cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
-    uint32_t dt = dot_type(wtype), dt2 = dot_type(wtype2);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, add_norm_kernel, x, mix, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n), dt2, dt2 == T_F32 ? nullptr : (uint8_t *)xq2,
-                                  act_bytes(dt2, n)));
 }
 
 // Twin: l2norm. x = x / max(||x||, eps), the squares summed in double as in rmsnorm_kernel.
@@ -1786,6 +1794,97 @@ __global__ void best_token_kernel(const float *x, int n, int skip, int *id, floa
 static void best_token_gpu(const float *x, int n, int T, int skip, int *id, float *p, float *H) {
     cudaLaunchConfig_t c = launch_config((unsigned)T, BLOCK);
     CUDA_CHECK(cudaLaunchKernelEx(&c, best_token_kernel, x, n, skip, id, p, H));
+}
+
+// The residual stream's step after a mixer (add_norm) or an FFN (moe_out), and the next norm and its
+// rounding, in one pass over each row t, by one block (a launch of its own, residual_kernel: a block
+// of ROW_BLOCK a row; or, in a decode step, the last block of the matvec launch that makes the
+// mixer's or the shared expert's row: struct Residual, section 6). Each thread takes 4 consecutive
+// values at a time (16-byte loads: n % 4 == 0, rows 16-byte aligned), a single block being a decode
+// step's whole grid, where the loads a thread issues in turn are its time:
+//   add_norm (sel NULL):  x_t += mix_t (mix NULL: nothing added; the CPU's loop x[i] += mix[i])
+//   moe_out (sel not NULL, K ranks a row):
+//     moe_i = sum_r (wr[t][r] * ye[t*K + r][i]) in rank order, each term rounded to float before it is
+//             added, ranks with sel[t][r] < 0 adding nothing (twin moe_sum: the CPU's order exactly);
+//     ffn_i = moe_i + sh_i * sigmoid(sh_logit_t) (twin moe_shared_gate);  x_i += ffn_i;
+//     moe and ffn stay in mix and sh (the dumps ffn_moe_out, ffn_out); the row's K weights and which
+//     ranks are used are read once into shared memory;
+// then xn_t = rmsnorm(x_t) w (the next layer's attn_norm, the FFN's post norm, or the output norm),
+// rounded to dt into xq and, xq2 not NULL, to dt2 into xq2 (the FFN's input for a shared expert of
+// another type than the experts, in a batch on the tensor cores: no launch of its own).
+__device__ void residual_row(const Residual &r, int64_t t) {
+    __shared__ float wk[MAX_USED];
+    __shared__ bool used[MAX_USED];
+    int n = r.n;
+    float *xr = r.x + t * n;
+    if (r.sel) {
+        for (int k = threadIdx.x; k < r.K; k += blockDim.x) used[k] = r.sel[t * r.K + k] >= 0, wk[k] = r.wr[t * r.K + k];
+        __syncthreads();
+        float gate = sigmoid(r.sh_logit[t]);
+        for (int i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
+            F4 o = {{0, 0, 0, 0}}, s4 = load_vec<F4>(r.sh + t * n + i), x4 = load_vec<F4>(xr + i);
+            for (int k = 0; k < r.K; k++) {
+                if (!used[k]) continue;
+                F4 y = load_vec<F4>(r.ye + (t * r.K + k) * n + i);
+                for (int e = 0; e < 4; e++) {
+                    float term = y.v[e] * wk[k];   // rounded, then added
+                    o.v[e] += term;
+                }
+            }
+            *(F4 *)(r.mix + t * n + i) = o;
+            for (int e = 0; e < 4; e++) {
+                float term = s4.v[e] * gate;
+                o.v[e] += term;
+                x4.v[e] += o.v[e];
+            }
+            *(F4 *)(r.sh + t * n + i) = o;
+            *(F4 *)(xr + i) = x4;
+        }
+    } else if (r.mix)
+        for (int i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
+            F4 a = load_vec<F4>(xr + i), b = load_vec<F4>(r.mix + t * n + i);
+            for (int e = 0; e < 4; e++) a.v[e] += b.v[e];
+            *(F4 *)(xr + i) = a;
+        }
+    __syncthreads();   // the norm's threads read other values of x than they wrote
+    rmsnorm_block(r.xn + t * n, xr, r.w, n, r.eps);
+    for (int k = 0; k < (r.xq2 ? 2 : 1); k++)   // (one call: two would not be inlined, and take a stack frame)
+        round_row_block(r.xn + t * n, n, k ? r.dt2 : r.dt, k ? r.xq2 + t * r.xq2_bytes : r.xq + t * r.xq_bytes);
+}
+
+__global__ void __launch_bounds__(ROW_BLOCK) residual_kernel(Residual r) { residual_row(r, blockIdx.x); }
+
+// r for T rows, a launch of its own
+// (what residual_row can take: K <= MAX_USED ranks, rows of a multiple of 4)
+static void check_residual(const Residual &r) {
+    if (r.K > MAX_USED || r.n % 4) {
+        fprintf(stderr, "clover: error: residual step: %d experts used or a row of %d, over %d or not a multiple of 4\n", r.K, r.n, MAX_USED);
+        exit(1);
+    }
+}
+
+static void residual_gpu(const Residual &r, int T) {
+    check_residual(r);
+    cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
+    CUDA_CHECK(cudaLaunchKernelEx(&c, residual_kernel, r));
+}
+
+// x += mix (mix may be NULL), xn = rmsnorm(x) w, and xq = xn rounded for weights of type wtype, rows of
+// n (xq rows act_bytes(dot_type(wtype), n) apart); for F32 dot types xq is not written. xq2 (not
+// NULL): xn rounded for weights of type wtype2 too.
+static Residual add_norm_step(float *x, float *mix, const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, uint32_t wtype2 = T_F32,
+                              void *xq2 = nullptr) {
+    uint32_t dt = dot_type(wtype), dt2 = dot_type(wtype2);
+    Residual r = {};
+    r.x = x, r.mix = mix, r.w = w, r.n = n, r.eps = eps, r.xn = xn;
+    r.dt = dt, r.xq = (uint8_t *)xq, r.xq_bytes = act_bytes(dt, n);
+    r.dt2 = dt2, r.xq2 = dt2 == T_F32 ? nullptr : (uint8_t *)xq2, r.xq2_bytes = act_bytes(dt2, n);
+    return r;
+}
+
+static void add_norm_gpu(float *x, float *mix, const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T, uint32_t wtype2 = T_F32,
+                         void *xq2 = nullptr) {
+    residual_gpu(add_norm_step(x, mix, w, n, eps, wtype, xn, xq, wtype2, xq2), T);
 }
 
 // ================================================================================================
@@ -2548,57 +2647,19 @@ static void swiglu_id_gpu(const Mat *G, const Mat *U, const int *ids, int n_pair
     });
 }
 
-// The MoE output, the residual add and the next norm in one pass over each row (a block of ROW_BLOCK per row t):
-//   moe_i = sum_r (w[t][r] * ye[t*K + r][i]) in rank order, each term rounded to float before it is
-//           added, ranks with sel[t][r] < 0 adding nothing (twin moe_sum: the CPU's order exactly);
-//   ffn_i = moe_i + sh_i * sigmoid(sh_logit_t) (twin moe_shared_gate);  x_i += ffn_i;
-// then xn = rmsnorm(x) w and its rounding to dt (norm_round_block: the next layer's attn_norm, or the
-// output norm after the last layer). moe and ffn stay in mix and sh (the dumps ffn_moe_out, ffn_out).
-// The row's K weights and which ranks are used are read once into shared memory; each thread then takes
-// 4 consecutive values at a time (16-byte loads: n % 4 == 0, rows 16-byte aligned), a single block
-// being the whole grid of a decode step, where the loads a thread issues in turn are its time.
-enum { MAX_USED = 64 };   // n_expert_used
-__global__ void __launch_bounds__(ROW_BLOCK) moe_out_kernel(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
-                               const float *w, int n, float eps, uint32_t dt, float *xn, uint8_t *xq, size_t xq_bytes) {
-    __shared__ float wk[MAX_USED];
-    __shared__ bool used[MAX_USED];
-    int64_t t = blockIdx.x;
-    for (int r = threadIdx.x; r < K; r += ROW_BLOCK) used[r] = sel[t * K + r] >= 0, wk[r] = wr[t * K + r];
-    __syncthreads();
-    float gate = sigmoid(sh_logit[t]);
-    for (int i = 4 * threadIdx.x; i < n; i += 4 * ROW_BLOCK) {
-        F4 o = {{0, 0, 0, 0}}, s4 = load_vec<F4>(sh + t * n + i), x4 = load_vec<F4>(x + t * n + i);
-        for (int r = 0; r < K; r++) {
-            if (!used[r]) continue;
-            F4 y = load_vec<F4>(ye + (t * K + r) * n + i);
-            for (int k = 0; k < 4; k++) {
-                float term = y.v[k] * wk[r];   // rounded, then added
-                o.v[k] += term;
-            }
-        }
-        *(F4 *)(mix + t * n + i) = o;
-        for (int k = 0; k < 4; k++) {
-            float term = s4.v[k] * gate;
-            o.v[k] += term;
-            x4.v[k] += o.v[k];
-        }
-        *(F4 *)(sh + t * n + i) = o;
-        *(F4 *)(x + t * n + i) = x4;
-    }
-    __syncthreads();   // the norm's threads read other values of x than they wrote
-    norm_round_block(xn + t * n, x + t * n, w, n, eps, dt, xq + t * xq_bytes);
+// The MoE output, the residual add and the next norm and its rounding to the dot type of wtype, T rows
+// of n (residual_row's moe_out; xq rows act_bytes(dot_type(wtype), n) apart): K ranks a row, their
+// weights wr and down rows ye, the shared expert's rows sh and gate logits sh_logit.
+static Residual moe_out_step(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
+                             const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq) {
+    Residual r = add_norm_step(x, mix, w, n, eps, wtype, xn, xq);
+    r.sel = sel, r.wr = wr, r.ye = ye, r.K = K, r.sh = sh, r.sh_logit = sh_logit;
+    return r;
 }
 
-// T rows of n: moe_out_kernel; xq rows act_bytes(dot_type(wtype), n) apart
 static void moe_out_gpu(float *x, const int *sel, const float *wr, const float *ye, int K, float *mix, float *sh, const float *sh_logit,
                         const float *w, int n, float eps, uint32_t wtype, float *xn, void *xq, int T) {
-    if (K > MAX_USED || n % 4) {
-        fprintf(stderr, "clover: error: moe_out_gpu: %d experts used or a row of %d, over %d or not a multiple of 4\n", K, n, MAX_USED);
-        exit(1);
-    }
-    cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
-    uint32_t dt = dot_type(wtype);
-    CUDA_CHECK(cudaLaunchKernelEx(&c, moe_out_kernel, x, sel, wr, ye, K, mix, sh, sh_logit, w, n, eps, dt, xn, (uint8_t *)xq, act_bytes(dt, n)));
+    residual_gpu(moe_out_step(x, sel, wr, ye, K, mix, sh, sh_logit, w, n, eps, wtype, xn, xq), T);
 }
 
 // ================================================================================================
@@ -3198,15 +3259,19 @@ static Rounding rounding_for(Gpu *gpu, uint32_t wtype, int64_t n, bool by_block,
 // expert's gate), the input rounded once a run at most (a decode step's row: by the blocks).
 // clover.c's matmul, for each of them.
 // The trailing run of F32 matrices (a GDN layer's beta and alpha) of a decode step or of a verify or
-// preview batch (T <= MAX_ROWS) rides with the run before it (riders).
-static void matmuls(Gpu *gpu, Input in, int T, int n, const Mat *const w[], float *const y[]) {
+// preview batch (T <= MAX_ROWS) rides with the run before it (riders). after (not NULL: a decode
+// step's layer's last matrix): the residual step after it, by its launch (matmuls_gpu).
+static void matmuls(Gpu *gpu, Input in, int T, int n, const Mat *const w[], float *const y[], const Residual *after = nullptr) {
     int k = n;   // w[k..n-1]: the riders
     while (T <= MAX_ROWS && k > 0 && w[k - 1]->type == T_F32) k--;
     if (k == 0) k = n;   // all F32: nothing to ride with
     for (int i = 0, j; i < k; i = j) {
         for (j = i + 1; j < k && w[j]->type == w[i]->type; j++) {}
         Rider rd = riders(w + k, j == k ? n - k : 0, in.x, y + k, T);
-        matmuls_gpu(w + i, j - i, rounded(gpu, in, w[i]->type, w[i]->n_in, T, T == 1), in.x, T, y + i, rd);
+        Residual rs = after ? *after : Residual{};
+        if (after) check_residual(rs);
+        rs.count = gpu->sc.counts;
+        matmuls_gpu(w + i, j - i, rounded(gpu, in, w[i]->type, w[i]->n_in, T, T == 1), in.x, T, y + i, rd, after && j == n ? &rs : nullptr);
     }
 }
 
@@ -3251,7 +3316,8 @@ static void gdn_preview(Gpu *gpu, const Layer *L, int il, int T, Input in, Gates
 // A Gated DeltaNet layer on the normed input in, the mixer output in s->mix; log: record the
 // recurrence's inputs (rollback): the layer computes u, g and beta straight into its log (the
 // scratch's three buffers stand in for the layer's log meanwhile), three copies a layer fewer.
-static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
+// after: the residual step after it, by its last launch (NULL: none).
+static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in, const Residual *after) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
@@ -3285,7 +3351,7 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
     if (!fused) gdn_gated_norm_gpu(s->o, s->z, L->ssm_norm, T, H, d, c->eps, s->o_normed, L->ssm_out.type, s->xq2);
     dump(gpu, "final_output", il, s->o_normed, T, c->value_dim);
     const Mat *out = &L->ssm_out;
-    matmuls(gpu, {s->o_normed, s->xq2, dot_type(out->type)}, T, 1, &out, &s->mix);   // out = W_out [...]_h
+    matmuls(gpu, {s->o_normed, s->xq2, dot_type(out->type)}, T, 1, &out, &s->mix, after);   // out = W_out [...]_h
     dump(gpu, "linear_attn_out", il, s->mix, T, c->n_embd);
     s->qkv = scratch[0], s->g = scratch[1], s->beta = scratch[2];
 }
@@ -3293,7 +3359,8 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in) {
 // --- gated attention -----------------------------------------------------------------------------
 // Causal: row t sees positions <= pos + t. Preview: the block's K/V go to the cache rows after the
 // committed prefix (nothing there is committed) and every row sees the prefix and the whole block.
-static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
+// after: as for gdn_layer.
+static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in, const Residual *after) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
@@ -3318,7 +3385,7 @@ static void attn_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     dump(gpu, "attn_pregate", il, s->ao, T, c->n_head * hd);
     dump(gpu, "attn_gated", il, s->ao_gated, T, c->n_head * hd);
     const Mat *wo = &L->wo;
-    matmuls(gpu, {s->ao_gated, s->xq2, dot_type(wo->type)}, T, 1, &wo, &s->mix);   // out = W_o o
+    matmuls(gpu, {s->ao_gated, s->xq2, dot_type(wo->type)}, T, 1, &wo, &s->mix, after);   // out = W_o o
     dump(gpu, "attn_output", il, s->mix, T, c->n_embd);
 }
 
@@ -3372,8 +3439,9 @@ static Input moe_shared_up(Gpu *gpu, const Layer *L, int T, Input in, const Ride
 }
 
 // The MoE FFN on the normed input in: route each row to its experts (in the preview, within the
-// block's coreset), the experts, the shared expert; their sum (moe_out_gpu) follows.
-static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
+// block's coreset), the experts, the shared expert; their sum (moe_out) follows, by the shared
+// expert's last launch where after is not NULL.
+static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in, const Residual *after) {
     const GpuConfig *c = &gpu->c;
     const Layer *L = &gpu->layers[il];
     Scratch *s = &gpu->sc;
@@ -3405,8 +3473,8 @@ static void moe_layer(Gpu *gpu, Pass pass, int il, int T, Input in) {
     dump_experts(gpu, il, T);   // ffn_moe_gate, _up, _swiglu, _down, _weighted, by pair
     if (!ride) hs = moe_shared_up(gpu, L, T, in, nullptr, Routing{});
     const Mat *down = &L->down_shexp;
-    matmuls(gpu, hs, T, 1, &down, &s->sh);
-    dump_shared_expert(gpu, il, T);   // ffn_gate .. ffn_shexp_gated (moe_out_gpu, after, overwrites sh)
+    matmuls(gpu, hs, T, 1, &down, &s->sh, after);
+    dump_shared_expert(gpu, il, T);   // ffn_gate .. ffn_shexp_gated (moe_out, after, overwrites sh; dumps: not fused)
 }
 
 // --- the whole pass ------------------------------------------------------------------------------
@@ -3420,8 +3488,9 @@ static uint32_t first_reader(const Gpu *gpu, int il) {
 
 // Every layer over the T <= cap rows of embeddings in s->x, at positions *s->pos..; the residual
 // stream ends in s->x, and its output norm (rounded for the head) in s->xn, s->xq. Each norm is one
-// kernel with the residual add before it (add_norm_gpu, moe_out_gpu) and the rounding for the
-// matrices after it.
+// kernel with the residual add before it (a Residual: add_norm, moe_out) and the rounding for the
+// matrices after it; in a decode step (without dumps, which read the rows between) the launch of the
+// mixer's or the FFN's last matrix ends with it: two launches less a layer.
 static Input forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
     const GpuConfig *c = &gpu->c;
     Scratch *s = &gpu->sc;
@@ -3432,20 +3501,23 @@ static Input forward_layers(Gpu *gpu, Pass pass, int T, bool log) {
     for (int il = 0; il < c->n_layer; il++) {
         const Layer *L = &gpu->layers[il];
         dump(gpu, "attn_norm", il, s->xn, T, E);
-        if (L->recurrent) gdn_layer(gpu, pass, il, T, log, in);
-        else attn_layer(gpu, pass, il, T, in);
+        bool fuse = T == 1 && !gpu->dump;
         // x += mix; m = RMSNorm(x), rounded for the experts, and for the shared expert where it has
         // another dot type and a batch's launch would otherwise round it (rounded(): a node less)
         const Mat *sh = &L->up_shexp;
         void *xq_sh = dot_type(sh->type) != dot_type(L->up_exps.type) && !rows_by_block(sh, T) ? s->xq_sh : nullptr;
-        add_norm_gpu(s->x, s->mix, L->post_norm, E, c->eps, L->up_exps.type, s->xn, s->xq, T, sh->type, xq_sh);
+        Residual post = add_norm_step(s->x, s->mix, L->post_norm, E, c->eps, L->up_exps.type, s->xn, s->xq, sh->type, xq_sh);
+        if (L->recurrent) gdn_layer(gpu, pass, il, T, log, in, fuse ? &post : nullptr);
+        else attn_layer(gpu, pass, il, T, in, fuse ? &post : nullptr);
+        if (!fuse) residual_gpu(post, T);
         in = {s->xn, s->xq, dot_type(L->up_exps.type), xq_sh, dot_type(sh->type)};
         dump(gpu, "attn_residual", il, s->x, T, E);
         dump(gpu, "attn_post_norm", il, s->xn, T, E);
-        moe_layer(gpu, pass, il, T, in);
         uint32_t next = first_reader(gpu, il + 1);
         const float *norm = il + 1 < c->n_layer ? gpu->layers[il + 1].attn_norm : gpu->output_norm;
-        moe_out_gpu(s->x, s->sel, s->w, s->ye, K, s->mix, s->sh, s->sh_logit, norm, E, c->eps, next, s->xn, s->xq, T);
+        Residual out = moe_out_step(s->x, s->sel, s->w, s->ye, K, s->mix, s->sh, s->sh_logit, norm, E, c->eps, next, s->xn, s->xq);
+        moe_layer(gpu, pass, il, T, in, fuse ? &out : nullptr);
+        if (!fuse) residual_gpu(out, T);
         in = {s->xn, s->xq, dot_type(next)};
         dump(gpu, "ffn_moe_out", il, s->mix, T, E);
         dump(gpu, "ffn_out", il, s->sh, T, E);
@@ -4710,6 +4782,72 @@ static void check_swiglu_split(Tally *tl, const GpuCheck *cpu) {
     free(wg), free(wu), free(x), free(h), free(h2);
 }
 
+// A decode step's residual steps by the matvec launch before them (Residual), add_norm's (with a
+// second rounding, Q8_0) and moe_out's (K ranks, every seventh unused), against the same matvec and
+// then the step's own launch (residual_gpu, checked against the CPU by check_add_norm and
+// check_moe_out): every output the same bits (the norm's sums in the same order in a block of BLOCK
+// threads as in one of ROW_BLOCK: sum_squares_row).
+static void check_matvec_residual(Tally *tl, const GpuCheck *cpu, int K) {
+    uint32_t wt = cpu->up_exps.type, dt = dot_type(wt);
+    int E = cpu->n_embd;
+    int64_t n = 256;
+    uint8_t *wh = (uint8_t *)xmalloc(row_bytes(wt, n) * E);
+    fill_exact_weights(wt, wh, n, E);
+    Mat m = upload_weights(wt, n, E, 1, wh);
+    float *xin = random_floats(n, 1), *dxin = dev_copy_floats(xin, n);
+    void *dxinq = dev_alloc(act_bytes(dt, n));
+    quantize_row_gpu(wt, dxin, dxinq, n, 1);
+    int *sel = (int *)xmalloc((size_t)K * sizeof(int));
+    for (int r = 0; r < K; r++) sel[r] = r % 7 == 3 ? -1 : (int)(rng_next() % cpu->n_expert);
+    float *x = random_floats(E, 3), *nw = random_floats(E, 0.2f), *wr = random_floats(K, 0.3f), *ye = random_floats((int64_t)K * E, 1), *logit = random_floats(1, 3);
+    for (int i = 0; i < E; i++) nw[i] += 1;
+    int *dsel = (int *)dev_copy(sel, (size_t)K * sizeof(int));
+    float *dnw = dev_copy_floats(nw, E), *dwr = dev_copy_floats(wr, K), *dye = dev_copy_floats(ye, (int64_t)K * E), *dl = dev_copy_floats(logit, 1);
+    unsigned *dcount = (unsigned *)dev_alloc(sizeof(unsigned));
+    CUDA_CHECK(cudaMemset(dcount, 0, sizeof(unsigned)));
+    size_t qb = act_bytes(dt, E), qb2 = act_bytes(T_Q8_0, E);
+    for (bool moe : {false, true}) {
+        float *out[2][4];   // [fused][x, xn, y (the matvec's row: mix or sh), mix]
+        uint8_t *q[2][2];
+        for (int f = 0; f < 2; f++) {
+            float *dx = dev_copy_floats(x, E), *dxn = (float *)dev_alloc((size_t)E * 4), *dy = (float *)dev_alloc((size_t)E * 4),
+                  *dmix = (float *)dev_alloc((size_t)E * 4);
+            uint8_t *dq = (uint8_t *)dev_alloc(qb), *dq2 = (uint8_t *)dev_alloc(qb2);
+            Residual r = moe ? moe_out_step(dx, dsel, dwr, dye, K, dmix, dy, dl, dnw, E, cpu->eps, wt, dxn, dq)
+                             : add_norm_step(dx, dy, dnw, E, cpu->eps, wt, dxn, dq, T_Q8_0, dq2);
+            r.count = dcount;
+            const Mat *w = &m;
+            float *y = dy;
+            matmuls_gpu(&w, 1, dxinq, dxin, 1, &y, Rider{}, f ? &r : nullptr);
+            if (!f) residual_gpu(r, 1);
+            float *dev[4] = {dx, dxn, dy, dmix};
+            for (int i = 0; i < 4; i++) {
+                out[f][i] = (float *)xmalloc((size_t)E * 4);
+                if (i < 3 || moe) host_copy(out[f][i], dev[i], (size_t)E * 4);
+                else memset(out[f][i], 0, (size_t)E * 4);
+            }
+            q[f][0] = (uint8_t *)xmalloc(qb), q[f][1] = (uint8_t *)xmalloc(qb2);
+            host_copy(q[f][0], dq, qb);
+            if (moe) memset(q[f][1], 0, qb2);
+            else host_copy(q[f][1], dq2, qb2);
+            for (void *p : {(void *)dx, (void *)dxn, (void *)dy, (void *)dmix, (void *)dq, (void *)dq2}) CUDA_CHECK(cudaFree(p));
+        }
+        double d = 0;
+        for (int i = 0; i < 4; i++) d += bytes_differ(out[1][i], out[0][i], (size_t)E * 4);
+        d += bytes_differ(q[1][0], q[0][0], act_content(dt, E)) + (moe ? 0 : bytes_differ(q[1][1], q[0][1], act_content(T_Q8_0, E)));
+        char name[128];
+        snprintf(name, sizeof name, "matvec %s %dx%lld + %s by its last block = its own launch (x, xn, rows, roundings)", type_name(wt), E, (long long)n,
+                 moe ? "moe_out" : "add_norm");
+        report(tl, name, d, 0, "bytes");
+        for (int f = 0; f < 2; f++) {
+            for (int i = 0; i < 4; i++) free(out[f][i]);
+            free(q[f][0]), free(q[f][1]);
+        }
+    }
+    for (void *p : {(void *)m.data, (void *)dxin, dxinq, (void *)dsel, (void *)dnw, (void *)dwr, (void *)dye, (void *)dl, (void *)dcount}) CUDA_CHECK(cudaFree(p));
+    free(wh), free(xin), free(sel), free(x), free(nw), free(wr), free(ye), free(logit);
+}
+
 // swiglu on T rows of n_ff: the same bits (expf_ggml is the CPU's)
 static void check_swiglu(Tally *tl, const GpuCheck *cpu) {
     for (int T : BATCHES) {
@@ -4866,6 +5004,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
     check_swiglu_split(&tl, cpu);
     check_riders(&tl, cpu);
     check_moe_out(&tl, cpu, cpu->n_expert_used, cpu->mats[0].type);
+    check_matvec_residual(&tl, cpu, cpu->n_expert_used);
     if (cpu->n_expert_used != 8) check_moe_out(&tl, cpu, 8, cpu->up_exps.type);
     printf("check-ops: %d ops, %d passed, %d failed\n", tl.n, tl.n - tl.failed, tl.failed);
     return tl.failed;

@@ -12,7 +12,8 @@
 # batches' sum of a unit's blocks, their rows' scales, Q4_0's q - 8, Q8_0's pieces; the weight stages (a
 # wait one group short, no warp barrier after it, a unit staged over the one being read); the SwiGLU rows rounded
 # after them (too early, a tile's first row alone); the gated norm in the delta rule's launch (its
-# group's heads, the values it rounds); best_token's skip and p) into clover-emu and runs --check-ops on MODEL in the three thread
+# group's heads, the values it rounds); the residual step by a matvec launch's last block (the
+# norm's sums in a smaller block, too early); best_token's skip and p) into clover-emu and runs --check-ops on MODEL in the three thread
 # orders of test/cuda_emu.h. The mma-* mutants need a model with K-quants (gen --type q4_k_m), the
 # block-* ones (the Q8_0 and Q4_0 batches on the tensor cores) one with Q4_0, the q8_0-* ones Q8_0,
 # the q8_k-* ones Q8_K rounding blocks that span two heads of the delta rule (gen --type q4_k_m);
@@ -45,7 +46,7 @@ conv-gates-skip-block-0|s/if (gt.g)$/if (gt.g \&\& b > 0)/
 rider-row-off-by-one|s/(b - b0) \* (blockDim.x \/ rd.lpr)/(b - b0 + 1) * (blockDim.x \/ rd.lpr)/
 rider-batch-row-zero|s/(const uint8_t \*)(rd.x + t \* m.n_in)/(const uint8_t *)rd.x/
 last-block-too-early|s/last = atomicAdd(count, 1u) == blocks - 1;/last = atomicAdd(count, 1u) == blocks - 2;/
-moe-out-unused-rank|s/if (!used\[r\]) continue;/if (!used[r] \&\& r > 0) continue;/
+moe-out-unused-rank|s/if (!used\[k\]) continue;/if (!used[k] \&\& k > 0) continue;/
 mma-a-rows-swapped|s/a\[2 \* i + e\] = Q5 ? /a[2 * i + 1 - e] = Q5 ? /
 mma-fold-order|s/if (slots == 4) a\[0\]\[e\] += a\[2\]\[e\], a\[1\]\[e\] += a\[3\]\[e\];/if (slots == 4) a[0][e] += a[1][e], a[1][e] = a[2][e] + a[3][e];/
 mma-mins-one-row|s/sm\[e\] += (int)((mins\[e\]\[j \/ 4\]/sm[e] += (int)((mins[0][j \/ 4]/
@@ -57,7 +58,7 @@ mma-no-upper-rows|s/tr.R > MMA_M \/ 2, acc, accm)/tr.R > MMA_M, acc, accm)/g
 mma-split-slots-paired-wrong|s/acc\[k\]\[c\] = p\[c\], accm\[k\]\[c\] = p\[8 + c\]/acc[k % 3 ? 3 - k : k][c] = p[c], accm[k % 3 ? 3 - k : k][c] = p[8 + c]/
 mma-split-stages-slot-0|s/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split)/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, 0, sp.split)/
 round-after-too-early|s/if (rounds_after(rq, job, (unsigned)row_blocks))/if (rounds_after(rq, job, (unsigned)row_blocks - 1))/
-add-norm-xq2-row-0|s/k ? xq2 + t \* xq2_bytes : xq/k ? xq2 : xq/
+add-norm-xq2-row-0|s/k ? r.xq2 + t \* r.xq2_bytes : r.xq/k ? r.xq2 : r.xq/
 block-tree-butterfly-reversed|s/for (int o = 1; o < 8; o \*= 2) v += __shfl_xor_sync(0xffffffffu, v, o);/for (int o = 4; o >= 1; o \/= 2) v += __shfl_xor_sync(0xffffffffu, v, o);/
 block-mma-row-scales-upper|s/scale_of(da\[r % 2 + 2 \* hf\], j)/scale_of(da[r % 2], j)/
 block-mma-q4_0-minus-7|s/- 0x08080808u) ^ 0x80808080u/- 0x07070707u) ^ 0x80808080u/
@@ -71,6 +72,8 @@ mma-stages-no-warp-barrier|/copies_wait<MMA_STAGES - 2>();/{n;/__syncwarp();/d}
 mma-stages-ring-overwrites|s/ws + ahead % MMA_STAGES \* SB/ws + (ahead - 1) % MMA_STAGES * SB/
 mma-q6_k-groups-by-lane|s/lo\[2 \* i + e\] = t % 2 == 0 ? q : 0, hi\[2 \* i + e\] = t % 2 == 0 ? 0 : q;/lo[2 * i + e] = t < 2 ? q : 0, hi[2 * i + e] = t < 2 ? 0 : q;/
 attention-combine-block-stride|s/for (int k = threadIdx.x; k < n_head \* hd; k += blockDim.x) {/for (int k = threadIdx.x; k < n_head * hd; k += BLOCK) {/
+residual-sums-by-real-warp|s/if (v % WARP == 0) part\[v \/ WARP\] = ss;/if (v % WARP == 0) part[threadIdx.x \/ WARP] = ss;/
+residual-before-last-rows|s/if (rs.x \&\& last_block(rs.count, gridDim.x))/if (rs.x \&\& last_block(rs.count, gridDim.x - 1))/
 scan-gated-norm-head-0|s/int h0 = h \/ nm.group \* nm.group;/int h0 = 0;/
 q8_k-scan-gated-norm-rounds-one-head|s/(h0 + nm.group) \* d);/(h0 + 1) * d);/
 best-token-skip-taken|s/if (i != skip \&\& z\[i\] > v) v = z\[i\], at = i;/if (z[i] > v) v = z[i], at = i;/
