@@ -3334,8 +3334,9 @@ static void gdn_layer(Gpu *gpu, Pass pass, int il, int T, bool log, Input in, co
     dump(gpu, "z", il, s->z, T, c->value_dim);
     dump_a_softplus(gpu, il, T);
     Gates gt = {L->a, L->dt, s->alpha, s->beta_logit, s->g, s->beta, H};   // g, beta: computed by the conv's launch
-    // RMSNorm(o_h) * SiLU(z_h), rounded for ssm_out: by the scan's launch where it is the last step
-    bool fused = pass == CAUSAL || !L->a_rev;
+    // RMSNorm(o_h) * SiLU(z_h), rounded for ssm_out: by the scan's launch where it is the last step,
+    // in a pass of at most MAX_ROWS rows (a prompt's batch: a block a row, not a block a group of heads)
+    bool fused = (pass == CAUSAL || !L->a_rev) && T <= MAX_ROWS;
     GatedNorm nm = fused ? gated_norm_in_scan(s->z, L->ssm_norm, c->eps, s->o_normed, L->ssm_out.type, s->xq2, s->counts, H, d) : GatedNorm{};
     if (pass == CAUSAL) {
         dump_gdn_conv(gpu, il, T);   // conv_input .. k_conv and state_predelta, from the ring before it moves
