@@ -1582,14 +1582,7 @@ __device__ void rmsnorm_block(float *yr, const float *xr, const float *w, int n,
     }
 }
 
-// Twins: rmsnorm, then quantize_row of its output to dot type dt (F32: no rounding), one row by the
-// block: the row's norm (rmsnorm_block), then its rounding (round_row_block).
-__device__ void norm_round_block(float *xn, const float *x, const float *w, int n, float eps, uint32_t dt, uint8_t *xq) {
-    rmsnorm_block(xn, x, w, n, eps);
-    round_row_block(xn, n, dt, xq);
-}
-
-// Twin: l2norm. x = x / max(||x||, eps), the squares summed in double as in rmsnorm_kernel.
+// Twin: l2norm. x = x / max(||x||, eps), the squares summed in double (block_sum).
 __global__ void l2norm_kernel(float *x, int n, float eps) {
     float *xr = x + (int64_t)blockIdx.x * n;
     double ss = 0;
@@ -1854,8 +1847,7 @@ __device__ void residual_row(const Residual &r, int64_t t) {
 
 __global__ void __launch_bounds__(ROW_BLOCK) residual_kernel(Residual r) { residual_row(r, blockIdx.x); }
 
-// r for T rows, a launch of its own
-// (what residual_row can take: K <= MAX_USED ranks, rows of a multiple of 4)
+// what residual_row can take: K <= MAX_USED ranks, rows of a multiple of 4
 static void check_residual(const Residual &r) {
     if (r.K > MAX_USED || r.n % 4) {
         fprintf(stderr, "clover: error: residual step: %d experts used or a row of %d, over %d or not a multiple of 4\n", r.K, r.n, MAX_USED);
@@ -1863,6 +1855,7 @@ static void check_residual(const Residual &r) {
     }
 }
 
+// r for T rows, a launch of its own
 static void residual_gpu(const Residual &r, int T) {
     check_residual(r);
     cudaLaunchConfig_t c = launch_config((unsigned)T, ROW_BLOCK);
@@ -2054,18 +2047,6 @@ __device__ float dot_f32_warp(const float xs[SPL], const float ys[SPL], int d) {
     return s;
 }
 
-// Twin: gdn_scan_head + delta_rule (delta_rule_avx2: the same bits). For value head h (q/k head
-// kh = h % n_k_heads) and each row t in order (reverse: T-1 .. 0), on column j of S_h:
-//   S_j <- exp(g) S_j;  delta_j = beta (v_j - S_j . k);  S_j <- S_j + k delta_j;  o_j = (S_j . q) / sqrt(d)
-// Columns are independent: a warp per column j (BLOCK / WARP columns a block, grid heads x column
-// blocks), its column in registers for all T rows (lane l holds S_j[l + 32m]: the column's d floats
-// are contiguous, S + h*d*d + j*d, so each load and store of the warp is 128 consecutive bytes), k and
-// q read the same way (one 128-byte line a warp per 32 values, shared by the block's warps in L1). The
-// operations and dot orders are the CPU's; only expf(g) is the device's (it may differ from libm's in
-// the last bits). No barriers. The column is read from S0 (NULL: a zero state) and written to S (NULL:
-// not written): the preview scans from the committed state or from zero and keeps nothing, without
-// a copy or a memset of its own. nm: then the gated norm of o and its rounding, by the last block of
-// each group of heads (GatedNorm), a launch less a layer.
 // column j of value head h (kh its q/k head) over the T rows, from S0 to S; on false: computed, not
 // written (a warp past the head's last column takes its last one: a branch around the call would
 // raise the kernel's registers from 72 to 113, sm_90a)
@@ -2094,6 +2075,18 @@ __device__ void delta_rule_column(const float *S0, float *S, const float *y, con
         if (S && on && lane + WARP * m < d) S[at + lane + WARP * m] = st[m];
 }
 
+// Twin: gdn_scan_head + delta_rule (delta_rule_avx2: the same bits). For value head h (q/k head
+// kh = h % n_k_heads) and each row t in order (reverse: T-1 .. 0), on column j of S_h:
+//   S_j <- exp(g) S_j;  delta_j = beta (v_j - S_j . k);  S_j <- S_j + k delta_j;  o_j = (S_j . q) / sqrt(d)
+// Columns are independent: a warp per column j (BLOCK / WARP columns a block, grid heads x column
+// blocks), its column in registers for all T rows (lane l holds S_j[l + 32m]: the column's d floats
+// are contiguous, S + h*d*d + j*d, so each load and store of the warp is 128 consecutive bytes), k and
+// q read the same way (one 128-byte line a warp per 32 values, shared by the block's warps in L1). The
+// operations and dot orders are the CPU's; only expf(g) is the device's (it may differ from libm's in
+// the last bits). No barriers in the scan. The column is read from S0 (NULL: a zero state) and written to S (NULL:
+// not written): the preview scans from the committed state or from zero and keeps nothing, without
+// a copy or a memset of its own. nm: then the gated norm of o and its rounding, by the last block of
+// each group of heads (GatedNorm), a launch less a layer.
 __global__ void delta_rule_kernel(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
                                   int H, int n_k_heads, int d, int C, int key_dim, int value_dim, GatedNorm nm) {
     int cb = (d + BLOCK / WARP - 1) / (BLOCK / WARP), h = blockIdx.x / cb, j = blockIdx.x % cb * (BLOCK / WARP) + threadIdx.x / WARP;
