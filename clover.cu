@@ -1155,6 +1155,9 @@ __device__ bool last_block(unsigned *count, unsigned blocks) {
     }
     __syncthreads();
     if (last) __threadfence();
+#ifdef CLOVER_EMU
+    if (last) emu_tail();   // (the cost model prices what the block does next after the rest of the launch)
+#endif
     return last;
 }
 

@@ -48,7 +48,11 @@
  *   t_tensor   = tensor-core instructions (mma.sync m16n8k32 int8, 4096 multiply-adds each) x 2
  *                cycles / SMs it fills: the H200's dense int8 rate (about 1979 TOPS, ~4200
  *                multiply-adds a cycle per SM) is wgmma's; mma.sync is taken at half of it
- *   t          = 2 us (a graph node's launch and drain) + max(t_bytes, t_issue, t_l1, t_serial, t_tensor)
+ *   t_tail     = the busiest warp's loads after last_block (the emulation's TAIL_LOADS: what the block
+ *                that comes last does once the others are done: a fold, a rounding, the routing, a
+ *                residual step, a gated norm, an attention row's combine) x 20 cycles; it runs after
+ *                the rest of the launch, so it adds
+ *   t          = 2 us (a graph node's launch and drain) + max(t_bytes, t_issue, t_l1, t_serial, t_tensor) + t_tail
  * Copies: 2 us + bytes read and written / BW on the device, bytes / 25 GB/s over PCIe.
  * Each pass is also given without its launches' 2 us: what fewer launches alone could reach.
  */
@@ -178,8 +182,9 @@ typedef struct {
     double t_bytes, t_issue, t_serial, t_l1;   /* of its launches, summed, for the bound it hits */
     double shared_loads, wavefronts, shuffles; /* warp loads from shared memory; L1 wavefronts (both kinds); warp shuffles */
     double mmas, t_tensor;                     /* tensor-core instructions, and their bound */
+    double t_tail;                             /* the tails after last_block, in t */
 } Row;
-enum { ROW_SUMS = 17 };   /* the doubles of a Row from launches on, summed over launches and slices */
+enum { ROW_SUMS = 18 };   /* the doubles of a Row from launches on, summed over launches and slices */
 typedef struct { Row r[MAX_KERNELS]; int n; double rows; } Pass;   /* rows: the batch's T */
 enum { DECODE, PREVIEW, VERIFY, ROLLBACK, N_PASSES };
 static const char *PASS_NAMES[] = {"decode step", "preview, 16 rows", "verify, 16 rows", "rollback"};
@@ -196,7 +201,8 @@ static Row *row_of(Pass *p, const char *name) {
 
 /* one launch: its predicted seconds, and which bound */
 static double predict(const char *name, double threads, double blocks, double cold, double written, double warp_loads, double wavefronts,
-                      double max_warp, double mmas, double smem, double in_flight, double *tb, double *ti, double *tl, double *ts, double *tt) {
+                      double max_warp, double mmas, double smem, double in_flight, double tail, double *tb, double *ti, double *tl, double *ts,
+                      double *tt, double *tx) {
     Static *s = static_of(name, 0);
     double per_sm = THREADS_PER_SM, block = blocks > 0 ? threads / blocks : 1;
     if (s && s->regs > 0) per_sm = fmin(per_sm, floor(REGS_PER_SM / (double)s->regs / 32) * 32);
@@ -208,7 +214,8 @@ static double predict(const char *name, double threads, double blocks, double co
     *tl = wavefronts > 0 ? wavefronts / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
     *ts = max_warp > 0 ? max_warp * SERIAL_CYCLES / CLOCK_HZ : 0;
     *tt = mmas > 0 ? mmas * MMA_CYCLES / (fmin(SMS, blocks) * CLOCK_HZ) : 0;
-    return NODE_S + fmax(fmax(fmax(*tb, *tl), fmax(*ti, *ts)), *tt);
+    *tx = tail > 0 ? tail * SERIAL_CYCLES / CLOCK_HZ : 0;
+    return NODE_S + fmax(fmax(fmax(*tb, *tl), fmax(*ti, *ts)), *tt) + *tx;
 }
 
 /* Segments of a count file (split at "sync"); calls take(seg, line) for the lines of the wanted ones. */
@@ -240,7 +247,7 @@ static void add_segment(Pass *p, const Seg *g) {
     int first_h2d = 1;
     for (int i = 0; i < g->n; i++) {
         char kind[32], name[160];
-        double v[19] = {0};
+        double v[20] = {0};
         if (sscanf(g->lines[i], "copy %31s %lf", kind, &v[0]) == 2) {
             if (!strcmp(kind, "h2d") && first_h2d) {
                 first_h2d = 0;
@@ -256,20 +263,20 @@ static void add_segment(Pass *p, const Seg *g) {
             r->t += NODE_S + t, r->t_bytes += t;
             continue;
         }
-        int got = sscanf(g->lines[i], "launch %159s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0], &v[1], &v[2],
-                         &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]);
-        if (got != 20) continue;
+        int got = sscanf(g->lines[i], "launch %159s %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", name, &v[0], &v[1],
+                         &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18], &v[19]);
+        if (got != 21) continue;
         double blocks = v[0] * v[1] * v[2], threads = blocks * v[3] * v[4] * v[5], hbm = v[6] + v[8];
         double sh_loads = v[13] > 0 ? v[13] : 0, waves = v[14] > 0 ? v[14] : 0, shuffles = v[15] > 0 ? v[15] : 0, mmas = v[16] > 0 ? v[16] : 0;
         Row *r = row_of(p, name);
-        double tb, ti, tl, ts, tt;
+        double tb, ti, tl, ts, tt, tx;
         r->launches++;
         r->hbm += hbm, r->hot += v[7];
         if (v[9] >= 0) r->warp_loads += v[9], r->thread_loads += v[10], r->load_bytes += v[11], r->max_warp = fmax(r->max_warp, v[12]);
         r->shared_loads += sh_loads, r->wavefronts += waves, r->shuffles += shuffles, r->mmas += mmas;
-        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads + shuffles, waves, v[12], mmas, v[17], fmax(v[18], 0), &tb, &ti, &tl,
-                        &ts, &tt);
-        r->t_bytes += tb, r->t_issue += ti, r->t_l1 += tl, r->t_serial += ts, r->t_tensor += tt;
+        r->t += predict(name, threads, blocks, v[6], v[8], fmax(v[9], 0) + sh_loads + shuffles, waves, v[12], mmas, v[17], fmax(v[18], 0),
+                        fmax(v[19], 0), &tb, &ti, &tl, &ts, &tt, &tx);
+        r->t_bytes += tb, r->t_issue += ti, r->t_l1 += tl, r->t_serial += ts, r->t_tensor += tt, r->t_tail += tx;
     }
 }
 
@@ -337,8 +344,8 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
     if (steps_of > 0) printf("; %.2f decode steps, %.2fx its byte time", t / steps_of, t / (b / BW));
     double t_free = t - NODE_S * total(p, 2);   /* what no launch cost would leave: the kernels' bounds alone */
     printf("; without the %.0f us of its launches %.3f ms = %.2fx its byte time", 1e6 * (t - t_free), 1e3 * t_free, t_free / (b / BW));
-    printf("\n%-40s %8s %9s %8s %9s %6s %8s %8s %7s %6s %4s %5s %6s %6s %7s %9s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M",
-           "B/ld", "shld M", "wavef M", "shfl M", "mma M", "regs", "spill", "stack", "smem", "SASS", "pred us", "%", "bound");
+    printf("\n%-40s %8s %9s %8s %9s %6s %8s %8s %7s %6s %4s %5s %6s %6s %7s %9s %7s %5s %s\n", "kernel", "launches", "HBM MB", "hot MB", "warp ld M",
+           "B/ld", "shld M", "wavef M", "shfl M", "mma M", "regs", "spill", "stack", "smem", "SASS", "pred us", "tail us", "%", "bound");
     for (int i = 0; i < p->n; i++) {
         Row *r = &p->r[i];
         char sc[64];
@@ -346,9 +353,9 @@ static void print_pass(const char *title, Pass *p, double steps_of) {
         double tm = fmax(fmax(fmax(r->t_bytes, r->t_l1), fmax(r->t_issue, r->t_serial)), r->t_tensor);
         const char *bound = tm == r->t_issue ? "issue" : tm == r->t_l1 ? "l1" : tm == r->t_serial ? "serial" : tm == r->t_tensor ? "tensor" : "bytes";
         if (r->t - NODE_S * r->launches < 0.5 * NODE_S * r->launches) bound = "launch";
-        printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %8.2f %7.2f %6.2f %s %9.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6,
+        printf("%-40.40s %8.0f %9.2f %8.2f %9.2f %6.2f %8.2f %8.2f %7.2f %6.2f %s %9.1f %7.1f %5.1f %s\n", r->name, r->launches, r->hbm / 1e6,
                r->hot / 1e6, r->warp_loads / 1e6, r->thread_loads > 0 ? r->load_bytes / r->thread_loads : 0, r->shared_loads / 1e6,
-               r->wavefronts / 1e6, r->shuffles / 1e6, r->mmas / 1e6, sc, 1e6 * r->t, 100 * r->t / t, bound);
+               r->wavefronts / 1e6, r->shuffles / 1e6, r->mmas / 1e6, sc, 1e6 * r->t, 1e6 * r->t_tail, 100 * r->t / t, bound);
     }
 }
 

@@ -127,6 +127,7 @@ struct EmuThread {
     int32_t mma_d[4];
     uint64_t loads, load_bytes;   // counting: its loads from device memory in this block
     uint64_t sloads;              // and from shared memory
+    uint64_t tail_loads;          // counting: its loads (device and shared) after emu_tail()
     uint64_t shuffles;            // counting: its warp operations (the same pipe as the loads)
     uint64_t mmas;                // counting: its tensor-core instructions
     std::vector<EmuCopy> copies;  // its asynchronous copies in flight, in issue order
@@ -289,7 +290,7 @@ static void emu_run_block(void) {
         for (int r = 0; r < 6; r++) *--sp = NULL;
         emu.th[t].sp = sp;
         emu.th[t].state = EMU_RUNNABLE;
-        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].shuffles = emu.th[t].mmas = 0;
+        emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].tail_loads = emu.th[t].shuffles = emu.th[t].mmas = 0;
         emu.th[t].copies.clear(), emu.th[t].groups = emu.th[t].waits = emu.th[t].waited_bytes = 0;
         emu.th[t].lines.clear();
     }
@@ -476,7 +477,7 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 // instruction on the device, which clang would split into two 8-byte loads here) is counted as one
 // (emu_load_vec). One line per launch, copy, graph launch and host wait:
 //   launch NAME GX GY GZ BX BY BZ COLD HOT WRITTEN WARP_LOADS THREAD_LOADS LOAD_BYTES MAX_WARP_LOADS
-//          SHARED_WARP_LOADS L1_WAVEFRONTS WARP_SHUFFLES WARP_MMAS DYNAMIC_SMEM IN_FLIGHT
+//          SHARED_WARP_LOADS L1_WAVEFRONTS WARP_SHUFFLES WARP_MMAS DYNAMIC_SMEM IN_FLIGHT TAIL_LOADS
 //   copy KIND BYTES | graph | sync
 // (the load counts -1 when not counted; MAX_WARP_LOADS counts both kinds; L1_WAVEFRONTS: the
 // wavefronts of each warp load instruction, summed: what L1 and shared memory serve at about one a
@@ -485,7 +486,10 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 // from shared memory its bank wavefronts (emu_bank_wavefronts: 1 for a padded row a lane); WARP_SHUFFLES: warp operations, counted as
 // warp loads are; WARP_MMAS: tensor-core instructions, alike; DYNAMIC_SMEM: the launch's dynamic
 // shared memory bytes a block; IN_FLIGHT: the bytes of asynchronous copies a thread has in flight
-// when it waits for them, on average over its waits, 0 where it issues none). The emulator's own
+// when it waits for them, on average over its waits, 0 where it issues none; TAIL_LOADS: the loads,
+// from device and shared memory, of the busiest warp of any block after its emu_tail(), which
+// clover.cu's last_block calls in the block that comes last: the work a block does once the others
+// are done, which runs after the rest of the launch; every block, not a sample). The emulator's own
 // accesses (copies, memsets) open and close the pages they touch.
 enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
 struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
@@ -522,6 +526,8 @@ struct EmuCount {
     double shared_warp_loads, wavefronts, shuffles, mmas;
     double waits, waited_bytes;      // waits for asynchronous copies, and the bytes in flight at them
     unsigned sampled;
+    bool tail;                       // the running block has called emu_tail(): its loads from then on are its tail's
+    double max_tail_loads;           // this launch's busiest warp's tail loads, over every block (not a sample)
     std::vector<EmuTouch> touched;   // this launch's pages, in fault order
     std::vector<uint8_t *> hot;      // pages written since the last host wait
 };
@@ -530,16 +536,20 @@ static EmuCount emu_count;
 #ifdef CLOVER_EMU_COUNT_LOADS
 // a load of n bytes at p by the running thread (clang's trace-loads callbacks)
 __attribute__((no_sanitize("coverage"))) static void emu_load(const void *p, unsigned n) {   // (its own loads are not counted)
-    if (!emu_count.sampling) return;
+    if (!emu_count.sampling && !emu_count.tail) return;
     const char *a = (const char *)p;
     const std::vector<std::pair<uintptr_t, uintptr_t>> &r = emu_count.ranges;
     auto at = std::upper_bound(r.begin(), r.end(), std::make_pair((uintptr_t)a, UINTPTR_MAX));   // the first range starting after a
     EmuThread &h = emu.th[emu.cur];
-    if (at != r.begin() && (uintptr_t)a < (at - 1)->second) {
+    bool device = at != r.begin() && (uintptr_t)a < (at - 1)->second;
+    bool shared = (a >= __start_emu_shared && a < __stop_emu_shared) || (a >= (const char *)emu_dynamic_smem && a < (const char *)emu_dynamic_smem + EMU_SMEM_OPTIN);
+    if (emu_count.tail && (device || shared)) h.tail_loads++;
+    if (!emu_count.sampling) return;
+    if (device) {
         h.loads++, h.load_bytes += n;
         h.lines.push_back((uintptr_t)a >> 7);
         if (((uintptr_t)a + n - 1) >> 7 != (uintptr_t)a >> 7) h.lines.push_back(((uintptr_t)a + n - 1) >> 7);   // (across a line: two)
-    } else if ((a >= __start_emu_shared && a < __stop_emu_shared) || (a >= (const char *)emu_dynamic_smem && a < (const char *)emu_dynamic_smem + EMU_SMEM_OPTIN)) {
+    } else if (shared) {
         h.sloads++;
         h.lines.push_back(EMU_SHARED_LOAD | (uintptr_t)n << 48 | ((uintptr_t)a & (((uintptr_t)1 << 48) - 1)));
     }
@@ -563,6 +573,8 @@ template <typename T> __attribute__((no_sanitize("coverage"), noinline)) T emu_l
 static const bool emu_counts_loads = false;
 template <typename T> T emu_load_vec(const void *p) { return *(const T *)p; }
 #endif
+// what the running block does from here on is a tail (TAIL_LOADS above); every thread of the block calls it
+static void emu_tail(void) { emu_count.tail = emu_count.f && emu_counts_loads; }
 
 static EmuAlloc *emu_alloc_of(const void *p) {
     for (int i = 0; i < emu_n_allocs; i++)
@@ -638,6 +650,7 @@ static void emu_count_begin(void) {
     emu_count.shared_warp_loads = emu_count.wavefronts = emu_count.shuffles = emu_count.mmas = 0;
     emu_count.waits = emu_count.waited_bytes = 0;
     emu_count.sampled = 0;
+    emu_count.tail = false, emu_count.max_tail_loads = 0;
 }
 // block b of n: counted when it is one of about 64 evenly spaced ones
 static void emu_count_block_begin(unsigned long long b, unsigned long long n) {
@@ -645,6 +658,14 @@ static void emu_count_block_begin(unsigned long long b, unsigned long long n) {
     emu_count.sampling = emu_count.f && emu_counts_loads && b % every == 0;
 }
 static void emu_count_block_end(void) {
+    if (emu_count.tail) {   // its tail's busiest warp: the largest count of its lanes
+        for (int w0 = 0; w0 < emu.n; w0 += 32) {
+            uint64_t m = 0;
+            for (int t = w0; t < emu.n && t < w0 + 32; t++) m = emu.th[t].tail_loads > m ? emu.th[t].tail_loads : m;
+            if ((double)m > emu_count.max_tail_loads) emu_count.max_tail_loads = (double)m;
+        }
+        emu_count.tail = false;
+    }
     if (!emu_count.sampling) return;
     emu_count.sampling = false;
     emu_count.sampled++;
@@ -712,12 +733,12 @@ static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
     double blocks = (double)g.x * g.y * g.z, scale = emu_count.sampled ? blocks / emu_count.sampled : 0;
     double in_flight = emu_count.waits ? emu_count.waited_bytes / emu_count.waits : 0;
     if (emu_counts_loads)
-        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %zu %.1f\n", nm, g.x, g.y, g.z, b.x, b.y, b.z,
-                cold, hot, written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale,
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %zu %.1f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y,
+                b.z, cold, hot, written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale,
                 emu_count.max_warp_loads, emu_count.shared_warp_loads * scale, emu_count.wavefronts * scale, emu_count.shuffles * scale,
-                emu_count.mmas * scale, emu.dynamic_smem, in_flight);
+                emu_count.mmas * scale, emu.dynamic_smem, in_flight, emu_count.max_tail_loads);
     else
-        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1 -1 -1 %zu -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
+        fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu -1 -1 -1 -1 -1 -1 -1 -1 %zu -1 -1\n", nm, g.x, g.y, g.z, b.x, b.y, b.z, cold, hot,
                 written, emu.dynamic_smem);
 }
 
