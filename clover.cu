@@ -3261,12 +3261,11 @@ static void matmuls(Gpu *gpu, Input in, int T, int n, const Mat *const w[], floa
     int k = n;   // w[k..n-1]: the riders
     while (T <= MAX_ROWS && k > 0 && w[k - 1]->type == T_F32) k--;
     if (k == 0) k = n;   // all F32: nothing to ride with
+    Residual rs = after ? *after : Residual{};   // (its count: the scratch's)
+    if (after) check_residual(rs), rs.count = gpu->sc.counts;
     for (int i = 0, j; i < k; i = j) {
         for (j = i + 1; j < k && w[j]->type == w[i]->type; j++) {}
         Rider rd = riders(w + k, j == k ? n - k : 0, in.x, y + k, T);
-        Residual rs = after ? *after : Residual{};
-        if (after) check_residual(rs);
-        rs.count = gpu->sc.counts;
         matmuls_gpu(w + i, j - i, rounded(gpu, in, w[i]->type, w[i]->n_in, T, T == 1), in.x, T, y + i, rd, after && j == n ? &rs : nullptr);
     }
 }
@@ -4804,7 +4803,8 @@ static void check_matvec_residual(Tally *tl, const GpuCheck *cpu, int K) {
     CUDA_CHECK(cudaMemset(dcount, 0, sizeof(unsigned)));
     size_t qb = act_bytes(dt, E), qb2 = act_bytes(T_Q8_0, E);
     for (bool moe : {false, true}) {
-        float *out[2][4];   // [fused][x, xn, y (the matvec's row: mix or sh), mix]
+        int nf = moe ? 4 : 3, nq = moe ? 1 : 2;   // what the step writes: x, xn, y (the matvec's row: mix or sh), moe's mix; xq, add_norm's xq2
+        float *out[2][4];   // [fused][output]
         uint8_t *q[2][2];
         for (int f = 0; f < 2; f++) {
             float *dx = dev_copy_floats(x, E), *dxn = (float *)dev_alloc((size_t)E * 4), *dy = (float *)dev_alloc((size_t)E * 4),
@@ -4818,27 +4818,22 @@ static void check_matvec_residual(Tally *tl, const GpuCheck *cpu, int K) {
             matmuls_gpu(&w, 1, dxinq, dxin, 1, &y, Rider{}, f ? &r : nullptr);
             if (!f) residual_gpu(r, 1);
             float *dev[4] = {dx, dxn, dy, dmix};
-            for (int i = 0; i < 4; i++) {
-                out[f][i] = (float *)xmalloc((size_t)E * 4);
-                if (i < 3 || moe) host_copy(out[f][i], dev[i], (size_t)E * 4);
-                else memset(out[f][i], 0, (size_t)E * 4);
-            }
-            q[f][0] = (uint8_t *)xmalloc(qb), q[f][1] = (uint8_t *)xmalloc(qb2);
-            host_copy(q[f][0], dq, qb);
-            if (moe) memset(q[f][1], 0, qb2);
-            else host_copy(q[f][1], dq2, qb2);
+            for (int i = 0; i < nf; i++) host_copy(out[f][i] = (float *)xmalloc((size_t)E * 4), dev[i], (size_t)E * 4);
+            uint8_t *devq[2] = {dq, dq2};
+            size_t qbs[2] = {qb, qb2};
+            for (int i = 0; i < nq; i++) host_copy(q[f][i] = (uint8_t *)xmalloc(qbs[i]), devq[i], qbs[i]);
             for (void *p : {(void *)dx, (void *)dxn, (void *)dy, (void *)dmix, (void *)dq, (void *)dq2}) CUDA_CHECK(cudaFree(p));
         }
         double d = 0;
-        for (int i = 0; i < 4; i++) d += bytes_differ(out[1][i], out[0][i], (size_t)E * 4);
-        d += bytes_differ(q[1][0], q[0][0], act_content(dt, E)) + (moe ? 0 : bytes_differ(q[1][1], q[0][1], act_content(T_Q8_0, E)));
+        for (int i = 0; i < nf; i++) d += bytes_differ(out[1][i], out[0][i], (size_t)E * 4);
+        for (int i = 0; i < nq; i++) d += bytes_differ(q[1][i], q[0][i], act_content(i ? T_Q8_0 : dt, E));
         char name[128];
         snprintf(name, sizeof name, "matvec %s %dx%lld + %s by its last block = its own launch (x, xn, rows, roundings)", type_name(wt), E, (long long)n,
                  moe ? "moe_out" : "add_norm");
         report(tl, name, d, 0, "bytes");
         for (int f = 0; f < 2; f++) {
-            for (int i = 0; i < 4; i++) free(out[f][i]);
-            free(q[f][0]), free(q[f][1]);
+            for (int i = 0; i < nf; i++) free(out[f][i]);
+            for (int i = 0; i < nq; i++) free(q[f][i]);
         }
     }
     for (void *p : {(void *)m.data, (void *)dxin, dxinq, (void *)dsel, (void *)dnw, (void *)dwr, (void *)dye, (void *)dl, (void *)dcount}) CUDA_CHECK(cudaFree(p));
