@@ -276,15 +276,16 @@ static bool emu_resolve_warp(int w) {
     return true;
 }
 
-// Run one block to completion: sweep the runnable fibers in the chosen order until none is left,
-// then release a warp operation or the barrier, or report why the block cannot go on.
-// the guard after the block's dynamic shared memory, untouched (the emulator's own loads: not counted)
-__attribute__((no_sanitize("coverage"))) static void emu_check_smem_guard(void) {
+// the guard after the block's dynamic shared memory, untouched (the emulator's own loads: not counted,
+// so not inlined into an instrumented caller)
+__attribute__((no_sanitize("coverage"), noinline)) static void emu_check_smem_guard(void) {
     for (int g = 0; g < EMU_SMEM_GUARD; g++)
         if (emu_dynamic_smem[emu.dynamic_smem + g] != 0xa5)
             emu_fail("%s block (%u,%u) wrote past its %zu bytes of dynamic shared memory (byte %d after them)", emu.kernel, blockIdx.x, blockIdx.y,
                      emu.dynamic_smem, g);
 }
+// Run one block to completion: sweep the runnable fibers in the chosen order until none is left,
+// then release a warp operation or the barrier, or report why the block cannot go on.
 static void emu_run_block(void) {
     int n = emu.n;
     memset(__start_emu_shared, 0xff, (size_t)(__stop_emu_shared - __start_emu_shared));
