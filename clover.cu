@@ -501,8 +501,9 @@ __device__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
 //          32 values, |sum| <= 32 x 127, what the K-quant mins multiply; for Q8_0 rows (Q8_0_ROWS)
 //          the fp16 scales of the unit's 8 blocks)
 //   d:     [unit][row] float                   (n / 4 bytes; Q8_K rows only)
-// A block has MMA_WARPS warps of 16 weight rows each.
-enum { MMA_M = 16, MMA_WARPS = 2, MMA_ROWS = 16 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024, MMA_MAX_PAIRS = 4096 };
+// A block has MMA_WARPS warps of 16 weight rows each: four, so that the tile a block stages (as many
+// bytes as 16 weight rows of Q4_K take a unit) serves 64 weight rows.
+enum { MMA_M = 16, MMA_WARPS = 4, MMA_ROWS = 16 * MMA_WARPS, MMA_MAX_TILE = 200 * 1024, MMA_MAX_PAIRS = 4096 };
 __host__ __device__ size_t mma_tile_bytes(int64_t n) { return (size_t)n * 17 + (size_t)n / 4; }
 // byte offsets in the tile: row r's 32 bytes of group j of unit u; its 8 pairs of unit u; its d of unit u
 __device__ size_t tile_q_at(int u, int j, int r) { return ((size_t)(8 * u + j) * MMA_M + r) * 32; }
@@ -1114,12 +1115,15 @@ __device__ const uint8_t *block_input(const uint8_t *x, size_t x_bytes, const fl
 
 // F32 matrices that ride along in a launch of another kernel (a decode step's row, or the few rows
 // of a verify or preview batch): extra blocks at the end of its grid x (grid row 0) compute their
-// rows as matvec_kernel<DotF32> would alone (the same row_dot, the same bits), from the T float rows
-// x, L's row blocks for each row in turn (rows per block: the launch's threads / lpr). A GDN layer's
+// rows as matvec_kernel<DotF32> would alone (the same row_dot chains, the same bits), from the T float
+// rows x: L's row blocks for each RIDER_ROWS of them in turn (rows per block: the launch's threads /
+// lpr), a lane loading its weights once for those activation rows (a verify's router read 4 times,
+// not 16). A GDN layer's
 // alpha and beta ride with its q/k/v and gate projections, the router and the shared expert's gate
 // with the shared expert's gate and up: a launch less each (a graph node, ~2 us), and their few
 // blocks no longer wait for HBM on their own.
 struct Rider { MatList L; const float *x; int lpr, T; };
+enum { RIDER_ROWS = 4 };
 
 // The residual stream's step after a matrix: the residual add (a mixer's output, or the MoE's sum and
 // the shared expert, sel not NULL), the next norm and its rounding(s) (residual_row, section 7, which
@@ -1161,7 +1165,7 @@ __device__ bool last_block(unsigned *count, unsigned blocks) {
     return last;
 }
 
-__host__ __device__ unsigned rider_blocks(const Rider &rd) { return rd.L.first[rd.L.n] * (unsigned)rd.T; }
+__host__ __device__ unsigned rider_blocks(const Rider &rd) { return rd.L.first[rd.L.n] * (unsigned)((rd.T + RIDER_ROWS - 1) / RIDER_ROWS); }
 
 // Whether this block is one of rd's (the last rider_blocks(rd) of grid x), which it then computes
 // (in grid row 0; the launch's other rows have none). Every thread of the block calls it.
@@ -1170,14 +1174,27 @@ __device__ bool ridden(const Rider &rd) {
     if (blockIdx.x < own) return false;
     if (blockIdx.y) return true;
     unsigned b = (blockIdx.x - own) % per, b0;
-    int64_t t = (blockIdx.x - own) / per;
+    int64_t t0 = (blockIdx.x - own) / per * RIDER_ROWS;
     Mat m;
     float *y;
     pick(rd.L, b, m, y, b0);
     int64_t o = (int64_t)(b - b0) * (blockDim.x / rd.lpr) + threadIdx.x / rd.lpr;
     bool active = o < m.n_out;
-    float v = row_dot<DotF32>(m, o, (const uint8_t *)(rd.x + t * m.n_in), rd.lpr, active);
-    if (active && threadIdx.x % rd.lpr == 0) y[t * m.n_out + o] = v;
+    int gl = threadIdx.x % rd.lpr, nu = units_of<DotF32>(m.n_in);
+    float acc[RIDER_ROWS] = {}, none = 0;
+    for (int u = gl; u - gl < nu; u += rd.lpr) {   // row_dot's steps (DotF32: a unit a lane), for each activation row
+        bool on = active && u < nu;
+        DotF32::Piece p;
+        if (on) DotF32::load(m, o, nu, u, 0, p);
+#pragma unroll
+        for (int k = 0; k < RIDER_ROWS; k++)
+            if (t0 + k < rd.T) DotF32::add(p, (const uint8_t *)(rd.x + (t0 + k) * m.n_in), m.n_in, u, 0, on, acc[k], none);
+    }
+#pragma unroll
+    for (int k = 0; k < RIDER_ROWS; k++) {
+        float v = fold_row<DotF32>(acc[k], 0, rd.lpr);
+        if (t0 + k < rd.T && active && gl == 0) y[(t0 + k) * m.n_out + o] = v;
+    }
     return true;
 }
 
@@ -1317,7 +1334,7 @@ template <typename D> __device__ void fold_cells(float acc[4][8], float accm[4][
 }
 
 // A batch of few rows against a matrix of few rows has few blocks: 16 rows of a 2048 x 4096 matrix
-// are 64 blocks of 32 weight rows, on 64 of the H200's 132 SMs, whose bytes in flight (~64 x 4.6 KB)
+// are 32 blocks of 64 weight rows, on 32 of the H200's 132 SMs, whose bytes in flight (~32 x 9.2 KB)
 // cannot keep its memory busy (4.8 TB/s x 600 ns asks ~2.9 MB). Such a batch is
 // split by slot (matmul_mma_gpu: where its blocks would not fill the SMs): block (row block b, slot s)
 // computes slot s's sums of its rows (units s, s + slots, ...: the same fmaf chain, the tile staged
@@ -1331,28 +1348,36 @@ static size_t mma_split_bytes(void) { return (size_t)MMA_SPLIT_TILES * (MMA_PART
 // A split block's sums of its slot s (acc[0], accm[0]) into the part of its (tile, row block) `at`;
 // the last of the sp.split blocks to finish (last_block) gets every slot's back, slot k in acc[k],
 // and goes on to fold them (true); the others are done (false). Every thread of the block calls it.
+// A part is [slot][quarter q][thread] 4 floats (q: acc cells 0-3, 4-7, then accm's), so that each
+// 16-byte load or store of a warp takes 512 consecutive bytes.
+__device__ F4 *split_part(const MmaSplit &sp, size_t at, int s, int q) { return (F4 *)sp.part + ((at * sp.split + s) * 4 + q) * blockDim.x + threadIdx.x; }
 __device__ bool split_gather(const MmaSplit &sp, size_t at, int s, float acc[4][8], float accm[4][8]) {
-    float *own = sp.part + ((at * sp.split + s) * MMA_WARPS * WARP + threadIdx.x) * 16;
-    for (int c = 0; c < 8; c++) own[c] = acc[0][c], own[8 + c] = accm[0][c];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float *src = q < 2 ? acc[0] : accm[0];
+        *split_part(sp, at, s, q) = F4{{src[4 * (q % 2)], src[4 * (q % 2) + 1], src[4 * (q % 2) + 2], src[4 * (q % 2) + 3]}};
+    }
     if (!last_block(sp.count + at, (unsigned)sp.split)) return false;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {   // (constant indices: acc stays in registers)
-        const float *p = sp.part + ((at * sp.split + k) * MMA_WARPS * WARP + threadIdx.x) * 16;
+    for (int k = 0; k < 4; k++)   // (constant indices: acc stays in registers)
 #pragma unroll
-        for (int c = 0; c < 8; c++)
-            if (k < sp.split) acc[k][c] = p[c], accm[k][c] = p[8 + c];
-    }
+        for (int q = 0; q < 4; q++) {
+            if (k >= sp.split) continue;
+            F4 v = load_vec<F4>(split_part(sp, at, k, q));
+            for (int i = 0; i < 4; i++) (q < 2 ? acc[k] : accm[k])[4 * (q % 2) + i] = v.v[i];
+        }
     return true;
 }
 
-// (Both tensor-core kernels are bounded to 170 registers, six blocks of MMA_WARPS warps an SM: left
-// alone, ptxas gives them 178-220, and none of them spills under the bound; with rows of 2048 values
-// the shared memory holds four blocks an SM anyway. At eight blocks, 128 registers, they spill.)
+enum { MMA_BLOCKS_PER_SM = 12 / MMA_WARPS };
+// (Both tensor-core kernels are bounded to 170 registers, 12 warps an SM (MMA_BLOCKS_PER_SM blocks):
+// left alone, ptxas gives them 178-220, and none of them spills under the bound; with rows of 2048
+// values the shared memory holds three blocks an SM anyway. At 16 warps, 128 registers, they spill.)
 // y[out[r]][o] = W_e[o] . x[act[r]] for block y's tile (tile_rows: of the n rows, ids NULL; or of the
 // n pairs of experts ids, the stacked matrices of L; then rd's blocks): matmul's, and matmul_id's
 // (matvec_kernel's) bits. sp.split > 1 (ids NULL): grid x holds each row block's sp.split slots.
 template <typename D>
-__global__ void __launch_bounds__(MMA_WARPS * WARP, 6) matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots,
+__global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_BLOCKS_PER_SM) matmul_mma_kernel(MatList L, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots,
                                                                            MmaSplit sp, Rider rd) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
@@ -1442,7 +1467,7 @@ template <typename D, typename... P> static cudaLaunchConfig_t mma_config(void (
 }
 
 // The split batches' partial sums and counts (MMA_SPLIT_TILES of each, made once by mma_split_init),
-// and the SMs of the device, four blocks of the tensor-core kernels each
+// and the SMs of the device, eight warps of the tensor-core kernels each
 static MmaSplit mma_split_buf;
 static int mma_sms;
 static void mma_split_init(void) {
@@ -1456,15 +1481,15 @@ static void mma_split_init(void) {
 }
 
 // How many blocks a tensor-core launch of `blocks` (tile, row block)s without expert ids gives each:
-// its slots where the launch would not give every SM four blocks (and the parts fit), else 1
+// its slots where the launch would not give every SM eight warps (and the parts fit), else 1
 static int mma_split(const int *ids, int slots, unsigned blocks) {
-    return !ids && slots > 1 && blocks < 4u * (unsigned)mma_sms && blocks <= MMA_SPLIT_TILES ? slots : 1;
+    return !ids && slots > 1 && blocks * MMA_WARPS < 8u * (unsigned)mma_sms && blocks <= MMA_SPLIT_TILES ? slots : 1;
 }
 
 // The batch on the tensor cores (mma_batch): n rows (ids NULL: a grid row a tile of MMA_M) or n pairs
 // of experts ids (a grid row a pair, which leads a tile or not: tile_rows), for the matrices of L;
 // rd: riders (rows of ids NULL). may_split (ids NULL): split by slot where the (tile, row block)s
-// would not give every SM four blocks (MmaSplit); the same bits either way.
+// would not give every SM eight warps (MmaSplit); the same bits either way.
 template <typename D>
 static void matmul_mma_gpu(MatList L, const int *ids, int in_div, const uint8_t *x, size_t xb, int n, int lpr, Rider rd, bool may_split) {
     if constexpr (D::MMA) {
@@ -2572,12 +2597,12 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
 
 // h[out[r]][o] = silu(G_e[o] . x[act[r]]) * (U_e[o] . x[act[r]]) for block y's tile (as
 // matmul_mma_kernel's; ids NULL: the one matrix G, U, the shared expert): swiglu_id_kernel's bits. A
-// block takes 16 rows o of both: warp 0 their gate rows, warp 1 the same up rows, the gate's cells
-// passed in shared memory (MMA_ROWS / 2 rows o a block). rq: the tile's rows of h rounded
+// block takes MMA_ROWS / 2 rows o of both: its first half of warps their gate rows, 16 a warp, the
+// second half the same up rows, the gate's cells passed in shared memory. rq: the tile's rows of h rounded
 // by the last of the blocks of its grid row. sp.split > 1 (ids NULL: the shared expert, whose 512
 // rows are 32 blocks, on 32 SMs): grid x holds each row block's sp.split slots, as matmul_mma_kernel's.
 template <typename D>
-__global__ void __launch_bounds__(MMA_WARPS * WARP, 6) swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
+__global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_BLOCKS_PER_SM) swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
                                   Routing rt, Rounding rq, MmaSplit sp) {
     DYNAMIC_SHARED(Vec16, tile);
     __shared__ TileRows tr;
@@ -2592,21 +2617,22 @@ __global__ void __launch_bounds__(MMA_WARPS * WARP, 6) swiglu_mma_kernel(Mat G, 
     // used (kept in registers across mma_rows, they made the Q5_K instance spill)
     if (tr.e >= 0) stage_tile<D>(x, x_bytes, (int)G.n_in, tr, xs, (int)(blockIdx.x % sp.split), sp.split);
     __syncthreads();
-    int w = threadIdx.x / WARP;
+    int w = threadIdx.x / WARP, hw = w % (MMA_WARPS / 2);   // hw: the warp's 16 rows of the block's, gate or up
+    bool up = w >= MMA_WARPS / 2;
     float acc[4][8] = {}, accm[4][8] = {}, v[8];
     Mat m = G;   // (a copy, not a pointer to one of the two: they stay in registers)
-    if (w == 1) m = U;
+    if (up) m = U;
     if (tr.e >= 0)   // (warp-uniform)
-        mma_rows<D>(expert(&m, tr.e), (int64_t)(blockIdx.x / sp.split) * (MMA_ROWS / 2), xs, warp_stages<D>(xs, G.n_in), (int)(blockIdx.x % sp.split), sp.split,
+        mma_rows<D>(expert(&m, tr.e), (int64_t)(blockIdx.x / sp.split) * (MMA_ROWS / 2) + 16 * hw, xs, warp_stages<D>(xs, G.n_in), (int)(blockIdx.x % sp.split), sp.split,
                     sp.split > 1 ? 1 : slots, tr.R > MMA_M / 2, acc, accm);
     unsigned row_blocks = (gridDim.x - rider_blocks(rd)) / sp.split;
     if (sp.split > 1 && !split_gather(sp, (size_t)blockIdx.y * row_blocks + blockIdx.x / sp.split, (int)(blockIdx.x % sp.split), acc, accm)) return;   // the whole block
     int64_t o0 = (int64_t)(blockIdx.x / sp.split) * (MMA_ROWS / 2);
     fold_cells<D>(acc, accm, slots, v);
-    for (int c = 0; w == 0 && c < 8; c++) gs[cell_tile_row(c)][cell_weight_row(c)] = v[c];
+    for (int c = 0; !up && c < 8; c++) gs[cell_tile_row(c)][16 * hw + cell_weight_row(c)] = v[c];
     __syncthreads();
-    for (int c = 0; w == 1 && c < 8; c++) {
-        int r = cell_tile_row(c), k = cell_weight_row(c);
+    for (int c = 0; up && c < 8; c++) {
+        int r = cell_tile_row(c), k = 16 * hw + cell_weight_row(c);
         if (r < tr.R && o0 + k < G.n_out) h[(int64_t)tr.out[r] * G.n_out + o0 + k] = silu(gs[r][k]) * v[c];
     }
     if (rounds_after(rq, blockIdx.y, row_blocks))

@@ -367,13 +367,13 @@ static void print_ptxas(void) {
         Static *s = &st[i];
         char sc[64];
         static_cols(s->name, sc, sizeof sc);
-        int most = strstr(s->name, "_mma_kernel") ? 170 : 128;   /* (the tensor-core kernels: blocks of 64 threads, six an SM) */
+        int most = strstr(s->name, "_mma_kernel") ? 170 : 128;   /* (the tensor-core kernels: blocks of 128 threads, three an SM) */
         int f = watched(s->name) && (s->spill_st + s->spill_ld > 0 || s->stack > 0 || s->regs > most);
         flagged += f;
         printf("%-40.40s %s %s\n", s->name, sc, f ? "FLAG" : "");
     }
     printf("%d kernels; %d flagged (matmul, expert, attention, delta-rule and routing kernels with spills, a stack frame, or over 128 registers: "
-           "a 256-thread block then holds an SM's registers alone; the tensor-core kernels, of 64-thread blocks, over 170)\n", n_st, flagged);
+           "a 256-thread block then holds an SM's registers alone; the tensor-core kernels, of 128-thread blocks, over 170)\n", n_st, flagged);
 }
 
 int main(int argc, char **argv) {

@@ -6,8 +6,8 @@
 # its rows' combine, the matvec blocks' own rounding, the conv's ring push and
 # gates, the riders' rows (a batch's too), the norm's second rounding, the routing after the riders, moe_out's unused ranks; on the tensor cores:
 # the A fragment's rows, the slots' fold, the K-quant mins' rows, the tile's pairs of bsums, an expert's run of pairs, the
-# gate's cells in swiglu_mma, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
-# a split batch's slots (their fold's pairs, the units a slot's block stages, the blocks a split
+# gate's cells in swiglu_mma and its warps' rows, the tile's pieces, the rows g + 8 of a 16-row tile, Q6_K's scale groups,
+# a split batch's slots (their fold's pairs, their parts' quarters, the units a slot's block stages, the blocks a split
 # SwiGLU row counts before its rounding); the block-scaled
 # batches' sum of a unit's blocks, their rows' scales, Q4_0's q - 8, Q8_0's pieces; the weight stages (a
 # wait one group short, no warp barrier after it, a unit staged over the one being read); the SwiGLU rows rounded
@@ -44,7 +44,7 @@ block-input-no-barrier|/round_row_block(xf + r \* n, (int)n, dt, xs);/{n;/__sync
 conv-push-window-off-by-one|s/if (r < R) ring\[(int64_t)r \* C + c\] = win\[r\];/if (r < R) ring[(int64_t)r * C + c] = win[r + 1];/
 conv-gates-skip-block-0|s/if (gt.g)$/if (gt.g \&\& b > 0)/
 rider-row-off-by-one|s/(b - b0) \* (blockDim.x \/ rd.lpr)/(b - b0 + 1) * (blockDim.x \/ rd.lpr)/
-rider-batch-row-zero|s/(const uint8_t \*)(rd.x + t \* m.n_in)/(const uint8_t *)rd.x/
+rider-batch-row-zero|s/(const uint8_t \*)(rd.x + (t0 + k) \* m.n_in)/(const uint8_t *)(rd.x + k * m.n_in)/
 last-block-too-early|s/last = atomicAdd(count, 1u) == blocks - 1;/last = atomicAdd(count, 1u) == blocks - 2;/
 moe-out-unused-rank|s/if (!used\[k\]) continue;/if (!used[k] \&\& k > 0) continue;/
 mma-a-rows-swapped|s/a\[2 \* i + e\] = Q5 ? /a[2 * i + 1 - e] = Q5 ? /
@@ -52,10 +52,12 @@ mma-fold-order|s/if (slots == 4) a\[0\]\[e\] += a\[2\]\[e\], a\[1\]\[e\] += a\[3
 mma-mins-one-row|s/sm\[e\] += (int)((mins\[e\]\[j \/ 4\]/sm[e] += (int)((mins[0][j \/ 4]/
 mma-pairs-one-bsum|s/(int16_t)b.w\[2 \* k\] + (int16_t)(b.w\[2 \* k\] >> 16)/(int16_t)b.w[2 * k]/
 mma-expert-run-start|s/for (int p = lane; p < y; p += WARP) before += ids\[p\] == e;/for (int p = lane; p <= y; p += WARP) before += ids[p] == e;/
-mma-swiglu-gate-cells|s/gs\[cell_tile_row(c)\]\[cell_weight_row(c)\] = v\[c\]/gs[cell_tile_row(c)][cell_weight_row(c) ^ 8] = v[c]/
+mma-swiglu-gate-cells|s/gs\[cell_tile_row(c)\]\[16 \* hw + cell_weight_row(c)\] = v\[c\]/gs[cell_tile_row(c)][16 * hw + (cell_weight_row(c) ^ 8)] = v[c]/
+mma-swiglu-warps-rows|s/hw = w % (MMA_WARPS \/ 2);/hw = w \/ 2 % 2;/
 mma-tile-pieces-unordered|s/+ 32 \* j + 8 \* tile_piece(j, t)) : W2{}/+ 32 * j + 8 * t) : W2{}/
 mma-no-upper-rows|s/tr.R > MMA_M \/ 2, acc, accm)/tr.R > MMA_M, acc, accm)/g
-mma-split-slots-paired-wrong|s/acc\[k\]\[c\] = p\[c\], accm\[k\]\[c\] = p\[8 + c\]/acc[k % 3 ? 3 - k : k][c] = p[c], accm[k % 3 ? 3 - k : k][c] = p[8 + c]/
+mma-split-slots-paired-wrong|s/(q < 2 ? acc\[k\] : accm\[k\])/(q < 2 ? acc[k % 3 ? 3 - k : k] : accm[k % 3 ? 3 - k : k])/
+mma-split-part-quarters-shared|s/((at \* sp.split + s) \* 4 + q) \* blockDim.x/((at * sp.split + s) * 4) * blockDim.x/
 mma-split-stages-slot-0|s/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, s, sp.split)/stage_tile<D>(x, x_bytes, (int)m.n_in, tr, xs, 0, sp.split)/
 round-after-too-early|s/if (rounds_after(rq, job, (unsigned)row_blocks))/if (rounds_after(rq, job, (unsigned)row_blocks - 1))/
 add-norm-xq2-row-0|s/k ? r.xq2 + t \* r.xq2_bytes : r.xq/k ? r.xq2 : r.xq/
