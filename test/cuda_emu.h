@@ -41,6 +41,8 @@
 #include <ucontext.h>
 #include <sys/mman.h>
 #include <algorithm>
+#include <map>
+#include <dlfcn.h>
 #include <functional>
 #include <tuple>
 #include <utility>
@@ -135,6 +137,7 @@ struct EmuThread {
     uint64_t waits, waited_bytes; // counting: its waits for copies, and the bytes in flight at each, summed
     std::vector<uintptr_t> lines; // counting: each of its loads, in order: from device memory its 128-byte
                                   // line(s); from shared memory, tagged, its address and size (EMU_SHARED_LOAD)
+    std::vector<const void *> sites; // CLOVER_EMU_SITES: the code address of each of lines' loads
 };
 
 enum { EMU_MAX_THREADS = 1024, EMU_STACK = 256 * 1024 };
@@ -300,7 +303,7 @@ static void emu_run_block(void) {
         emu.th[t].state = EMU_RUNNABLE;
         emu.th[t].loads = emu.th[t].load_bytes = emu.th[t].sloads = emu.th[t].tail_loads = emu.th[t].shuffles = emu.th[t].mmas = 0;
         emu.th[t].copies.clear(), emu.th[t].groups = emu.th[t].waits = emu.th[t].waited_bytes = 0;
-        emu.th[t].lines.clear();
+        emu.th[t].lines.clear(), emu.th[t].sites.clear();
     }
     int order[EMU_MAX_THREADS], arrived[EMU_MAX_THREADS / 32] = {0};   // lanes of each warp at a warp operation
     for (int t = 0; t < n; t++) order[t] = emu.order == 1 ? n - 1 - t : t;
@@ -496,6 +499,10 @@ static const EmuAlloc *emu_find(const void *p, size_t n) {
 // clover.cu's last_block calls in the block that comes last: the work a block does once the others
 // are done, which runs after the rest of the launch; every block, not a sample). The emulator's own
 // accesses (copies, memsets) open and close the pages they touch.
+// CLOVER_EMU_SITES=FILE as well: the L1 wavefronts of each load instruction of the kernels' code,
+// summed over the run (scaled as the launch's), written at its end as lines "OFFSET WAVEFRONTS",
+// OFFSET the load's address in the executable in hex (for addr2line: test/costsites.sh), so that a
+// kernel's wavefronts can be traced to the lines of clover.cu that cost them.
 enum { EMU_PAGE = 4096, EMU_READ = 1, EMU_WRITE = 2, EMU_HOT = 4 };
 struct EmuTouch { uint8_t *flag; char *page; size_t bytes; };
 // a shared-memory load in EmuThread::lines: this bit, its size in bytes at bit 48, its address below
@@ -535,12 +542,14 @@ struct EmuCount {
     double max_tail_loads;           // this launch's busiest warp's tail loads, over every block (not a sample)
     std::vector<EmuTouch> touched;   // this launch's pages, in fault order
     std::vector<uint8_t *> hot;      // pages written since the last host wait
+    bool sites;                      // CLOVER_EMU_SITES
+    std::map<const void *, double> site_launch, site_run;   // wavefronts by load site: this launch's (sampled), the run's
 };
 static EmuCount emu_count;
 
 #ifdef CLOVER_EMU_COUNT_LOADS
 // a load of n bytes at p by the running thread (clang's trace-loads callbacks)
-__attribute__((no_sanitize("coverage"))) static void emu_load(const void *p, unsigned n) {   // (its own loads are not counted)
+__attribute__((no_sanitize("coverage"))) static void emu_load(const void *p, unsigned n, const void *site) {   // (its own loads are not counted)
     if (!emu_count.sampling && !emu_count.tail) return;
     const char *a = (const char *)p;
     const std::vector<std::pair<uintptr_t, uintptr_t>> &r = emu_count.ranges;
@@ -550,26 +559,28 @@ __attribute__((no_sanitize("coverage"))) static void emu_load(const void *p, uns
     bool shared = (a >= __start_emu_shared && a < __stop_emu_shared) || (a >= (const char *)emu_dynamic_smem && a < (const char *)emu_dynamic_smem + EMU_SMEM_OPTIN);
     if (emu_count.tail && (device || shared)) h.tail_loads++;
     if (!emu_count.sampling) return;
+    if (!device && !shared) return;   // (so the vectors' own code, instrumented, never comes back here while they grow)
     if (device) {
         h.loads++, h.load_bytes += n;
         h.lines.push_back((uintptr_t)a >> 7);
         if (((uintptr_t)a + n - 1) >> 7 != (uintptr_t)a >> 7) h.lines.push_back(((uintptr_t)a + n - 1) >> 7);   // (across a line: two)
-    } else if (shared) {
+    } else {
         h.sloads++;
         h.lines.push_back(EMU_SHARED_LOAD | (uintptr_t)n << 48 | ((uintptr_t)a & (((uintptr_t)1 << 48) - 1)));
     }
+    if (emu_count.sites) h.sites.resize(h.lines.size(), site);
 }
-extern "C" void __sanitizer_cov_load1(uint8_t *p) { emu_load(p, 1); }
-extern "C" void __sanitizer_cov_load2(uint16_t *p) { emu_load(p, 2); }
-extern "C" void __sanitizer_cov_load4(uint32_t *p) { emu_load(p, 4); }
-extern "C" void __sanitizer_cov_load8(uint64_t *p) { emu_load(p, 8); }
-extern "C" void __sanitizer_cov_load16(__int128 *p) { emu_load(p, 16); }
+extern "C" void __sanitizer_cov_load1(uint8_t *p) { emu_load(p, 1, __builtin_return_address(0)); }
+extern "C" void __sanitizer_cov_load2(uint16_t *p) { emu_load(p, 2, __builtin_return_address(0)); }
+extern "C" void __sanitizer_cov_load4(uint32_t *p) { emu_load(p, 4, __builtin_return_address(0)); }
+extern "C" void __sanitizer_cov_load8(uint64_t *p) { emu_load(p, 8, __builtin_return_address(0)); }
+extern "C" void __sanitizer_cov_load16(__int128 *p) { emu_load(p, 16, __builtin_return_address(0)); }
 extern "C" void __sanitizer_cov_8bit_counters_init(char *, char *) {}
 static const bool emu_counts_loads = true;
 // one load of a T (16 bytes) from p, counted as the one instruction it is on the device; the
 // copy itself is outside the instrumentation (not inlined into an instrumented caller)
 template <typename T> __attribute__((no_sanitize("coverage"), noinline)) T emu_load_vec(const void *p) {
-    emu_load(p, sizeof(T));
+    emu_load(p, sizeof(T), __builtin_return_address(0));
     T v;
     memcpy(&v, p, sizeof v);
     return v;
@@ -606,10 +617,22 @@ static void emu_segv(int sig, siginfo_t *si, void *uc) {
     mprotect(page, EMU_PAGE, write ? PROT_READ | PROT_WRITE : PROT_READ);
 }
 
+// CLOVER_EMU_SITES's file: each load site's wavefronts, its address as an offset in the executable
+static void emu_sites_write(void) {
+    const char *path = getenv("CLOVER_EMU_SITES");
+    Dl_info di;
+    FILE *f;
+    if (!emu_count.sites || !dladdr((void *)&emu_sites_write, &di)) return;
+    if (!(f = fopen(path, "w"))) emu_fail("CLOVER_EMU_SITES=%s: cannot write it", path);
+    for (auto &kv : emu_count.site_run) fprintf(f, "%lx %.0f\n", (unsigned long)((const char *)kv.first - (const char *)di.dli_fbase), kv.second);
+    fclose(f);
+}
 static void emu_count_init(void) {
     const char *path = getenv("CLOVER_EMU_COUNT");
     if (!path || !*path) return;
     if (!(emu_count.f = fopen(path, "w"))) emu_fail("CLOVER_EMU_COUNT=%s: cannot write it", path);
+    const char *sites = getenv("CLOVER_EMU_SITES");
+    if (emu_counts_loads && sites && *sites) emu_count.sites = true, atexit(emu_sites_write);
     emu_count.touched.reserve((size_t)1 << 22);   // (the handler should not allocate)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -645,6 +668,7 @@ static void emu_count_line(const char *line) {
         if (stop && ++n_syncs == atoi(stop)) {
             fclose(emu_count.f);
             fflush(stdout);
+            emu_sites_write();
             _exit(0);
         }
     }
@@ -704,7 +728,13 @@ static void emu_count_block_end(void) {
                 for (int k = 0; k < n_seen && !dup; k++) dup = seen[k] == l;
                 if (!dup) seen[n_seen++] = l;
             }
-            emu_count.wavefronts += n_seen + (n_sh ? emu_bank_wavefronts(sh, n_sh) : 0);
+            int wf = n_seen + (n_sh ? emu_bank_wavefronts(sh, n_sh) : 0);
+            emu_count.wavefronts += wf;
+            for (int t = w0; emu_count.sites && t < emu.n && t < w0 + 32; t++)   // (the site of the first lane that made the i-th load)
+                if (i < emu.th[t].sites.size()) {
+                    emu_count.site_launch[emu.th[t].sites[i]] += wf;
+                    break;
+                }
         }
     }
 }
@@ -737,6 +767,8 @@ static void emu_count_end(const char *name, const dim3 &g, const dim3 &b) {
     nm[k] = 0;
     double blocks = (double)g.x * g.y * g.z, scale = emu_count.sampled ? blocks / emu_count.sampled : 0;
     double in_flight = emu_count.waits ? emu_count.waited_bytes / emu_count.waits : 0;
+    for (auto &kv : emu_count.site_launch) emu_count.site_run[kv.first] += kv.second * scale;
+    emu_count.site_launch.clear();
     if (emu_counts_loads)
         fprintf(emu_count.f, "launch %s %u %u %u %u %u %u %zu %zu %zu %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %zu %.1f %.0f\n", nm, g.x, g.y, g.z, b.x, b.y,
                 b.z, cold, hot, written, emu_count.warp_loads * scale, emu_count.thread_loads * scale, emu_count.load_bytes * scale,
