@@ -2600,7 +2600,7 @@ __global__ void swiglu_id_kernel(Mat G, Mat U, const int *ids, int in_div, const
 // block takes MMA_ROWS / 2 rows o of both: its first half of warps their gate rows, 16 a warp, the
 // second half the same up rows, the gate's cells passed in shared memory. rq: the tile's rows of h rounded
 // by the last of the blocks of its grid row. sp.split > 1 (ids NULL: the shared expert, whose 512
-// rows are 32 blocks, on 32 SMs): grid x holds each row block's sp.split slots, as matmul_mma_kernel's.
+// rows are 16 blocks, on 16 SMs): grid x holds each row block's sp.split slots, as matmul_mma_kernel's.
 template <typename D>
 __global__ void __launch_bounds__(MMA_WARPS * WARP, MMA_BLOCKS_PER_SM) swiglu_mma_kernel(Mat G, Mat U, const int *ids, int in_div, const uint8_t *x, size_t x_bytes, int n, int slots, float *h, Rider rd,
                                   Routing rt, Rounding rq, MmaSplit sp) {
