@@ -2049,76 +2049,128 @@ static GatedNorm gated_norm_in_scan(const float *z, const float *w, float eps, f
     return GatedNorm{z, w, eps, y, dt, (uint8_t *)xq, act_bytes(dt, (int64_t)H * d), counts, group};
 }
 
-enum { MAX_DSTATE = 256, SPL = MAX_DSTATE / WARP };   // the delta rule: state values a lane holds
-
-// Twin: dot_f32 (clover.c's dot_f32_row; dot_f32_avx2 gives the same bits) of a column held by a warp,
-// x[l + 32m] = xs[m] in lane l (and y alike): 64 accumulators, slot s taking elements s, s+64, ... by
-// fmaf (slot l + 32 (m % 2) is lane l's), folded by halving (the first step in the lane, then the
-// xor butterfly 16 .. 1), then the tail past the last multiple of 64 added in order (product, then
-// sum; gathered lane by lane). Every lane gets the sum.
-__device__ float dot_f32_warp(const float xs[SPL], const float ys[SPL], int d) {
-    int lane = threadIdx.x % WARP, np = d & ~63;
-    float lo = 0, hi = 0;
-    for (int m = 0; m < SPL; m++)
-        if (WARP * m < np) {
-            if (m % 2 == 0) lo = fmaf(xs[m], ys[m], lo);
-            else hi = fmaf(xs[m], ys[m], hi);
-        }
-    float s = lo + hi;
-    for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-    for (int m = 0; m < SPL; m++) {
-        if (WARP * m < np || WARP * m >= d) continue;
-        float p = lane + WARP * m < d ? xs[m] * ys[m] : 0;
-        int len = d - WARP * m < WARP ? d - WARP * m : WARP;
-        for (int l = 0; l < len; l++) s += __shfl_sync(0xffffffffu, p, l);
-    }
-    return s;
+// The delta rule's lanes. dot_f32 (clover.c's dot_f32_row; dot_f32_avx2 gives the same bits) keeps
+// 64 accumulators, slot s taking elements s, s+64, ... by fmaf, folds them by halving (a[s] +=
+// a[s+32], then a[s] += a[s+16], ... a[0] += a[1]), then adds the tail past np = d & ~63 in order
+// (product, then sum). A column of S goes to DR_R lanes: lane r of the column holds the slots s = r,
+// r + DR_R, ... (DR_SLOTS of them) and their elements, so the halving steps down to a[s] += a[s +
+// DR_R] stay in the lane and only the last three are shuffles (xor 4, 2, 1: a butterfly in the
+// column's lanes, each of which gets the sum). A warp takes WARP / DR_R columns, a block DR_COLS.
+// Lane r's elements, in its order i: element 64 (i / DR_SLOTS) + r + DR_R (i % DR_SLOTS) for i <
+// np / DR_R, then the tail's np + r + DR_R a (a = i - np / DR_R < DR_SLOTS, as the tail is under 64).
+enum { MAX_DSTATE = 256, DR_R = 8, DR_SLOTS = 64 / DR_R, DR_EL = MAX_DSTATE / DR_R, DR_COLS = BLOCK / DR_R, DR_ROWS = 16 };
+__host__ __device__ int dr_elements(int d) { return (d & ~63) / DR_R + ((d & 63) + DR_R - 1) / DR_R; }   // a lane's elements, at most
+__host__ __device__ int dr_stride(int d) { return ((dr_elements(d) + 7) & ~7) + 4; }   // floats of a lane's k or q in shared memory (below)
+__device__ int dr_element(int d, int r, int i) {   // lane r's element i
+    int np = d & ~63;
+    return i < np / DR_R ? 64 * (i / DR_SLOTS) + r + DR_R * (i % DR_SLOTS) : np + r + DR_R * (i - np / DR_R);
+}
+__device__ int dr_lane(int d, int e) { return e < (d & ~63) ? e % 64 % DR_R : (e - (d & ~63)) % DR_R; }   // element e's lane r
+__device__ int dr_index(int d, int e) {   // and its place i there
+    int np = d & ~63;
+    return e < np ? e / 64 * DR_SLOTS + e % 64 / DR_R : np / DR_R + (e - np) / DR_R;
 }
 
-// column j of value head h (kh its q/k head) over the T rows, from S0 to S; on false: computed, not
-// written (a warp past the head's last column takes its last one: a branch around the call would
-// raise the kernel's registers from 72 to 113, sm_90a)
-__device__ void delta_rule_column(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
-                                  int H, int h, int kh, int j, bool on, int d, int C, int key_dim, int value_dim) {
-    int lane = threadIdx.x % WARP;
-    float scale = 1.0f / sqrtf((float)d), st[SPL];
-    int64_t at = ((int64_t)h * d + j) * d;
-    for (int m = 0; m < SPL; m++) st[m] = S0 && lane + WARP * m < d ? S0[at + lane + WARP * m] : 0;
-    for (int n = 0; n < T; n++) {
-        int t = reverse ? T - 1 - n : n;
-        const float *yt = y + (int64_t)t * C, *q = yt + kh * d, *k = yt + key_dim + kh * d, *v = yt + 2 * key_dim + h * d;
-        float kk[SPL], qq[SPL];
-        for (int m = 0; m < SPL; m++) {
-            bool in = lane + WARP * m < d;
-            kk[m] = in ? k[lane + WARP * m] : 0, qq[m] = in ? q[lane + WARP * m] : 0;
-        }
-        float decay = expf(g[(int64_t)t * H + h]);
-        for (int m = 0; m < SPL; m++) st[m] *= decay;
-        float delta = (v[j] - dot_f32_warp(st, kk, d)) * beta[(int64_t)t * H + h];
-        for (int m = 0; m < SPL; m++) st[m] = fmaf(kk[m], delta, st[m]);
-        float out = dot_f32_warp(st, qq, d) * scale;
-        if (lane == 0 && on) o[(int64_t)t * value_dim + h * d + j] = out;
-    }
-    for (int m = 0; m < SPL; m++)
-        if (S && on && lane + WARP * m < d) S[at + lane + WARP * m] = st[m];
+// Twin: dot_f32, from a column's lanes: a, lane r's slot sums (slots r, r + DR_R, ...) of the
+// elements below np, folded; then p, the products of its tail elements (0 past d), added in order.
+// Every lane of the column gets the sum.
+__device__ float column_sum(float a[DR_SLOTS], const float p[DR_SLOTS], int d) {
+#pragma unroll
+    for (int w = DR_SLOTS / 2; w >= 1; w /= 2)
+#pragma unroll
+        for (int i = 0; i < w; i++) a[i] += a[i + w];
+    float s = a[0];
+    for (int o = DR_R / 2; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    int np = d & ~63;
+#pragma unroll
+    for (int i = 0; i < DR_SLOTS; i++)   // element np + DR_R i + b, from lane b of the column
+        for (int b = 0; b < DR_R && np + DR_R * i + b < d; b++) s += __shfl_sync(0xffffffffu, p[i], b, DR_R);
+    return s;
 }
 
 // Twin: gdn_scan_head + delta_rule (delta_rule_avx2: the same bits). For value head h (q/k head
 // kh = h % n_k_heads) and each row t in order (reverse: T-1 .. 0), on column j of S_h:
 //   S_j <- exp(g) S_j;  delta_j = beta (v_j - S_j . k);  S_j <- S_j + k delta_j;  o_j = (S_j . q) / sqrt(d)
-// Columns are independent: a warp per column j (BLOCK / WARP columns a block, grid heads x column
-// blocks), its column in registers for all T rows (lane l holds S_j[l + 32m]: the column's d floats
-// are contiguous, S + h*d*d + j*d, so each load and store of the warp is 128 consecutive bytes), k and
-// q read the same way (one 128-byte line a warp per 32 values, shared by the block's warps in L1). The
-// operations and dot orders are the CPU's; only expf(g) is the device's (it may differ from libm's in
-// the last bits). No barriers in the scan. The column is read from S0 (NULL: a zero state) and written to S (NULL:
-// not written): the preview scans from the committed state or from zero and keeps nothing, without
-// a copy or a memset of its own. nm: then the gated norm of o and its rounding, by the last block of
-// each group of heads (GatedNorm), a launch less a layer.
-__global__ void delta_rule_kernel(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse,
-                                  int H, int n_k_heads, int d, int C, int key_dim, int value_dim, GatedNorm nm) {
-    int cb = (d + BLOCK / WARP - 1) / (BLOCK / WARP), h = blockIdx.x / cb, j = blockIdx.x % cb * (BLOCK / WARP) + threadIdx.x / WARP;
-    delta_rule_column(S0, S, y, g, beta, o, T, reverse, H, h, h % n_k_heads, j < d ? j : d - 1, j < d, d, C, key_dim, value_dim);
+// Columns are independent: DR_R lanes a column j (column_sum), DR_COLS columns a block (grid heads x
+// column blocks), the column in registers for all T rows (S_j = S + h*d*d + j*d: the column's lanes
+// read and write 32 consecutive bytes). The block stages the q and k rows of its head in shared
+// memory, DR_ROWS rows at a time, each lane's elements together (dr_stride floats a lane, padded so
+// that the 16-byte loads of a column's 8 lanes fall in distinct banks): a lane reads its k and q in
+// 16-byte loads, and v, g and beta from L1. The operations and dot orders are the CPU's; only
+// expf(g) is the device's (it may differ from libm's in the last bits). The column is read from S0
+// (NULL: a zero state) and written to S (NULL: not written): the preview scans from the committed
+// state or from zero and keeps nothing, without a copy or a memset of its own. nm: then the gated
+// norm of o and its rounding, by the last block of each group of heads (GatedNorm), a launch less a layer.
+__global__ void __launch_bounds__(BLOCK) delta_rule_kernel(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o,
+                                                            int T, bool reverse, int H, int n_k_heads, int d, int C, int key_dim, int value_dim,
+                                                            GatedNorm nm) {
+    DYNAMIC_SHARED(F4, kq4);   // [DR_ROWS][q, k][DR_R][dr_stride(d)] floats
+    float *kq = (float *)kq4;
+    int cb = (d + DR_COLS - 1) / DR_COLS, h = blockIdx.x / cb, kh = h % n_k_heads, r = threadIdx.x % DR_R;
+    int jj = blockIdx.x % cb * DR_COLS + threadIdx.x / DR_R, j = jj < d ? jj : d - 1;   // (a column past d computes the last one, unwritten)
+    bool on = jj < d;
+    int n_el = dr_elements(d), main = (d & ~63) / DR_R, ls = dr_stride(d), row = 2 * DR_R * ls;   // (main: a multiple of DR_SLOTS)
+    float scale = 1.0f / sqrtf((float)d), st[DR_EL];
+    int64_t at = ((int64_t)h * d + j) * d;
+#pragma unroll
+    for (int i = 0; i < DR_EL; i++) {
+        int e = dr_element(d, r, i);
+        st[i] = S0 && i < n_el && e < d ? S0[at + e] : 0;
+    }
+    for (int n0 = 0; n0 < T; n0 += DR_ROWS) {
+        int rows = T - n0 < DR_ROWS ? T - n0 : DR_ROWS;
+        __syncthreads();   // (the rows before are read)
+        for (int x = threadIdx.x; x < rows * 2 * d; x += blockDim.x) {   // (row, q or k, element e): read in order, placed by lane
+            int e = x % d, qk = x / d % 2, n = n0 + x / (2 * d), t = reverse ? T - 1 - n : n;
+            kq[(n - n0) * row + (qk * DR_R + dr_lane(d, e)) * ls + dr_index(d, e)] = y[(int64_t)t * C + qk * key_dim + kh * d + e];
+        }
+        __syncthreads();
+        for (int n = n0; n < n0 + rows; n++) {
+            int t = reverse ? T - 1 - n : n;
+            const float *qs = kq + (n - n0) * row + r * ls, *ks = qs + DR_R * ls;
+            float decay = expf(g[(int64_t)t * H + h]), a[DR_SLOTS] = {}, p[DR_SLOTS] = {};
+#pragma unroll
+            for (int i = 0; i < DR_EL; i++) st[i] *= decay;
+#pragma unroll
+            for (int i = 0; i < DR_EL; i += 4)   // S_j . k
+                if (i < main) {
+                    F4 kv = load_vec<F4>(ks + i);
+                    for (int e = 0; e < 4; e++) a[(i + e) % DR_SLOTS] = fmaf(st[i + e], kv.v[e], a[(i + e) % DR_SLOTS]);
+                }
+#pragma unroll
+            for (int k = 0; k < DR_EL; k += DR_SLOTS)   // (the tail's places, main.., at compile-time indices)
+                if (k == main)
+#pragma unroll
+                    for (int i = 0; i < DR_SLOTS && k + i < DR_EL; i++) p[i] = k + i < n_el && dr_element(d, r, k + i) < d ? st[k + i] * ks[k + i] : 0;
+            float delta = (y[(int64_t)t * C + 2 * key_dim + h * d + j] - column_sum(a, p, d)) * beta[(int64_t)t * H + h];
+            for (int i = 0; i < DR_SLOTS; i++) a[i] = 0;
+#pragma unroll
+            for (int i = 0; i < DR_EL; i += 4)   // S_j += k delta_j, then S_j . q
+                if (i < main) {
+                    F4 kv = load_vec<F4>(ks + i), qv = load_vec<F4>(qs + i);
+                    for (int e = 0; e < 4; e++) {
+                        st[i + e] = fmaf(kv.v[e], delta, st[i + e]);
+                        a[(i + e) % DR_SLOTS] = fmaf(st[i + e], qv.v[e], a[(i + e) % DR_SLOTS]);
+                    }
+                }
+#pragma unroll
+            for (int k = 0; k < DR_EL; k += DR_SLOTS)
+                if (k == main)
+#pragma unroll
+                    for (int i = 0; i < DR_SLOTS && k + i < DR_EL; i++) {
+                        bool in = k + i < n_el && dr_element(d, r, k + i) < d;
+                        st[k + i] = in ? fmaf(ks[k + i], delta, st[k + i]) : 0;
+                        p[i] = in ? st[k + i] * qs[k + i] : 0;
+                    }
+            float out = column_sum(a, p, d) * scale;
+            if (r == 0 && on) o[(int64_t)t * value_dim + h * d + j] = out;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < DR_EL; i++) {
+        int e = dr_element(d, r, i);
+        if (S && on && i < n_el && e < d) S[at + e] = st[i];
+    }
     if (!nm.y || !last_block(nm.count + h / nm.group, (unsigned)(nm.group * cb))) return;
     int h0 = h / nm.group * nm.group;
     for (int i = threadIdx.x / WARP; i < T * nm.group; i += BLOCK / WARP) {   // (row t, head h0 + i % group)
@@ -2134,7 +2186,8 @@ static void delta_rule_gpu(const float *S0, float *S, const float *y, const floa
         fprintf(stderr, "clover: error: delta_rule_gpu: state size %d is over %d\n", d, MAX_DSTATE);
         exit(1);
     }
-    cudaLaunchConfig_t c = launch_config((unsigned)(H * ((d + BLOCK / WARP - 1) / (BLOCK / WARP))), BLOCK);
+    cudaLaunchConfig_t c = launch_config((unsigned)(H * ((d + DR_COLS - 1) / DR_COLS)), BLOCK);
+    c.dynamicSmemBytes = (size_t)DR_ROWS * 2 * DR_R * dr_stride(d) * sizeof(float);
     CUDA_CHECK(cudaLaunchKernelEx(&c, delta_rule_kernel, S0, S, y, g, beta, o, T, reverse, H, n_k_heads, d, C, key_dim, value_dim, nm));
 }
 
@@ -4184,30 +4237,37 @@ static uint32_t type_reading(const GpuCheck *cpu, int64_t n) {
 // delta_rule over T rows in one direction from a random nonzero S: o and the S it leaves. q and k
 // of about unit norm (as after gdn_qk_norm), beta in (0, 1), g < 0. The dot orders are the CPU's;
 // the device's expf(g) may differ from libm's by 2 ulp a row, and over 16 rows the product of the
-// decays by ~2e-6: 1e-5 relative. Forward, then with the gated norm in the launch (GatedNorm) from
+// decays by ~2e-6: 1e-5 relative. With g = 0 (decay exp(0) = 1 on both) every bit must agree: the
+// dot orders themselves. T = 37: the launch stages its q and k rows in three turns. The model's
+// heads, and d_state d (when not the model's: 2 value heads, 1 q/k head; d = 80, a dot with a tail
+// past 64 after its 64, a shape no test model has). Forward, then, on the model's heads, with the
+// gated norm in the launch (GatedNorm) from
 // the same S, twice (a graph replays it: the counts must be back at zero): its y against the CPU's
 // gdn_gated_norm of the launch's o (as check_gdn_gated_norm), its rounding against quantize_row (bytes).
-static void check_delta_rule(Tally *tl, const GpuCheck *cpu, bool reverse) {
-    int H = cpu->n_v_heads, d = cpu->d_state, C = cpu->conv_dim, kd = cpu->key_dim, vd = cpu->value_dim;
+static void check_delta_rule(Tally *tl, const GpuCheck *cpu, bool reverse, int d) {
+    bool model = d == cpu->d_state;
+    int H = model ? cpu->n_v_heads : 2, nk = model ? cpu->n_k_heads : 1, kd = nk * d, vd = H * d, C = 2 * kd + vd;
     int64_t ns = (int64_t)H * d * d;
-    for (int T : BATCHES) {
+    for (int T : {1, 7, 16, 37, -16}) {   // (-16: 16 rows with g = 0)
+        bool exact = T < 0;
+        T = abs(T);
         int64_t ny = (int64_t)T * C, ng = (int64_t)T * H, no = (int64_t)T * vd;
         float *S = random_floats(ns, 0.1f), *y = random_floats(ny, 1), *g = random_floats(ng, 1), *beta = random_floats(ng, 1);
         for (int64_t i = 0; i < ny; i++)
             if (i % C < 2 * kd) y[i] /= sqrtf((float)d);
-        for (int64_t i = 0; i < ng; i++) g[i] = -0.5f * fabsf(g[i]), beta[i] = rng_uniform();
+        for (int64_t i = 0; i < ng; i++) g[i] = exact ? 0 : -0.5f * fabsf(g[i]), beta[i] = rng_uniform();
         float *dS = dev_copy_floats(S, ns), *dS0 = dev_copy_floats(S, ns), *dy = dev_copy_floats(y, ny), *dg = dev_copy_floats(g, ng),
               *dbeta = dev_copy_floats(beta, ng);
         float *o = (float *)xmalloc((size_t)no * 4), *got_o = (float *)xmalloc((size_t)no * 4), *got_S = (float *)xmalloc((size_t)ns * 4);
         float *dout = (float *)dev_alloc((size_t)no * 4);
-        for (int h = 0; h < H; h++) cpu->gdn_scan_head(S, y, g, beta, o, T, reverse, H, cpu->n_k_heads, d, C, kd, vd, h);
-        delta_rule_gpu(dS, dS, dy, dg, dbeta, dout, T, reverse, H, cpu->n_k_heads, d, C, kd, vd, GatedNorm{});
+        for (int h = 0; h < H; h++) cpu->gdn_scan_head(S, y, g, beta, o, T, reverse, H, nk, d, C, kd, vd, h);
+        delta_rule_gpu(dS, dS, dy, dg, dbeta, dout, T, reverse, H, nk, d, C, kd, vd, GatedNorm{});
         host_copy(got_o, dout, (size_t)no * 4);
         host_copy(got_S, dS, (size_t)ns * 4);
         char name[128];
-        snprintf(name, sizeof name, "delta_rule %s H=%d d=%d T=%d (o, S)", reverse ? "reverse" : "forward", H, d, T);
-        report(tl, name, fmax(rel_err(got_o, o, no), rel_err(got_S, S, ns)), 1e-5, "rel");
-        if (!reverse) {
+        snprintf(name, sizeof name, "delta_rule %s H=%d d=%d T=%d%s (o, S)", reverse ? "reverse" : "forward", H, d, T, exact ? " g=0" : "");
+        report(tl, name, fmax(rel_err(got_o, o, no), rel_err(got_S, S, ns)), exact ? 0 : 1e-5, "rel");
+        if (!reverse && !exact && model) {
             float *z = random_floats(no, 3), *w = random_floats(d, 0.2f), *want = (float *)xmalloc((size_t)no * 4), *got = (float *)xmalloc((size_t)no * 4);
             for (int i = 0; i < d; i++) w[i] += 1;
             float *dz = dev_copy_floats(z, no), *dw = dev_copy_floats(w, d), *dyn = (float *)dev_alloc((size_t)no * 4);
@@ -4218,7 +4278,7 @@ static void check_delta_rule(Tally *tl, const GpuCheck *cpu, bool reverse) {
             GatedNorm nm = gated_norm_in_scan(dz, dw, cpu->eps, dyn, wt, dxq, counts, H, d);
             for (int pass = 0; pass < 2; pass++) {
                 CUDA_CHECK(cudaMemset(dyn, 0, (size_t)no * 4));
-                delta_rule_gpu(dS0, nullptr, dy, dg, dbeta, dout, T, false, H, cpu->n_k_heads, d, C, kd, vd, nm);
+                delta_rule_gpu(dS0, nullptr, dy, dg, dbeta, dout, T, false, H, nk, d, C, kd, vd, nm);
             }
             host_copy(got_o, dout, (size_t)no * 4);
             host_copy(got, dyn, (size_t)no * 4);
@@ -4996,8 +5056,7 @@ extern "C" int gpu_check_ops(const GpuCheck *cpu) {
         check_gdn_conv(&tl, cpu, false);
         check_gdn_conv(&tl, cpu, true);
         check_gdn_conv_push_gates(&tl, cpu);
-        check_delta_rule(&tl, cpu, false);
-        check_delta_rule(&tl, cpu, true);
+        for (int d : {cpu->d_state, 80}) check_delta_rule(&tl, cpu, false, d), check_delta_rule(&tl, cpu, true, d);
         check_gdn_rev_mix(&tl, cpu);
         check_gdn_gated_norm(&tl, cpu);
     }

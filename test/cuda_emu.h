@@ -11,7 +11,7 @@
 //   - __syncthreads: every thread of the block arrives, all at the same call (file:line); a thread
 //     that has returned, or one waiting at another barrier or warp operation, is an error;
 //   - warp operations (__shfl_*_sync, and the tensor cores' mma, computed as the PTX ISA lays out
-//     its fragments): the mask is full, all 32 lanes of the warp take part, at the same call;
+//     its fragments): the mask is full, all 32 lanes of the warp take part, at the same call, with the same offset and width (__shfl_sync may take a width: lane src of each group of width lanes);
 //   - a block whose threads all wait with nothing to release is a deadlock, reported with who waits where;
 //   - device memory (cudaMalloc) is filled with 0xff bytes (a float NaN) so a read of unwritten memory
 //     shows; __shared__ arrays live in one linker section, set to 0xff before each block; each
@@ -255,8 +255,10 @@ static bool emu_resolve_warp(int w) {
     for (int l = 0; l < 32; l++) {
         EmuThread *x = &emu.th[t0 + l];
         if (x->mask != 0xffffffffu) emu_fail("%s: warp operation at %s:%d with mask %#x: clover.cu's warp operations take the full mask", emu.kernel, x->file, x->line, x->mask);
-        if (x->op != emu.th[t0].op || x->arg != emu.th[t0].arg || x->width != 32)
-            emu_fail("%s: warp operation at %s:%d: lanes disagree on its offset or width", emu.kernel, x->file, x->line);
+        int wd = x->width;
+        if (x->op != emu.th[t0].op || x->arg != emu.th[t0].arg || wd != emu.th[t0].width || wd < 1 || wd > 32 || (wd & (wd - 1)) ||
+            (x->op != EMU_SHFL_IDX && wd != 32))
+            emu_fail("%s: warp operation at %s:%d: lanes disagree on its offset or width, or the width is not a power of two up to 32 (a width: __shfl_sync only)", emu.kernel, x->file, x->line);
     }
     if (emu.th[t0].op == EMU_MMA || emu.th[t0].op == EMU_SYNCWARP) {   // (a __syncwarp only releases the lanes)
         if (emu.th[t0].op == EMU_MMA) emu_mma_resolve(&emu.th[t0]);
@@ -270,7 +272,7 @@ static bool emu_resolve_warp(int w) {
         case EMU_SHFL_XOR: src = l ^ x->arg; break;
         case EMU_SHFL_DOWN: src = l + x->arg < 32 ? l + x->arg : l; break;
         case EMU_SHFL_UP: src = l - x->arg >= 0 ? l - x->arg : l; break;
-        case EMU_SHFL_IDX: src = x->arg & 31; break;
+        case EMU_SHFL_IDX: src = (l & ~(x->width - 1)) + (x->arg & (x->width - 1)); break;   // (lane arg of each width lanes)
         case EMU_MMA: case EMU_SYNCWARP: break;   // (resolved above)
         }
         x->out = emu.th[t0 + src].in;
@@ -429,7 +431,8 @@ static void emu_copies_wait(int n) {
 #define __shfl_xor_sync(mask, v, lane_mask) emu_shfl(EMU_SHFL_XOR, mask, v, lane_mask, 32, __FILE__, __LINE__)
 #define __shfl_down_sync(mask, v, delta) emu_shfl(EMU_SHFL_DOWN, mask, v, delta, 32, __FILE__, __LINE__)
 #define __shfl_up_sync(mask, v, delta) emu_shfl(EMU_SHFL_UP, mask, v, delta, 32, __FILE__, __LINE__)
-#define __shfl_sync(mask, v, src) emu_shfl(EMU_SHFL_IDX, mask, v, src, 32, __FILE__, __LINE__)
+#define __shfl_sync(...) emu_shfl_idx(__VA_ARGS__, 32)   // (mask, v, src[, width]): width 32 unless given
+#define emu_shfl_idx(mask, v, src, width, ...) emu_shfl(EMU_SHFL_IDX, mask, v, src, width, __FILE__, __LINE__)
 
 // Atomics and fences: the blocks of a launch run one after another, and a block's threads switch only
 // at barriers and warp operations, so a plain read-modify-write is atomic here and every write is
