@@ -1964,9 +1964,12 @@ __global__ void gdn_conv_kernel(const float *wc, const float *wr, int K, int C, 
     bool on = i < d;
     if (gt.g)
         for (int64_t e = (int64_t)b * BLOCK + i; e < (int64_t)T * gt.H; e += (int64_t)gridDim.x * BLOCK) gate_element(gt, e);
-    float win[MAX_CONV];   // win[j] = X[t + j][c] for the row t at hand
+    float win[MAX_CONV], w[MAX_CONV], w_right[MAX_CONV];   // win[j] = X[t + j][c] for the row t at hand; the channel's taps, read once
 #pragma unroll
-    for (int j = 0; j < MAX_CONV; j++) win[j] = on && j < R ? ring[(int64_t)j * C + c] : 0;
+    for (int j = 0; j < MAX_CONV; j++) {
+        win[j] = on && j < R ? ring[(int64_t)j * C + c] : 0;
+        w[j] = on && j < K ? wc[(int64_t)c * K + j] : 0, w_right[j] = wr && on && j < R ? wr[(int64_t)c * R + j] : 0;
+    }
     for (int t = 0; t < T; t++) {
 #pragma unroll
         for (int j = 0; j < MAX_CONV; j++)
@@ -1974,9 +1977,11 @@ __global__ void gdn_conv_kernel(const float *wc, const float *wr, int K, int C, 
         float s = 0;
 #pragma unroll
         for (int j = 0; j < MAX_CONV; j++)
-            if (j < K) s = fmaf(win[j], on ? wc[(int64_t)c * K + j] : 0, s);
+            if (j < K) s = fmaf(win[j], w[j], s);
         if (wr && on)
-            for (int e = 1; e <= R && t + e < T; e++) s += wr[(int64_t)c * R + e - 1] * u[(int64_t)(t + e) * C + c];
+#pragma unroll
+            for (int e = 1; e < MAX_CONV; e++)
+                if (e <= R && t + e < T) s += w_right[e - 1] * u[(int64_t)(t + e) * C + c];
         float v = raw ? s : silu(s);
         if (!raw && b < n_qk) {   // the whole block: a q or k head
             double ss = block_sum(on ? (double)(v * v) : 0.0);
@@ -2092,8 +2097,9 @@ __device__ float column_sum(float a[DR_SLOTS], const float p[DR_SLOTS], int d) {
 // kh = h % n_k_heads) and each row t in order (reverse: T-1 .. 0), on column j of S_h:
 //   S_j <- exp(g) S_j;  delta_j = beta (v_j - S_j . k);  S_j <- S_j + k delta_j;  o_j = (S_j . q) / sqrt(d)
 // Columns are independent: DR_R lanes a column j (column_sum), DR_COLS columns a block (grid heads x
-// column blocks), the column in registers for all T rows (S_j = S + h*d*d + j*d: the column's lanes
-// read and write 32 consecutive bytes). The block stages the q and k rows of its head in shared
+// column blocks), the column in registers for all T rows (S_j = S + h*d*d + j*d: the block's columns
+// come from S0 through shared memory by asynchronous copies, so that a decode step's read of S keeps
+// its bytes in flight without registers; the column's lanes write 32 consecutive bytes). The block stages the q and k rows of its head in shared
 // memory, DR_ROWS rows at a time, each lane's elements together (dr_stride floats a lane, padded so
 // that the 16-byte loads of a column's 8 lanes fall in distinct banks): a lane reads its k and q in
 // 16-byte loads, and v, g and beta from L1. The operations and dot orders are the CPU's; only
@@ -2104,18 +2110,25 @@ __device__ float column_sum(float a[DR_SLOTS], const float p[DR_SLOTS], int d) {
 __global__ void __launch_bounds__(BLOCK) delta_rule_kernel(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o,
                                                             int T, bool reverse, int H, int n_k_heads, int d, int C, int key_dim, int value_dim,
                                                             GatedNorm nm) {
-    DYNAMIC_SHARED(F4, kq4);   // [DR_ROWS][q, k][DR_R][dr_stride(d)] floats
+    DYNAMIC_SHARED(F4, kq4);   // [DR_ROWS][q, k][DR_R][dr_stride(d)] floats (first the block's columns of S0, DR_COLS x d: fewer floats)
     float *kq = (float *)kq4;
     int cb = (d + DR_COLS - 1) / DR_COLS, h = blockIdx.x / cb, kh = h % n_k_heads, r = threadIdx.x % DR_R;
     int jj = blockIdx.x % cb * DR_COLS + threadIdx.x / DR_R, j = jj < d ? jj : d - 1;   // (a column past d computes the last one, unwritten)
     bool on = jj < d;
     int n_el = dr_elements(d), main = (d & ~63) / DR_R, ls = dr_stride(d), row = 2 * DR_R * ls;   // (main: a multiple of DR_SLOTS)
     float scale = 1.0f / sqrtf((float)d), st[DR_EL];
+    int j0 = blockIdx.x % cb * DR_COLS, cols = d - j0 < DR_COLS ? d - j0 : DR_COLS;
     int64_t at = ((int64_t)h * d + j) * d;
+    if (S0) {   // the block's columns (contiguous) into shared memory by asynchronous copies: in flight without registers
+        for (int x = threadIdx.x; x < cols * d / 4; x += blockDim.x) copy16_async(kq + 4 * x, (const uint8_t *)(S0 + ((int64_t)h * d + j0) * d + 4 * x));
+        copies_commit();
+        copies_wait<0>();
+        __syncthreads();
+    }
 #pragma unroll
     for (int i = 0; i < DR_EL; i++) {
         int e = dr_element(d, r, i);
-        st[i] = S0 && i < n_el && e < d ? S0[at + e] : 0;
+        st[i] = S0 && i < n_el && e < d ? kq[(j - j0) * d + e] : 0;
     }
     for (int n0 = 0; n0 < T; n0 += DR_ROWS) {
         int rows = T - n0 < DR_ROWS ? T - n0 : DR_ROWS;
@@ -2182,8 +2195,8 @@ __global__ void __launch_bounds__(BLOCK) delta_rule_kernel(const float *S0, floa
 
 static void delta_rule_gpu(const float *S0, float *S, const float *y, const float *g, const float *beta, float *o, int T, bool reverse, int H,
                            int n_k_heads, int d, int C, int key_dim, int value_dim, GatedNorm nm) {
-    if (d > MAX_DSTATE) {
-        fprintf(stderr, "clover: error: delta_rule_gpu: state size %d is over %d\n", d, MAX_DSTATE);
+    if (d > MAX_DSTATE || d % 4) {   // (whole 16-byte pieces of S a column)
+        fprintf(stderr, "clover: error: delta_rule_gpu: state size %d is over %d or not a multiple of 4\n", d, MAX_DSTATE);
         exit(1);
     }
     cudaLaunchConfig_t c = launch_config((unsigned)(H * ((d + DR_COLS - 1) / DR_COLS)), BLOCK);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/gpu_mutants.sh MODEL — shows that the GPU checks bite: builds mutants of clover.cu (each one
 # planted bug, applied by sed to a temporary copy: a missing or divergent barrier, the matmul row
-# fold, the activation rounding, the delta rule's row order, its lanes' butterfly, its staged rows read too early, its dot tail, the Q4_0 dp4a sum, the routing's tie
+# fold, the activation rounding, the delta rule's row order, its lanes' butterfly, its staged rows read too early, its state read before the others' copies land, its dot tail, the Q4_0 dp4a sum, the routing's tie
 # rule, the online softmax's rescaling, the attention's q pieces and p and
 # its rows' combine, the matvec blocks' own rounding, the conv's ring push and
 # gates, the riders' rows (a batch's too), the norm's second rounding, the routing after the riders, moe_out's unused ranks; on the tensor cores:
@@ -37,6 +37,7 @@ wrong-rounding|s/(int8_t)__float2int_rn(v \* id)/(int8_t)(int)(v * id)/
 delta-rule-rows-forward|s/int t = reverse ? T - 1 - n : n;/int t = n;/
 delta-rule-butterfly-reversed|s/for (int o = DR_R \/ 2; o >= 1; o \/= 2) s += __shfl_xor_sync/for (int o = 1; o <= DR_R \/ 2; o *= 2) s += __shfl_xor_sync/
 delta-rule-rows-staged-no-barrier|/kq\[(n - n0) \* row + (qk \* DR_R/{n;n;/__syncthreads();/d}
+delta-rule-state-copies-no-barrier|/copy16_async(kq + 4 \* x/{n;n;n;/__syncthreads();/d}
 delta-rule-tail-from-warp-lanes|s/s += __shfl_sync(0xffffffffu, p\[i\], b, DR_R);/s += __shfl_sync(0xffffffffu, p[i], b);/
 q4_0-dp4a-offset|s/return s - 8 \* sa;/return s - 7 * sa;/
 route-tie-to-higher|s/(bv2 == best_v \&\& b2 < best)/(bv2 == best_v \&\& b2 > best)/
