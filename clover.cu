@@ -1914,7 +1914,7 @@ static void add_norm_gpu(float *x, float *mix, const float *w, int n, float eps,
 // Every op is a plain port of its CPU twin; the rows of a batch stay in order where the recurrence
 // needs it (delta_rule, ring_push) and are independent otherwise. Layouts are clover.c's Scratch /
 // State: post-conv rows [T][conv_dim] = [q | k | v], gates [T][n_v_heads], S [n_v_heads][d*d]
-// transposed (S + h*d*d + j*d holds column j of S_h, so one thread's column is contiguous).
+// transposed (S + h*d*d + j*d holds column j of S_h: a column is contiguous).
 
 __host__ __device__ float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
