@@ -15,9 +15,10 @@
  * file without the preview's tensors (test/bench.sh writes it), which llama.cpp does not know.
  * These machines drift by 30-50% between runs, so the summary gives medians over repetitions of
  * each figure and of the per-repetition clover/llama.cpp ratios. It also measures the memory
- * bandwidth (THREADS threads streaming a 1 GiB buffer, the best of 3 reads by a plain sum and 3 by
- * 32-byte loads into four sums, in every repetition, so that it sees the same machine as the
- * programs; their median) and the fraction of it that decoding reaches: the bytes one decode step
+ * bandwidth (THREADS threads streaming a 1 GiB buffer, the best of 2 reads by each of four forms: a
+ * plain sum, 32-byte loads into four sums, and those over 16 or 8 parts read in step with a
+ * prefetch ahead; in every repetition, so that it sees the same machine as the programs; their
+ * median) and the fraction of it that decoding reaches: the bytes one decode step
  * moves (the weights it reads: every matrix, the n_used experts of each expert tensor, one embedding
  * row; each GDN layer's state read and written; the K and V rows of the step in the middle of the
  * decode) times the repetition's decode rate over the repetition's bandwidth, the median of those.
@@ -126,23 +127,41 @@ static double stage_clock(void) {
 }
 
 /* --- memory bandwidth and bytes per decode step ----------------------------------------------- */
-typedef struct { const uint64_t *p; size_t n; int wide; uint64_t sum; } StreamTask;
+/* How a thread reads its share: a plain sum (streams 0), or 32-byte loads into four independent sums
+ * over `streams` equal parts of the share read in step, each part asking for its bytes `ahead`
+ * bytes ahead (0: the hardware prefetchers alone). Which is fastest depends on the machine. The
+ * meter had the first two until 2026-12-07 (neither always the faster; one stream of 64-byte loads
+ * with a prefetch was slower than both on the EPYC that chose them); on an Intel Xeon they read 11
+ * and 13-17 GB/s (2 threads, 1 GiB) while 16 parts with a prefetch 512 bytes ahead read 27-30, and
+ * clover's decode step, whose kernels read several rows in step and ask for them ahead, moved 31
+ * GB/s: a meter slower than the program it measures reports fractions above 1. So
+ * memory_bandwidth takes the best of them all. */
 typedef uint64_t U64x4 __attribute__((vector_size(32)));
+typedef struct { int streams; size_t ahead; } ReadForm;
+static const ReadForm READ_FORMS[] = {{0, 0}, {1, 0}, {16, 512}, {8, 1024}};
+typedef struct { const uint64_t *p; size_t n; ReadForm form; uint64_t sum, bytes; } StreamTask;   /* bytes: read, all threads */
 
-/* Reads thread ith's share of p: a plain sum, or (wide) 32-byte loads into four independent sums.
- * Neither is always the faster here (and 64-byte loads with a prefetch were slower than both), so
- * memory_bandwidth takes the best of the two. */
 static void stream_task(void *arg, int ith, int nth) {
     StreamTask *st = arg;
     size_t i0 = st->n / 16 * ith / nth * 16, i1 = st->n / 16 * (ith + 1) / nth * 16;
-    uint64_t sum = 0;
-    if (st->wide) {
+    uint64_t sum = 0, bytes = (i1 - i0) * 8;
+    if (st->form.streams > 0) {
+        int parts = st->form.streams;
+        size_t len = (i1 - i0) / parts / 16 * 16;   /* uint64 of each part (the remainder, < 16 x parts, unread) */
+        bytes = len * parts * 8;
         U64x4 s[4] = {{0}, {0}, {0}, {0}};
-        for (size_t i = i0; i < i1; i += 16)
-            for (int k = 0; k < 4; k++) {
-                U64x4 v;
-                memcpy(&v, st->p + i + 4 * k, sizeof v);
-                s[k] += v;
+        for (size_t i = 0; i < len; i += 16)
+            for (int j = 0; j < parts; j++) {
+                const uint64_t *q = st->p + i0 + j * len + i;   /* 128 bytes of part j */
+                if (st->form.ahead) {
+                    __builtin_prefetch((const char *)q + st->form.ahead);
+                    __builtin_prefetch((const char *)q + st->form.ahead + 64);
+                }
+                for (int k = 0; k < 4; k++) {
+                    U64x4 v;
+                    memcpy(&v, q + 4 * k, sizeof v);
+                    s[k] += v;
+                }
             }
         U64x4 t = s[0] + s[1] + s[2] + s[3];
         sum = t[0] + t[1] + t[2] + t[3];
@@ -150,15 +169,17 @@ static void stream_task(void *arg, int ith, int nth) {
         for (size_t i = i0; i < i1; i++) sum += st->p[i];
     }
     __atomic_fetch_add(&st->sum, sum, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&st->bytes, bytes, __ATOMIC_RELAXED);
 }
 
-static double memory_bandwidth(Pool *pool, uint64_t *p, size_t n) {   /* bytes/s, best of 3 reads of p[0..n) by each loop */
+static double memory_bandwidth(Pool *pool, uint64_t *p, size_t n) {   /* bytes/s, best of 2 reads of p[0..n) by each form */
     double best = 0;
-    for (int r = 0; r < 6; r++) {
-        StreamTask st = {p, n, r % 2, 0};
+    int n_forms = (int)(sizeof READ_FORMS / sizeof READ_FORMS[0]);
+    for (int r = 0; r < 2 * n_forms; r++) {
+        StreamTask st = {p, n, READ_FORMS[r % n_forms], 0, 0};
         double t0 = stage_clock();
         pool_run(pool, stream_task, &st);
-        double bw = n * 8.0 / (stage_clock() - t0);
+        double bw = st.bytes / (stage_clock() - t0);
         if (st.sum == 1) fatal("impossible");   /* keeps the reads */
         if (bw > best) best = bw;
     }
