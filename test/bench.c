@@ -127,8 +127,8 @@ static double stage_clock(void) {
 }
 
 /* --- memory bandwidth and bytes per decode step ----------------------------------------------- */
-/* How a thread reads its share: a plain sum (streams 0), or 32-byte loads into four independent sums
- * over `streams` equal parts of the share read in step, each part asking for its bytes `ahead`
+/* How a thread reads its share: a plain sum (parts 0), or 32-byte loads into four independent sums
+ * over `parts` equal parts of the share read in step, each part asking for its bytes `ahead`
  * bytes ahead (0: the hardware prefetchers alone). Which is fastest depends on the machine. The
  * meter had the first two until 2026-12-07 (neither always the faster; one stream of 64-byte loads
  * with a prefetch was slower than both on the EPYC that chose them); on an Intel Xeon they read 11
@@ -137,7 +137,7 @@ static double stage_clock(void) {
  * GB/s: a meter slower than the program it measures reports fractions above 1. So
  * memory_bandwidth takes the best of them all. */
 typedef uint64_t U64x4 __attribute__((vector_size(32)));
-typedef struct { int streams; size_t ahead; } ReadForm;
+typedef struct { int parts; size_t ahead; } ReadForm;
 static const ReadForm READ_FORMS[] = {{0, 0}, {1, 0}, {16, 512}, {8, 1024}};
 typedef struct { const uint64_t *p; size_t n; ReadForm form; uint64_t sum, bytes; } StreamTask;   /* bytes: read, all threads */
 
@@ -145,8 +145,8 @@ static void stream_task(void *arg, int ith, int nth) {
     StreamTask *st = arg;
     size_t i0 = st->n / 16 * ith / nth * 16, i1 = st->n / 16 * (ith + 1) / nth * 16;
     uint64_t sum = 0, bytes = (i1 - i0) * 8;
-    if (st->form.streams > 0) {
-        int parts = st->form.streams;
+    if (st->form.parts > 0) {
+        int parts = st->form.parts;
         size_t len = (i1 - i0) / parts / 16 * 16;   /* uint64 of each part (the remainder, < 16 x parts, unread) */
         bytes = len * parts * 8;
         U64x4 s[4] = {{0}, {0}, {0}, {0}};
