@@ -4,7 +4,7 @@
  * the sm_90a cubin's section sizes). Run by test/gpu.sh and `make costmodel`; the ptxas table alone
  * by `make ptxas`. Every time it prints is a prediction, not a measurement.
  *
- *   costmodel [--bw GBS] [--ptxas LOG] [--sass LIST] [--slice L DECODE ROUND]... [--layers N]
+ *   costmodel [--bw GBS] [--node-us US] [--ptxas LOG] [--sass LIST] [--slice L DECODE ROUND]... [--layers N]
  *
  *   --slice L DECODE ROUND  count files of a model slice of L layers: DECODE from a plain greedy run
  *                           (its last decode step, a CUDA graph, is taken), ROUND from a draft-self
@@ -20,6 +20,8 @@
  *                           instruction is 16 bytes, so size / 16 is its SASS instruction count
  *   --bw GBS                HBM bandwidth (default 4800, the H200's nominal; test/gpu.sh passes the
  *                           copy bandwidth it measured)
+ *   --node-us US            what a graph node's launch and drain cost (default 2; test/gpu.sh passes
+ *                           what test/gpu_bw.cu measured for a chain of launches that fill the GPU)
  *
  * The model, per launch (constants below; leads from the H200/H100 datasheets and public
  * microbenchmarks, not measured here):
@@ -30,7 +32,7 @@
  *                + writes / BW: a load holds its thread until the data comes back, so the bytes in
  *                flight bound what few threads read; a store is posted to L2 (write-back, 50 MB) and
  *                the thread goes on, so writes take bandwidth but not latency (the launch's drain is
- *                in its 2 us). Bytes in flight: 32 a thread, or where the kernel stages its reads
+ *                in its NODE). Bytes in flight: 32 a thread, or where the kernel stages its reads
  *                by asynchronous copies, the bytes its threads had in flight when they waited for
  *                them (the emulation's IN_FLIGHT), if more. Resident threads: what the SMs hold by
  *                registers (ptxas) and by shared memory (ptxas's static bytes plus the launch's
@@ -52,9 +54,9 @@
  *                that comes last does once the others are done: a fold, a rounding, the routing, a
  *                residual step, a gated norm, an attention row's combine) x 20 cycles; it runs after
  *                the rest of the launch, so it adds
- *   t          = 2 us (a graph node's launch and drain) + max(t_bytes, t_issue, t_l1, t_serial, t_tensor) + t_tail
- * Copies: 2 us + bytes read and written / BW on the device, bytes / 25 GB/s over PCIe.
- * Each pass is also given without its launches' 2 us: what fewer launches alone could reach.
+ *   t          = NODE (a graph node's launch and drain: 2 us, or --node-us) + max(t_bytes, t_issue, t_l1, t_serial, t_tensor) + t_tail
+ * Copies: NODE + bytes read and written / BW on the device, bytes / 25 GB/s over PCIe.
+ * Each pass is also given without its launches' NODE each: what fewer launches alone could reach.
  */
 #include <math.h>
 #include <stdio.h>
@@ -71,11 +73,10 @@
 #define LATENCY_S 600e-9
 #define SERIAL_CYCLES 20.0
 #define MMA_CYCLES 2.0
-#define NODE_S 2e-6
 #define PCIE_BPS 25e9
 #define MAX_KERNELS 256
 
-static double BW = 4800e9;
+static double BW = 4800e9, NODE_S = 2e-6;
 
 static void die(const char *msg, const char *arg) {
     fprintf(stderr, "costmodel: %s%s%s\n", msg, arg ? " " : "", arg ? arg : "");
@@ -381,15 +382,17 @@ int main(int argc, char **argv) {
     int L[2] = {0}, n_slices = 0, layers = 40, want_ptxas = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) BW = atof(argv[++i]) * 1e9;
+        else if (!strcmp(argv[i], "--node-us") && i + 1 < argc) NODE_S = atof(argv[++i]) * 1e-6;
         else if (!strcmp(argv[i], "--ptxas") && i + 1 < argc) read_ptxas(argv[++i]), want_ptxas = 1;
         else if (!strcmp(argv[i], "--sass") && i + 1 < argc) read_sass(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--slice") && i + 3 < argc && n_slices < 2) {
             L[n_slices] = atoi(argv[i + 1]), dec[n_slices] = argv[i + 2], rnd[n_slices] = argv[i + 3];
             n_slices++, i += 3;
-        } else die("usage: costmodel [--bw GBS] [--ptxas LOG] [--sass LIST] [--slice L DECODE ROUND]... [--layers N]", NULL);
+        } else die("usage: costmodel [--bw GBS] [--node-us US] [--ptxas LOG] [--sass LIST] [--slice L DECODE ROUND]... [--layers N]", NULL);
     }
     if (!(BW > 0)) die("--bw must be positive", NULL);
+    if (!(NODE_S >= 0 && NODE_S < 1e-3)) die("--node-us must be 0 to 1000", NULL);
     if (want_ptxas && !n_slices) { print_ptxas(); return 0; }
     if (!n_slices) die("nothing to do: give --slice or --ptxas", NULL);
     static Pass a[N_PASSES], b[N_PASSES], p[N_PASSES];
@@ -401,8 +404,8 @@ int main(int argc, char **argv) {
         for (int k = 0; k < N_PASSES; k++) extrapolate(&p[k], &a[k], &b[k], (double)(layers - L[0]) / (L[1] - L[0])), p[k].rows = a[k].rows;
         target = layers;
     } else memcpy(p, a, sizeof p);
-    printf("== cost model: PREDICTIONS for an H200 (%d SMs, %.3f GHz, %.0f GB/s), %d layers%s; not measurements\n", SMS, CLOCK_HZ / 1e9, BW / 1e9,
-           target, n_slices == 2 ? " (extrapolated from two slices)" : " (the slice as emulated)");
+    printf("== cost model: PREDICTIONS for an H200 (%d SMs, %.3f GHz, %.0f GB/s, %.2f us a graph node), %d layers%s; not measurements\n", SMS, CLOCK_HZ / 1e9,
+           BW / 1e9, 1e6 * NODE_S, target, n_slices == 2 ? " (extrapolated from two slices)" : " (the slice as emulated)");
     double step = total(&p[DECODE], 0);
     int rounds = strcmp(rnd[0], "-") && (n_slices < 2 || strcmp(rnd[1], "-"));
     for (int k = 0; k < (rounds ? N_PASSES : 1); k++) print_pass(PASS_NAMES[k], &p[k], k == DECODE ? 0 : step);

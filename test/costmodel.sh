@@ -3,7 +3,7 @@
 # each launch touches: CLOVER_EMU_COUNT in test/cuda_emu.h) on one or two model slices, then
 # build/costmodel (test/costmodel.c) over the counts. Run by `make costmodel` and test/gpu.sh.
 #
-#   test/costmodel.sh [--bw GBS] [--ptxas LOG] [--sass LIST] [--emu BIN] [--work DIR] [--timeout S]
+#   test/costmodel.sh [--bw GBS] [--node-us US] [--ptxas LOG] [--sass LIST] [--emu BIN] [--work DIR] [--timeout S]
 #                     [--decode-only] --slice L MODEL [--slice L MODEL]
 #
 # Per slice, two runs (in parallel, one process each), each after a prompt of two ids (one prefilled
@@ -25,7 +25,7 @@ ARGS=()
 SLICES=()
 while [ $# -gt 0 ]; do
     case $1 in
-        --bw|--ptxas|--sass) ARGS+=("$1" "$2"); shift 2 ;;
+        --bw|--node-us|--ptxas|--sass) ARGS+=("$1" "$2"); shift 2 ;;
         --emu) EMU=$2; shift 2 ;;
         --work) WORK=$2; shift 2 ;;
         --timeout) LIMIT=$2; shift 2 ;;

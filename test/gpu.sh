@@ -23,7 +23,8 @@
 #      with ptxas -v and the cubin kept for the cost model, and build/gpu_bw (test/gpu_bw.cu), in one
 #      make -j; build/gen writes the real-shape models in the background meanwhile, one process each,
 #      and the emulation's counting build and test/costmodel.c are built too. build/gpu_bw measures
-#      the device-to-device copy bandwidth that steps 5 and 7 use
+#      the device-to-device copy bandwidth that steps 5 and 7 use, and what a graph node costs
+#      (step 7's launch cost, in place of the model's 2 us)
 #   3. clover-cuda --check-ops on a tiny model of every weight type, then on real-shape slices of the
 #      35B model (q4_k_m, q8_0, q4_0; 4 layers: 3 GDN and the attention layer, the real vocabulary,
 #      and every clover_moe extra, so that each matrix shape is there)
@@ -207,15 +208,18 @@ fi
 # gpu_ok ITEM: false, with a SKIP line for ITEM, when there is no GPU binary to run
 gpu_ok() { [ -n "$GPU_OK" ] && return 0; row SKIP "$1" "no $GPU"; return 1; }
 
-BW=
+BW= NODE=
 if [ -n "$DRY" ]; then
     BW=4300
     row INFO "bandwidth" "$BW GB/s: KINDS.md's H200 figure (dry run, not measured)"
+    row INFO "graph node" "2 us: the cost model's own figure (dry run, not measured)"
 elif in_time "bandwidth (build/gpu_bw)"; then
     say "build/gpu_bw"
     if [ -x build/gpu_bw ] && tl 60 build/gpu_bw 4 > "$W/bw.txt" 2>&1; then
-        BW=$(sed -n 's/.*median \([0-9.]*\) GB\/s.*/\1/p' "$W/bw.txt")
-        row INFO "bandwidth (build/gpu_bw)" "$(tail -n 1 "$W/bw.txt" | sed 's/^gpu_bw: //')"
+        BW=$(sed -n 's/.*copy: median \([0-9.]*\) GB\/s.*/\1/p' "$W/bw.txt")
+        NODE=$(sed -n 's/.*: [0-9.-]* us of 1 block, \([0-9.]*\) us of .*/\1/p' "$W/bw.txt")
+        row INFO "bandwidth (build/gpu_bw)" "$(grep -m 1 'copy: median' "$W/bw.txt" | sed 's/^gpu_bw: //')"
+        row INFO "graph node (build/gpu_bw)" "$(grep -m 1 'a graph node' "$W/bw.txt" | sed 's/^gpu_bw: //')"
     else
         row FAIL "bandwidth (build/gpu_bw)" "$(tail -n 1 "$W/bw.txt" 2> /dev/null)$(grep -m 1 error "$OUT/build.log" | cut -c1-120)"
     fi
@@ -257,14 +261,15 @@ if gpu_ok "check-ops"; then
 fi
 
 # --- 7 (started here). the cost model, in the background: the emulation's counts take minutes -------
-# Its bandwidth: the copy's where it was measured, else the H200's nominal 4800 GB/s. The dry run
+# Its bandwidth: the copy's where it was measured, else the H200's nominal 4800 GB/s; its cost of a
+# graph node: gpu_bw's chain of launches of 4 blocks an SM where measured, else 2 us. The dry run
 # models the 4-layer slice's decode step alone (its two cores are the emulation's already), the GPU
 # run both slices' steps and rounds (40 layers, extrapolated).
 COST_PID=
 if [ ! -x build/costmodel ] || [ ! -x "$COUNT_EMU" ]; then row SKIP "cost model" "no build/costmodel or $COUNT_EMU (build.log)"
 elif in_time "cost model"; then
     if model_ready bench-4 && model_ready bench-8; then
-        cost_args=(--bw "$([ -n "$DRY" ] && echo 4800 || echo "${BW:-4800}")" --emu "$COUNT_EMU" --work "$W/cost" --slice 4 "$W/bench-4.gguf")
+        cost_args=(--bw "$([ -n "$DRY" ] && echo 4800 || echo "${BW:-4800}")" --node-us "${NODE:-2}" --emu "$COUNT_EMU" --work "$W/cost" --slice 4 "$W/bench-4.gguf")
         if [ -n "$DRY" ]; then cost_args+=(--decode-only); else cost_args+=(--slice 8 "$W/bench-8.gguf"); fi
         grep -q 'Compiling entry' "$W/ptxas.txt" 2> /dev/null && cost_args+=(--ptxas "$W/ptxas.txt" --sass "$W/sass.txt")
         say "test/costmodel.sh in the background"
