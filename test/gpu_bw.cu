@@ -15,8 +15,8 @@
 // one before wrote (as a pass's kernels do), replayed REPS times between events: the median replay
 // over NODES. Three forms: one block a launch; a grid of 4 blocks an SM (a launch that fills the
 // GPU, as a pass's matrix launches do); and that grid again with programmatic dependent launch
-// (sm_90: each kernel lets the next one launch at its start, and the next waits for it with
-// griddepcontrol.wait before reading), which the cost model does not yet assume. The chain's last
+// (sm_90: the next launch is set up while this one runs, and waits for it with griddepcontrol.wait
+// before reading), which clover does not use and the cost model does not assume. The chain's last
 // value is checked: every node ran, in order.
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -45,13 +45,14 @@ __global__ void fill_kernel(uint32_t *p, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = word(i);
 }
 
-// One node of the chain: x[0] = x[0] + 1 by block 0's thread 0 once every block has come (the
-// grid's other blocks only arrive). pdl: let the next launch start now, and wait for the one before
-// to finish before reading what it wrote (both no-ops where the launch has no such edge).
+// One node of the chain: x[0] = x[0] + 1 by block 0's thread 0 (the grid's other blocks only
+// arrive). pdl: wait for the launch before to finish (and its writes to be seen), then let the next
+// one start launching (so that at most two grids of the chain are resident; both no-ops where the
+// launch has no programmatic edge).
 __global__ void node_kernel(unsigned *x, bool pdl) {
     if (pdl) {
-        asm volatile("griddepcontrol.launch_dependents;");
         asm volatile("griddepcontrol.wait;" ::: "memory");
+        asm volatile("griddepcontrol.launch_dependents;");
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) x[0] += 1;
 }
