@@ -56,7 +56,8 @@ build/bench: test/bench.c test/llama_host.h clover.c | build
 CUDA_ARCH ?= -arch=sm_90 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS ?=
 # The two objects are separate targets so that make -j compiles them at once (nvcc takes minutes).
-cuda: clover-cuda
+# cuda: and test/gpu.sh's gpu_bw, so that CI compiles the file only a GPU machine runs
+cuda: clover-cuda build/gpu_bw
 build/clover-cu.o: clover.cu | build
 	$(NVCC) -O2 -std=c++17 -fmad=false $(CUDA_ARCH) $(NVCCFLAGS) -c clover.cu -o $@
 build/clover-cuda.o: clover.c | build
