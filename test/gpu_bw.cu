@@ -87,6 +87,7 @@ static double node_us(int blocks, bool pdl, unsigned *x) {
     if (e != cudaSuccess) {
         fprintf(stderr, "gpu_bw: a graph of %d launches%s: %s\n", NODES, pdl ? " with programmatic dependent launch" : "", cudaGetErrorString(e));
         cudaGetLastError();
+        if (ec == cudaSuccess) CHECK(cudaGraphDestroy(g));   // (the capture ended, the launch or instantiation failed)
         CHECK(cudaStreamDestroy(s));
         return -1;
     }
